@@ -1,0 +1,295 @@
+//! `DataRestore`: one request to put the files of some PVCs back as a Velero backup
+//! holds them, leaving every other object in place.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "refill.dev";
+pub const API_VERSION: &str = "refill.dev/v1alpha1";
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+#[kube(
+    group = "refill.dev",
+    version = "v1alpha1",
+    kind = "DataRestore",
+    namespaced,
+    status = "DataRestoreStatus",
+    shortname = "dr",
+    category = "refill",
+    printcolumn = r#"{"name":"Backup","type":"string","jsonPath":".status.backupName"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Volumes","type":"string","jsonPath":".status.summary"}"#,
+    printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
+    printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DataRestoreSpec {
+    /// The Velero Backup to restore from. Exactly one of backupName and scheduleName.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_name: Option<String>,
+    /// A Velero Schedule: its newest Completed backup is used, chosen once during
+    /// validation and recorded in status.backupName.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_name: Option<String>,
+    /// Restore every file-system-backed PVC of the backup in these namespaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub included_namespaces: Vec<String>,
+    /// PVCs to restore, each as `namespace/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pvcs: Vec<String>,
+    /// Restore the backup's PVCs whose current labels match. Alone it covers every
+    /// namespace; with includedNamespaces, only those.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Nodes the stand-in pod may run on, keyed by `namespace/name` of the PVC. Required
+    /// for a PVC that is unbound with a WaitForFirstConsumer StorageClass.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub candidate_nodes: BTreeMap<String, Vec<String>>,
+    /// What to do with pods that mount a PVC being restored.
+    #[serde(default)]
+    pub consumers: ConsumerPolicy,
+    /// What to do with the stopped consumers when a volume fails.
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+    /// How long one volume may take, from quiesce to done (e.g. `30m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_timeout: Option<String>,
+    /// How long the whole request may take (e.g. `4h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// How many volumes are restored at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<u32>,
+    /// Settings for the `restore-wait` init container; unset fields come from Velero's
+    /// restore-helper ConfigMap, then from Velero's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_helper: Option<RestoreHelperOverrides>,
+    /// Image of the stand-in pod's idle container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stand_in_image: Option<String>,
+    /// Set to true to stop the restore; consumers are brought back as after a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel: bool,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ConsumerPolicy {
+    /// Scale Deployments, StatefulSets, ReplicaSets and ReplicationControllers to zero;
+    /// refuse any other consumer.
+    #[default]
+    ScaleDown,
+    /// Also stop consumers that cannot be scaled: delete and re-create bare pods,
+    /// park DaemonSets on no node, suspend CronJobs, wait for Jobs.
+    Detach,
+    /// Fail if anything mounts the PVC.
+    Refuse,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FailurePolicy {
+    /// Bring consumers back to their replica counts after a failure.
+    #[default]
+    Resume,
+    /// Leave consumers stopped after a failure, with their records kept for later.
+    KeepStopped,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreHelperOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+}
+
+/// The steps of the reconcile state machine, in order.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Accepted, nothing checked yet.
+    #[default]
+    New,
+    /// Checking the backup, the PVCs and the nodes; nothing in the cluster is changed.
+    Validating,
+    /// Volumes are being restored, each through its own phases.
+    Restoring,
+    /// Stand-in pods are removed and consumers brought back.
+    Finalizing,
+    Completed,
+    PartiallyFailed,
+    Failed,
+    Canceled,
+}
+
+impl Phase {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Phase::Completed | Phase::PartiallyFailed | Phase::Failed | Phase::Canceled
+        )
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataRestoreStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The backup in use, resolved from the spec once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_name: Option<String>,
+    /// `done/total` volumes, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeStatus>,
+    /// Every consumer refill stopped, with what brings it back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumers: Vec<ConsumerRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Where one volume is in its own restore.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum VolumePhase {
+    /// Waiting for a slot (see spec.parallel).
+    #[default]
+    Pending,
+    /// Its consumers are being stopped; waiting until no pod mounts the PVC.
+    Quiescing,
+    /// The stand-in pod is starting; waiting for `restore-wait` to run.
+    StartingStandIn,
+    /// The PodVolumeRestore exists; the node agent moves the data.
+    Restoring,
+    Completed,
+    Failed,
+    Canceled,
+}
+
+impl VolumePhase {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            VolumePhase::Completed | VolumePhase::Failed | VolumePhase::Canceled
+        )
+    }
+    /// Holds consumers stopped or a stand-in pod that has to go.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            VolumePhase::Quiescing | VolumePhase::StartingStandIn | VolumePhase::Restoring
+        )
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStatus {
+    /// `namespace/name` of the PVC.
+    pub pvc: String,
+    #[serde(default)]
+    pub phase: VolumePhase,
+    /// The PodVolumeBackup the data comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_volume_backup: Option<String>,
+    #[serde(default, rename = "snapshotID", skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stand_in_pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_volume_restore: Option<String>,
+    #[serde(default)]
+    pub bytes_done: i64,
+    #[serde(default)]
+    pub total_bytes: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+}
+
+/// What kind of object a consumer is, which decides how it is stopped.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum ConsumerKind {
+    Deployment,
+    StatefulSet,
+    ReplicaSet,
+    ReplicationController,
+    DaemonSet,
+    CronJob,
+    Job,
+    Pod,
+}
+
+impl ConsumerKind {
+    pub fn is_scalable(self) -> bool {
+        matches!(
+            self,
+            ConsumerKind::Deployment
+                | ConsumerKind::StatefulSet
+                | ConsumerKind::ReplicaSet
+                | ConsumerKind::ReplicationController
+        )
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ConsumerState {
+    /// Recorded; the stop is being applied or awaited.
+    #[default]
+    Stopping,
+    Stopped,
+    Resumed,
+    /// Left stopped on purpose (onFailure: KeepStopped); the record stays on the object.
+    KeptStopped,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerRecord {
+    pub kind: ConsumerKind,
+    pub namespace: String,
+    pub name: String,
+    /// `namespace/name` of every selected PVC it mounts; it comes back only when all are done.
+    pub pvcs: Vec<String>,
+    #[serde(default)]
+    pub state: ConsumerState,
+    /// Replica count before the scale-down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// A DaemonSet's node selector, a CronJob's suspend flag, or a bare pod's manifest,
+    /// as JSON: whatever brings the consumer back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
+}
+
+impl ConsumerRecord {
+    pub fn key(&self) -> (ConsumerKind, &str, &str) {
+        (self.kind, &self.namespace, &self.name)
+    }
+}

@@ -1,0 +1,10 @@
+//! The objects refill reads and writes: its own `refill.dev` kinds and the `velero.io/v1`
+//! kinds of a Velero installation.
+
+pub mod data_restore;
+pub mod velero;
+pub mod volume_plugin_restore;
+
+pub use data_restore::*;
+pub use velero::*;
+pub use volume_plugin_restore::*;

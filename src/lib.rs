@@ -1,0 +1,4 @@
+//! refill: data-only, in-place restore of Kubernetes PVCs from Velero file-system backups.
+
+pub mod api;
+pub mod crds;
