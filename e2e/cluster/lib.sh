@@ -1,0 +1,82 @@
+# Shared by up.sh and down.sh; sourced, not run.
+#
+# Everything the local control plane owns lives in one state directory, so that
+# several checkouts (or a test that wants its own cluster) can set
+# REFILL_CLUSTER_DIR and never touch each other's processes or files.
+
+cluster_dir="${REFILL_CLUSTER_DIR:-$HOME/.cache/refill/cluster}"
+cache_dir="${REFILL_CACHE:-$HOME/.cache/refill}"
+
+# Start order; down.sh stops them in reverse.
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+# Ports away from the usual 2379/6443/10257/10259 so that a real cluster or
+# another tool on the same machine is never disturbed.
+etcd_client_port=23790
+etcd_peer_port=23800
+apiserver_port=16443
+controller_manager_port=20257
+scheduler_port=20259
+
+say() { printf '[cluster] %s\n' "$*" >&2; }
+
+pid_file() { echo "$cluster_dir/run/$1.pid"; }
+log_file() { echo "$cluster_dir/logs/$1.log"; }
+
+# The pid recorded for a component, if that process still exists and still is
+# that component (pids get reused after a reboot or a crash).
+component_pid() {
+  local name="$1" pid
+  pid="$(cat "$(pid_file "$name")" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  running "$pid" || return 1
+  [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == */"$name" ]] || return 1
+  echo "$pid"
+}
+
+# Every process started from the binary cache for this state directory, whether
+# or not a pid file still names it: the fallback for down.sh after a pid file
+# went missing. Matching the state directory in the command line keeps other
+# clusters (other REFILL_CLUSTER_DIR) out of it.
+stray_pids() {
+  local p exe
+  for p in /proc/[0-9]*; do
+    exe="$(readlink "$p/exe" 2>/dev/null)" || continue
+    [[ "$exe" == "$cache_dir/bin/"* ]] || continue
+    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$cluster_dir/" || continue
+    echo "${p#/proc/}"
+  done
+}
+
+# A zombie counts as gone: whoever adopted it may be slow to reap it, and no
+# signal can move it any further.
+running() {
+  local state
+  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n "$state" && "$state" != Z ]]
+}
+
+# Sends TERM, waits, then KILL; returns once every given process is gone.
+stop_pids() {
+  local pid deadline
+  (($#)) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  deadline=$((SECONDS + 15))
+  for pid in "$@"; do
+    while running "$pid"; do
+      if ((SECONDS >= deadline)); then
+        say "process $pid ignored TERM; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+      sleep 0.1
+    done
+  done
+}
+
+stop_component() {
+  local name="$1" pid
+  if pid="$(component_pid "$name")"; then
+    stop_pids "$pid"
+  fi
+  rm -f "$(pid_file "$name")"
+}

@@ -1,0 +1,381 @@
+#!/usr/bin/env bash
+# Starts the local Kubernetes control plane used by the tests and the demo:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, which
+# plays the kubelets of a few simulated nodes. No container runtime is needed.
+#
+# Safe to run again and from several processes at once: components that are up
+# and healthy are left alone, missing ones are (re)started, and the caller waits
+# until the whole cluster is usable. Prints the admin kubeconfig path last.
+#
+#   REFILL_CLUSTER_DIR  state directory (default ~/.cache/refill/cluster)
+#   REFILL_NODES        number of simulated nodes, node-a, node-b, ... (default 3)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib.sh
+source "$here/lib.sh"
+
+node_count="${REFILL_NODES:-3}"
+[[ "$node_count" =~ ^[0-9]+$ ]] && ((node_count >= 1 && node_count <= 26)) ||
+  { say "REFILL_NODES must be between 1 and 26, not '$node_count'"; exit 2; }
+
+pki="$cluster_dir/pki"
+mkdir -p "$cluster_dir/logs" "$cluster_dir/run" "$pki"
+started_at=$(date +%s%N)
+
+# One caller at a time; the others wait here and then find the cluster up.
+exec 9>"$cluster_dir/lock"
+flock -w 3600 9 || { say "timed out waiting for $cluster_dir/lock"; exit 1; }
+
+bin="$("$here/build.sh" | tail -n 1)"
+[[ -x "$bin/kube-apiserver" ]] || { say "build.sh gave no usable bin dir ('$bin')"; exit 1; }
+# down.sh uses this to find the binaries without building anything.
+echo "$bin" >"$cluster_dir/bin-dir"
+kubectl=("$bin/kubectl" --kubeconfig "$cluster_dir/admin.kubeconfig")
+
+# --- certificates --------------------------------------------------------------
+# A private CA signs everything. EC keys: generated instantly, and accepted by
+# Go clients as well as by rustls.
+
+new_key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+
+# issue <name> <subject> <extendedKeyUsage> [subjectAltName]
+issue() {
+  local name="$1" subject="$2" usage="$3" san="${4:-}"
+  [[ -s "$pki/$name.crt" ]] && return 0
+  new_key "$pki/$name.key"
+  {
+    echo "basicConstraints = critical, CA:FALSE"
+    echo "keyUsage = critical, digitalSignature, keyEncipherment"
+    echo "extendedKeyUsage = $usage"
+    echo "subjectKeyIdentifier = hash"
+    echo "authorityKeyIdentifier = keyid"
+    [[ -z "$san" ]] || echo "subjectAltName = $san"
+  } >"$pki/$name.ext"
+  openssl req -new -key "$pki/$name.key" -subj "$subject" -out "$pki/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
+  rm -f "$pki/$name.csr" "$pki/$name.ext"
+}
+
+# kubeconfig <name> <client cert name>
+kubeconfig() {
+  cat >"$cluster_dir/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: refill-local
+  cluster:
+    server: https://127.0.0.1:$apiserver_port
+    certificate-authority: $pki/ca.crt
+users:
+- name: $1
+  user:
+    client-certificate: $pki/$2.crt
+    client-key: $pki/$2.key
+contexts:
+- name: refill-local
+  context:
+    cluster: refill-local
+    user: $1
+current-context: refill-local
+EOF
+}
+
+make_pki() {
+  if [[ ! -s "$pki/ca.crt" ]]; then
+    rm -f "$pki"/*.crt # every certificate must come from the new CA
+    new_key "$pki/ca.key"
+    openssl req -x509 -new -key "$pki/ca.key" -subj "/CN=refill-local-ca" -days 3650 -sha256 \
+      -addext "basicConstraints = critical, CA:TRUE" \
+      -addext "keyUsage = critical, keyCertSign, cRLSign, digitalSignature" \
+      -out "$pki/ca.crt" 2>/dev/null
+  fi
+  issue apiserver "/CN=kube-apiserver" serverAuth \
+    "DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local, IP:127.0.0.1, IP:10.96.0.1"
+  # system:masters bypasses RBAC: for tests and people, never for code under test.
+  issue admin "/O=system:masters/CN=refill-admin" clientAuth
+  # The bootstrap RBAC policy grants these two user names what they need.
+  issue controller-manager "/CN=system:kube-controller-manager" clientAuth
+  issue scheduler "/CN=system:kube-scheduler" clientAuth
+  # kwok writes status for every node and pod, and deletes pods; it stands in
+  # for all kubelets at once, so the Node authorizer's per-node rules don't fit.
+  issue kwok "/O=system:masters/CN=kwok" clientAuth
+  if [[ ! -s "$pki/sa.key" ]]; then
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
+    openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+  fi
+  kubeconfig admin admin
+  kubeconfig controller-manager controller-manager
+  kubeconfig scheduler scheduler
+  kubeconfig kwok kwok
+}
+
+# --- audit policy --------------------------------------------------------------
+# One line per request, without bodies, so a benchmark can count requests per
+# client (user agent) cheaply. The control plane's own chatter is left out; what
+# remains is requests made by people, tests and workloads' service accounts.
+write_audit_policy() {
+  cat >"$cluster_dir/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+omitManagedFields: true
+rules:
+- level: None
+  users: ["system:apiserver", "system:kube-controller-manager", "system:kube-scheduler", "kwok"]
+- level: None
+  userGroups: ["system:nodes", "system:serviceaccounts:kube-system"]
+- level: None
+  nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version", "/openapi*"]
+- level: Metadata
+EOF
+}
+
+# --- processes -----------------------------------------------------------------
+
+# Starts a component in its own session, so it outlives this script and whatever
+# ran it (a test harness, a CI step). All of its descriptors point elsewhere:
+# an inherited pipe would keep the caller's output open, an inherited lock fd 9
+# would keep the lock taken for as long as the component lives.
+launch() {
+  local name="$1"; shift
+  local log; log="$(log_file "$name")"
+  [[ ! -s "$log" ]] || mv -f "$log" "$log.1"
+  say "starting $name"
+  rm -f "$(pid_file "$name")"
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$(pid_file "$name")" "$bin/$name" "$@" \
+    </dev/null >"$log" 2>&1 9>&- &
+  # Until the exec has happened the pid file names a shell, not the component.
+  local deadline=$((SECONDS + 10))
+  local pid
+  until component_pid "$name" >/dev/null; do
+    pid="$(cat "$(pid_file "$name")" 2>/dev/null)" || pid=""
+    if [[ -n "$pid" ]] && ! running "$pid"; then
+      say "$name exited at once"
+      show_log "$name"
+      exit 1
+    fi
+    if ((SECONDS >= deadline)); then
+      say "$name did not start"
+      show_log "$name"
+      exit 1
+    fi
+    sleep 0.05
+  done
+}
+
+# The last lines of a component's log, for messages about why it isn't ready.
+show_log() {
+  local log; log="$(log_file "$1")"
+  [[ -f "$log" ]] || return 0
+  echo "----- last lines of $log -----" >&2
+  tail -n "${2:-40}" "$log" >&2
+  echo "-----" >&2
+}
+
+# wait_until <seconds> <component> <what> <command...>: polls until the command
+# succeeds. Gives up early if the component's process has exited.
+wait_until() {
+  local timeout="$1" name="$2" what="$3"; shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! component_pid "$name" >/dev/null; then
+      say "$name exited while waiting for $what"
+      show_log "$name"
+      exit 1
+    fi
+    if ((SECONDS >= deadline)); then
+      say "timed out after ${timeout}s waiting for $what"
+      show_log "$name"
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+healthy() { # healthy <url> [curl args...]: the endpoint answers "ok"
+  local url="$1"; shift
+  [[ "$(curl -fsS --max-time 2 "$@" "$url" 2>/dev/null)" == ok ]]
+}
+etcd_healthy() {
+  curl -fsS --max-time 2 "http://127.0.0.1:$etcd_client_port/health" 2>/dev/null | grep -q '"health":"true"'
+}
+apiserver_ready() {
+  healthy "https://127.0.0.1:$apiserver_port/readyz" \
+    --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key"
+}
+controller_manager_healthy() { healthy "https://127.0.0.1:$controller_manager_port/healthz" -k; }
+scheduler_healthy() { healthy "https://127.0.0.1:$scheduler_port/healthz" -k; }
+
+# Starts the component unless it is already running from the current binaries.
+# One left over from other binaries (versions.env changed) is replaced.
+ensure() {
+  local name="$1" pid; shift
+  if pid="$(component_pid "$name")"; then
+    [[ "$(readlink "/proc/$pid/exe")" == "$bin/$name" ]] && return 0
+    say "replacing $name started from $(readlink "/proc/$pid/exe")"
+    stop_component "$name"
+  fi
+  launch "$name" "$@"
+}
+
+start_etcd() {
+  # No fsync: the data is disposable, and fsync dominates etcd's latency on
+  # ordinary disks.
+  ensure etcd \
+    --name refill \
+    --data-dir "$cluster_dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_client_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_client_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster "refill=http://127.0.0.1:$etcd_peer_port" \
+    --unsafe-no-fsync \
+    --quota-backend-bytes $((4 * 1024 * 1024 * 1024))
+  wait_until 30 etcd "etcd health" etcd_healthy
+}
+
+start_apiserver() {
+  # The endpoint reconciler would publish 127.0.0.1 as the address of the
+  # `kubernetes` Service, which Endpoints validation rejects; nothing runs inside
+  # this cluster that would use that Service, so it is switched off.
+  ensure kube-apiserver \
+    --etcd-servers "http://127.0.0.1:$etcd_client_port" \
+    --bind-address 127.0.0.1 \
+    --advertise-address 127.0.0.1 \
+    --secure-port "$apiserver_port" \
+    --tls-cert-file "$pki/apiserver.crt" \
+    --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --authorization-mode Node,RBAC \
+    --anonymous-auth=false \
+    --service-account-key-file "$pki/sa.pub" \
+    --service-account-signing-key-file "$pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --endpoint-reconciler-type none \
+    --allow-privileged=true \
+    --audit-policy-file "$cluster_dir/audit-policy.yaml" \
+    --audit-log-path "$cluster_dir/logs/audit.log" \
+    --audit-log-maxsize 0
+  wait_until 120 kube-apiserver "kube-apiserver /readyz" apiserver_ready
+}
+
+start_controller_manager() {
+  # Higher client rate limits than the defaults (20/s), so that a benchmark
+  # creating hundreds of pods measures refill rather than this throttle.
+  ensure kube-controller-manager \
+    --kubeconfig "$cluster_dir/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 \
+    --secure-port "$controller_manager_port" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file "$pki/sa.key" \
+    --root-ca-file "$pki/ca.crt" \
+    --cluster-signing-cert-file "$pki/ca.crt" \
+    --cluster-signing-key-file "$pki/ca.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --kube-api-qps 200 \
+    --kube-api-burst 400
+}
+
+start_scheduler() {
+  ensure kube-scheduler \
+    --kubeconfig "$cluster_dir/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 \
+    --secure-port "$scheduler_port" \
+    --leader-elect=false \
+    --kube-api-qps 200 \
+    --kube-api-burst 400
+}
+
+start_kwok() {
+  # kwok only looks after nodes labelled type=kwok, so a node created for some
+  # other purpose is not silently made Ready. Pod IPs come from a /16 because the
+  # default /24 runs out at 254 pods.
+  ensure kwok \
+    --kubeconfig "$cluster_dir/kwok.kubeconfig" \
+    --config "$here/kwok/stages.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-label-selector type=kwok \
+    --cidr 10.244.0.0/16 \
+    --node-ip 10.0.0.1
+}
+
+# --- simulated nodes -----------------------------------------------------------
+
+node_names() {
+  local letters=abcdefghijklmnopqrstuvwxyz i
+  for ((i = 0; i < node_count; i++)); do echo "node-${letters:i:1}"; done
+}
+
+# Nodes are created with their capacity in status (Node creation accepts status);
+# kwok's node-initialize stage keeps it. Room for a few hundred pods each.
+node_manifest() {
+  local name="$1" zone="$2"
+  cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  labels:
+    type: kwok
+    kubernetes.io/hostname: $name
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    topology.kubernetes.io/zone: $zone
+spec: {}
+status:
+  capacity: {cpu: "128", memory: 512Gi, pods: "500", ephemeral-storage: 1Ti}
+  allocatable: {cpu: "128", memory: 512Gi, pods: "500", ephemeral-storage: 1Ti}
+EOF
+}
+
+ensure_nodes() {
+  local zones=(zone-a zone-b zone-c) existing want i=0 name
+  existing="$("${kubectl[@]}" get nodes -l type=kwok -o name)"
+  want="$(node_names)"
+  for name in $want; do
+    if ! grep -qx "node/$name" <<<"$existing"; then
+      node_manifest "$name" "${zones[i % 3]}" | "${kubectl[@]}" create -f - >/dev/null
+      say "created node $name"
+    fi
+    i=$((i + 1))
+  done
+  # Fewer nodes asked for than last time: drop the extra ones.
+  for name in $existing; do
+    grep -qx "${name#node/}" <<<"$want" || "${kubectl[@]}" delete "$name" --wait=false >/dev/null
+  done
+}
+
+# Ready, and no longer carrying the not-ready taint that admission puts on every
+# new node; the scheduler would skip the node until the node lifecycle
+# controller removes it.
+nodes_ready() {
+  local out
+  out="$("${kubectl[@]}" get nodes -l type=kwok -o \
+    jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}{"\n"}{end}')" || return 1
+  [[ "$(grep -c . <<<"$out")" -eq "$node_count" ]] || return 1
+  ! grep -qv '^[^ ]* True *$' <<<"$out"
+}
+
+default_service_account() { "${kubectl[@]}" -n default get serviceaccount default; }
+
+# --- main ----------------------------------------------------------------------
+
+make_pki
+write_audit_policy
+start_etcd
+start_apiserver
+start_controller_manager
+start_scheduler
+start_kwok
+wait_until 60 kube-controller-manager "kube-controller-manager /healthz" controller_manager_healthy
+wait_until 60 kube-scheduler "kube-scheduler /healthz" scheduler_healthy
+ensure_nodes
+wait_until 90 kwok "$node_count Ready nodes without taints" nodes_ready
+wait_until 60 kube-controller-manager "the default ServiceAccount" default_service_account
+
+elapsed_ms=$((($(date +%s%N) - started_at) / 1000000))
+say "ready in $((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000)))s; export KUBECONFIG=$cluster_dir/admin.kubeconfig"
+echo "$cluster_dir/admin.kubeconfig"

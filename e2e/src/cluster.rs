@@ -1,0 +1,238 @@
+//! Finding (or starting) the local cluster and making clients for it.
+//!
+//! The cluster is the one `e2e/cluster/up.sh` runs: a real kube-apiserver,
+//! controller-manager and scheduler over etcd, with kwok simulating the nodes.
+//! Its state lives in `$REFILL_CLUSTER_DIR` (default `~/.cache/refill/cluster`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::PostParams;
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use tokio::sync::OnceCell;
+
+/// Names of the simulated nodes with the default `REFILL_NODES=3`.
+pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// Annotation that releases a pod held by its `restore-wait` init container; the
+/// value must be `"true"`. See `e2e/cluster/kwok/stages.yaml`.
+pub const RESTORE_WAIT_DONE: &str = "refill.dev/restore-wait-done";
+
+/// Name of the init container the simulated kubelet keeps running until
+/// [`RESTORE_WAIT_DONE`] is set.
+pub const RESTORE_WAIT_CONTAINER: &str = "restore-wait";
+
+/// Control-plane components, as named in `$dir/logs/<name>.log`.
+pub const COMPONENTS: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
+
+/// A running local cluster: where its files are.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// State directory (`$REFILL_CLUSTER_DIR`).
+    pub dir: PathBuf,
+    /// Admin kubeconfig (client certificate in `system:masters`).
+    pub kubeconfig: PathBuf,
+    /// Directory holding kubectl, kube-apiserver, etcd, kwok and the rest.
+    pub bin_dir: PathBuf,
+}
+
+impl Cluster {
+    /// Path to the kubectl built with the cluster.
+    pub fn kubectl(&self) -> PathBuf {
+        self.bin_dir.join("kubectl")
+    }
+
+    /// A kubectl command already pointed at the cluster as admin.
+    pub fn kubectl_command(&self) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(self.kubectl());
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig);
+        cmd
+    }
+
+    /// Log file of a component (see [`COMPONENTS`]).
+    pub fn log_path(&self, component: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{component}.log"))
+    }
+
+    /// The apiserver's audit log: one JSON line per request from users and
+    /// service accounts outside kube-system (the control plane is left out).
+    pub fn audit_log_path(&self) -> PathBuf {
+        self.dir.join("logs").join("audit.log")
+    }
+
+    /// The last `lines` lines of a component's log, or a note why there are none.
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        let path = self.log_path(component);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let all: Vec<&str> = text.lines().collect();
+                all[all.len().saturating_sub(lines)..].join("\n")
+            }
+            Err(e) => format!("({}: {e})", path.display()),
+        }
+    }
+
+    /// A scratch directory on this machine for the given name, created if
+    /// missing: a place for `spec.local.path` of local PersistentVolumes.
+    pub fn scratch_dir(&self, name: &str) -> Result<PathBuf> {
+        let path = self.dir.join("scratch").join(name);
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Client configuration for the admin user.
+    pub async fn admin_config(&self) -> Result<Config> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
+            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("loading {}", self.kubeconfig.display()))?;
+        Ok(config)
+    }
+
+    /// A client acting as cluster admin. Tests use it to set up and inspect;
+    /// code under test should run as its own ServiceAccount
+    /// ([`Cluster::service_account_client`]).
+    pub async fn admin_client(&self) -> Result<Client> {
+        Ok(Client::try_from(self.admin_config().await?)?)
+    }
+
+    /// A client that authenticates with a fresh token of the ServiceAccount
+    /// `namespace/name` (TokenRequest API, valid one hour), so it gets exactly
+    /// the permissions RBAC grants that account. The ServiceAccount must exist.
+    pub async fn service_account_client(&self, namespace: &str, name: &str) -> Result<Client> {
+        let admin = self.admin_client().await?;
+        let token = service_account_token(&admin, namespace, name).await?;
+        let mut config = self.admin_config().await?;
+        config.auth_info = AuthInfo {
+            token: Some(token.into()),
+            ..AuthInfo::default()
+        };
+        config.default_namespace = namespace.to_string();
+        Ok(Client::try_from(config)?)
+    }
+}
+
+/// Issues a token for the ServiceAccount `namespace/name` through its `token`
+/// subresource.
+pub async fn service_account_token(admin: &Client, namespace: &str, name: &str) -> Result<String> {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let issued: TokenRequest = accounts
+        .create_subresource("token", name, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("requesting a token for serviceaccount {namespace}/{name}"))?;
+    match issued.status {
+        Some(status) if !status.token.is_empty() => Ok(status.token),
+        _ => bail!("no token in the TokenRequest answer for {namespace}/{name}"),
+    }
+}
+
+/// State directory of the local cluster.
+pub fn cluster_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("REFILL_CLUSTER_DIR") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".cache/refill/cluster")
+}
+
+/// Directory of the cluster scripts (`up.sh`, `down.sh`, ...).
+pub fn scripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster")
+}
+
+static CLUSTER: OnceCell<Cluster> = OnceCell::const_new();
+
+/// The local cluster, started by `e2e/cluster/up.sh` if its kubeconfig is
+/// missing or its apiserver does not answer. Runs at most once per process;
+/// concurrent callers (parallel tests) wait for the first. A cluster that cannot
+/// be started is an error, never a reason to skip.
+pub async fn cluster() -> Result<&'static Cluster> {
+    CLUSTER.get_or_try_init(find_or_start).await
+}
+
+/// Shorthand for `cluster().await?.admin_client().await`.
+pub async fn admin_client() -> Result<Client> {
+    cluster().await?.admin_client().await
+}
+
+async fn find_or_start() -> Result<Cluster> {
+    let dir = cluster_dir();
+    let kubeconfig = dir.join("admin.kubeconfig");
+    let bin_dir_file = dir.join("bin-dir");
+    let known = || -> Option<Cluster> {
+        let bin_dir = std::fs::read_to_string(&bin_dir_file).ok()?;
+        Some(Cluster {
+            dir: dir.clone(),
+            kubeconfig: kubeconfig.clone(),
+            bin_dir: PathBuf::from(bin_dir.trim()),
+        })
+    };
+    if let Some(cluster) = known()
+        && kubeconfig.exists()
+        && is_ready(&cluster).await
+    {
+        return Ok(cluster);
+    }
+
+    let script = scripts_dir().join("up.sh");
+    tracing::info!("starting the local cluster with {}", script.display());
+    // stderr passes through so that progress and failures show in test output.
+    let output = tokio::process::Command::new(&script)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed ({}); the cluster is required, see the messages above and {}/logs",
+            script.display(),
+            output.status,
+            dir.display()
+        );
+    }
+    let cluster = known()
+        .with_context(|| format!("{} left no {}", script.display(), bin_dir_file.display()))?;
+    if !is_ready(&cluster).await {
+        bail!(
+            "{} succeeded but the apiserver does not answer",
+            script.display()
+        );
+    }
+    Ok(cluster)
+}
+
+async fn is_ready(cluster: &Cluster) -> bool {
+    let probe = async {
+        let mut config = cluster.admin_config().await?;
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(5));
+        let client = Client::try_from(config)?;
+        let request = http_get("/readyz")?;
+        let body = client.request_text(request).await?;
+        anyhow::Ok(body.trim() == "ok")
+    };
+    matches!(probe.await, Ok(true))
+}
+
+fn http_get(path: &str) -> Result<http::Request<Vec<u8>>> {
+    Ok(http::Request::get(path).body(Vec::new())?)
+}

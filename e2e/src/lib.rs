@@ -1,0 +1,33 @@
+//! Test support for refill: a local Kubernetes control plane (real apiserver,
+//! controller-manager and scheduler; kwok simulating the nodes), per-test
+//! namespaces, polling waits, and a dump of the cluster when a test fails.
+//!
+//! Tests call [`run_test`], which finds or starts the cluster once per process:
+//!
+//! ```ignore
+//! use refill_e2e::*;
+//!
+//! #[tokio::test]
+//! async fn example() -> anyhow::Result<()> {
+//!     run_test("example", |env| async move {
+//!         let pods = env.api::<k8s_openapi::api::core::v1::Pod>();
+//!         wait_for("no pods", std::time::Duration::from_secs(5), || async {
+//!             Ok(pods.list(&Default::default()).await?.items.is_empty().then_some(()))
+//!         })
+//!         .await
+//!     })
+//!     .await
+//! }
+//! ```
+
+pub mod cluster;
+pub mod support;
+
+pub use cluster::{
+    COMPONENTS, Cluster, NODES, RESTORE_WAIT_CONTAINER, RESTORE_WAIT_DONE, admin_client, cluster,
+    cluster_dir, scripts_dir, service_account_token,
+};
+pub use support::{
+    POLL_INTERVAL, TEST_NAMESPACE_LABEL, TEST_TIMEOUT, TestEnv, TestNamespace, dns_label, dump,
+    is_pod_ready, run_test, wait_for,
+};
