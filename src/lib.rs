@@ -2,3 +2,5 @@
 
 pub mod api;
 pub mod crds;
+pub mod labels;
+pub mod plan;

@@ -1,0 +1,106 @@
+//! Label and annotation keys, and the names of the objects refill creates.
+//!
+//! Names are derived from the DataRestore's UID and the PVC, so that a restarted
+//! controller finds (or re-creates, idempotently) the very same objects.
+
+use sha2::{Digest, Sha256};
+
+pub const BACKUP_NAME: &str = "velero.io/backup-name";
+pub const BACKUP_UID: &str = "velero.io/backup-uid";
+pub const SCHEDULE_NAME: &str = "velero.io/schedule-name";
+pub const PVC_NAME_ANNOTATION: &str = "velero.io/pvc-name";
+pub const PVC_UID: &str = "velero.io/pvc-uid";
+pub const RESTORE_NAME: &str = "velero.io/restore-name";
+pub const RESTORE_UID: &str = "velero.io/restore-uid";
+pub const POD_UID: &str = "velero.io/pod-uid";
+pub const SNAPSHOT_ID: &str = "velero.io/snapshot-id";
+pub const PROVIDER: &str = "velero.io/provider";
+pub const PLUGIN_CONFIG: &str = "velero.io/plugin-config";
+pub const POD_VOLUME_RESTORE_PLUGIN: &str = "velero.io/pod-volume-restore";
+
+/// On everything refill creates: the owning DataRestore's UID.
+pub const DATA_RESTORE_UID: &str = "refill.dev/data-restore-uid";
+/// On stand-in pods: `namespace/name` of the DataRestore, to map pod events back to it.
+pub const DATA_RESTORE_ANNOTATION: &str = "refill.dev/data-restore";
+pub const ROLE: &str = "refill.dev/role";
+pub const ROLE_STAND_IN: &str = "stand-in";
+/// On a stopped consumer: the UID of the DataRestore that stopped it.
+pub const QUIESCED_BY: &str = "refill.dev/quiesced-by";
+/// On a scaled-down workload: its replica count before.
+pub const ORIGINAL_REPLICAS: &str = "refill.dev/original-replicas";
+/// On a parked DaemonSet or suspended CronJob: what to put back, as JSON.
+pub const ORIGINAL_STATE: &str = "refill.dev/original";
+
+pub const FINALIZER: &str = "refill.dev/finalizer";
+pub const FIELD_MANAGER: &str = "refill";
+
+/// A label value as Velero writes it: names longer than 63 characters become their
+/// first 57 characters and the first 6 hex digits of the SHA-256 of the whole name.
+pub fn label_value(value: &str) -> String {
+    if value.len() <= 63 {
+        return value.to_string();
+    }
+    let digest = hex::encode(Sha256::digest(value.as_bytes()));
+    format!("{}{}", &value[..57], &digest[..6])
+}
+
+fn short_hash(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    hex::encode(hasher.finalize())[..10].to_string()
+}
+
+/// `prefix-<hash>`, the prefix cut so the whole stays a valid 63-character DNS label.
+fn derived_name(prefix: &str, parts: &[&str]) -> String {
+    let hash = short_hash(parts);
+    let room = 63 - hash.len() - 1;
+    let prefix: String = prefix.chars().take(room).collect();
+    let prefix = prefix.trim_end_matches(['-', '.']);
+    format!("{prefix}-{hash}")
+}
+
+/// The stand-in pod for one PVC of one DataRestore.
+pub fn stand_in_pod_name(restore_uid: &str, pvc: &str) -> String {
+    derived_name(&format!("refill-{pvc}"), &[restore_uid, pvc])
+}
+
+/// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.
+pub fn pod_volume_restore_name(restore_name: &str, restore_uid: &str, pvc_key: &str) -> String {
+    derived_name(restore_name, &[restore_uid, pvc_key])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_label_values_are_kept() {
+        assert_eq!(label_value("nightly-20260101"), "nightly-20260101");
+        let exactly_63 = "a".repeat(63);
+        assert_eq!(label_value(&exactly_63), exactly_63);
+    }
+
+    #[test]
+    fn long_label_values_are_cut_and_hashed_like_velero() {
+        let long = format!("{}-backup", "x".repeat(70));
+        let value = label_value(&long);
+        assert_eq!(value.len(), 63);
+        assert_eq!(&value[..57], &long[..57]);
+        let digest = hex::encode(Sha256::digest(long.as_bytes()));
+        assert_eq!(&value[57..], &digest[..6]);
+    }
+
+    #[test]
+    fn derived_names_are_stable_valid_and_distinct() {
+        let a = stand_in_pod_name("uid-1", "data-web-0");
+        assert_eq!(a, stand_in_pod_name("uid-1", "data-web-0"));
+        assert_ne!(a, stand_in_pod_name("uid-2", "data-web-0"));
+        let long = stand_in_pod_name("uid-1", &"p".repeat(200));
+        assert!(long.len() <= 63, "{long}");
+        let pvr = pod_volume_restore_name("restore-", "uid", "ns/pvc");
+        assert!(!pvr.contains("--"), "{pvr}");
+    }
+}

@@ -1,0 +1,208 @@
+//! What a DataRestore will do, decided from facts read beforehand: no API calls here.
+//!
+//! The controller's Validating phase and `refill restore create --dry-run` both run
+//! these functions, so a request is refused with the same words in both places.
+
+mod backup;
+mod consumers;
+mod placement;
+mod selector;
+mod volumes;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup};
+
+pub use backup::{BackupChoice, resolve_backup};
+pub use consumers::{ConsumerRef, Owner, consumer_actions, mounts_claim, top_owner};
+pub use placement::placement;
+pub use selector::{label_selector_matches, parse_pvc_key};
+pub use volumes::select_volumes;
+
+/// Everything validation needs, read from the cluster beforehand.
+#[derive(Default, Debug, Clone)]
+pub struct Facts {
+    pub backup: Option<Backup>,
+    pub pod_volume_backups: Vec<PodVolumeBackup>,
+    /// Current PVCs by `namespace/name`.
+    pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
+    pub pvs: BTreeMap<String, PersistentVolume>,
+    pub storage_classes: BTreeMap<String, StorageClass>,
+    pub nodes: BTreeSet<String>,
+    /// PVCs held by another active DataRestore, with its name.
+    pub held_by_others: BTreeMap<String, String>,
+    /// Pods that mount each selected PVC now, resolved to the workload that owns them.
+    pub consumers: BTreeMap<String, Vec<ConsumerRef>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub backup_name: String,
+    pub volumes: Vec<PlannedVolume>,
+    pub consumers: Vec<PlannedConsumer>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedVolume {
+    /// `namespace/name`.
+    pub pvc: String,
+    pub pod_volume_backup: String,
+    /// The pod volume's name at backup time; the stand-in pod uses it too.
+    pub volume: String,
+    pub snapshot_id: String,
+    pub total_bytes: i64,
+    pub uploader_type: Option<String>,
+    pub placement: Placement,
+}
+
+/// Where the stand-in pod for a PVC may run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Bound claim with no node affinity, or a claim the scheduler may place anywhere.
+    Anywhere,
+    /// Bound to a PV; the scheduler follows its node affinity.
+    BoundTo { pv: String, nodes: Vec<String> },
+    /// Unbound WaitForFirstConsumer claim: only the user's candidate nodes.
+    Candidates(Vec<String>),
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Placement::Anywhere => write!(f, "any node"),
+            Placement::BoundTo { pv, nodes } if nodes.is_empty() => write!(f, "where PV {pv} is"),
+            Placement::BoundTo { pv, nodes } => {
+                write!(f, "node {} (PV {pv})", nodes.join(", "))
+            }
+            Placement::Candidates(nodes) => write!(f, "candidates {}", nodes.join(", ")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedConsumer {
+    pub kind: ConsumerKind,
+    pub namespace: String,
+    pub name: String,
+    pub replicas: Option<i32>,
+    pub pvcs: Vec<String>,
+    pub action: ConsumerAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerAction {
+    ScaleToZero,
+    DeletePod,
+    ParkDaemonSet,
+    SuspendCronJob,
+    WaitForJob,
+}
+
+impl fmt::Display for ConsumerAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConsumerAction::ScaleToZero => "scale to 0",
+            ConsumerAction::DeletePod => "delete, re-create afterwards",
+            ConsumerAction::ParkDaemonSet => "park on no node",
+            ConsumerAction::SuspendCronJob => "suspend",
+            ConsumerAction::WaitForJob => "wait until it ends",
+        })
+    }
+}
+
+/// Why a request cannot go ahead. Each entry is a sentence meant for a person.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", errors.join("; "))]
+pub struct Invalid {
+    pub errors: Vec<String>,
+}
+
+impl Invalid {
+    pub fn one(message: impl Into<String>) -> Self {
+        Invalid {
+            errors: vec![message.into()],
+        }
+    }
+}
+
+/// Checks everything before anything is touched, and decides what will happen.
+pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
+    let backup = facts
+        .backup
+        .as_ref()
+        .ok_or_else(|| Invalid::one("the backup was not resolved"))?;
+    let backup_name = backup.metadata.name.clone().unwrap_or_default();
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+
+    let selected = match select_volumes(spec, &backup_name, &facts.pod_volume_backups, &facts.pvcs)
+    {
+        Ok(selected) => selected,
+        Err(invalid) => return Err(invalid),
+    };
+
+    let mut volumes = Vec::new();
+    for (pvc_key, pvb) in &selected {
+        if let Some(other) = facts.held_by_others.get(pvc_key) {
+            errors.push(format!(
+                "PVC {pvc_key} is already being restored by DataRestore {other}"
+            ));
+        }
+        let pvc = &facts.pvcs[pvc_key];
+        let candidates = spec.candidate_nodes.get(pvc_key).map(Vec::as_slice);
+        match placement(
+            pvc_key,
+            pvc,
+            &facts.pvs,
+            &facts.storage_classes,
+            candidates,
+            &facts.nodes,
+        ) {
+            Ok((placement, warning)) => {
+                warnings.extend(warning);
+                let status = pvb.status.clone().unwrap_or_default();
+                volumes.push(PlannedVolume {
+                    pvc: pvc_key.clone(),
+                    pod_volume_backup: pvb.metadata.name.clone().unwrap_or_default(),
+                    volume: pvb.spec.volume.clone(),
+                    snapshot_id: status.snapshot_id.unwrap_or_default(),
+                    total_bytes: status.progress.map(|p| p.total_bytes).unwrap_or_default(),
+                    uploader_type: pvb.spec.uploader_type.clone(),
+                    placement,
+                })
+            }
+            Err(message) => errors.push(message),
+        }
+    }
+    for key in spec.candidate_nodes.keys() {
+        if !selected.iter().any(|(pvc, _)| pvc == key) {
+            warnings.push(format!(
+                "candidate nodes are given for {key}, which is not among the PVCs to restore"
+            ));
+        }
+    }
+
+    let consumers = match consumer_actions(spec.consumers, &facts.consumers) {
+        Ok(consumers) => consumers,
+        Err(invalid) => {
+            errors.extend(invalid.errors);
+            Vec::new()
+        }
+    };
+
+    if errors.is_empty() {
+        Ok(Plan {
+            backup_name,
+            volumes,
+            consumers,
+            warnings,
+        })
+    } else {
+        Err(Invalid { errors })
+    }
+}

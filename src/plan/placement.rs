@@ -1,0 +1,233 @@
+//! Where a PVC's stand-in pod may run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use super::Placement;
+
+fn storage_class_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.spec.as_ref()?.storage_class_name.as_deref()
+}
+
+fn bound_volume(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    let bound = pvc.status.as_ref()?.phase.as_deref() == Some("Bound");
+    let volume = pvc.spec.as_ref()?.volume_name.as_deref()?;
+    bound.then_some(volume)
+}
+
+/// The values of node-affinity terms on `kubernetes.io/hostname`, which is how local
+/// PVs say where they are.
+fn pv_nodes(pv: &PersistentVolume) -> Vec<String> {
+    let terms = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| r.node_selector_terms.clone())
+        .unwrap_or_default();
+    terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .filter(|e| e.key == "kubernetes.io/hostname" && e.operator == "In")
+        .flat_map(|e| e.values.clone().unwrap_or_default())
+        .collect()
+}
+
+/// Decides the placement, or explains why the PVC cannot be restored as asked.
+/// The second value is a warning worth showing.
+pub fn placement(
+    key: &str,
+    pvc: &PersistentVolumeClaim,
+    pvs: &BTreeMap<String, PersistentVolume>,
+    storage_classes: &BTreeMap<String, StorageClass>,
+    candidates: Option<&[String]>,
+    nodes: &BTreeSet<String>,
+) -> Result<(Placement, Option<String>), String> {
+    if let Some(pv_name) = bound_volume(pvc) {
+        let nodes = pvs.get(pv_name).map(pv_nodes).unwrap_or_default();
+        let warning = candidates.map(|_| {
+            format!(
+                "{key} is bound to PV {pv_name}; its candidate nodes are not needed and are ignored"
+            )
+        });
+        return Ok((
+            Placement::BoundTo {
+                pv: pv_name.to_string(),
+                nodes,
+            },
+            warning,
+        ));
+    }
+    let class = storage_class_name(pvc);
+    let wait_for_consumer = class
+        .and_then(|c| storage_classes.get(c))
+        .and_then(|sc| sc.volume_binding_mode.as_deref())
+        == Some("WaitForFirstConsumer");
+    if !wait_for_consumer {
+        return Ok((
+            Placement::Anywhere,
+            Some(format!(
+                "{key} is not bound yet; the stand-in pod waits until it is"
+            )),
+        ));
+    }
+    let candidates = candidates.unwrap_or_default();
+    if candidates.is_empty() {
+        return Err(format!(
+            "PVC {key} is unbound and its StorageClass \"{}\" binds on first consumer: name the nodes its volume may be created on with candidateNodes[\"{key}\"], or the volume could land where its workload can never run",
+            class.unwrap_or_default()
+        ));
+    }
+    let missing: Vec<&str> = candidates
+        .iter()
+        .filter(|n| !nodes.contains(n.as_str()))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "candidate nodes for {key} do not exist: {}",
+            missing.join(", ")
+        ));
+    }
+    Ok((Placement::Candidates(candidates.to_vec()), None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimSpec,
+        PersistentVolumeClaimStatus, PersistentVolumeSpec, VolumeNodeAffinity,
+    };
+
+    fn pvc(class: &str, bound_to: Option<&str>) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            spec: Some(PersistentVolumeClaimSpec {
+                storage_class_name: Some(class.into()),
+                volume_name: bound_to.map(Into::into),
+                ..Default::default()
+            }),
+            status: Some(PersistentVolumeClaimStatus {
+                phase: Some(
+                    if bound_to.is_some() {
+                        "Bound"
+                    } else {
+                        "Pending"
+                    }
+                    .into(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn classes() -> BTreeMap<String, StorageClass> {
+        let mut wffc = StorageClass::default();
+        wffc.volume_binding_mode = Some("WaitForFirstConsumer".into());
+        let mut immediate = StorageClass::default();
+        immediate.volume_binding_mode = Some("Immediate".into());
+        [("local".to_string(), wffc), ("fast".to_string(), immediate)].into()
+    }
+
+    fn local_pv(node: &str) -> PersistentVolume {
+        PersistentVolume {
+            spec: Some(PersistentVolumeSpec {
+                node_affinity: Some(VolumeNodeAffinity {
+                    required: Some(NodeSelector {
+                        node_selector_terms: vec![NodeSelectorTerm {
+                            match_expressions: Some(vec![NodeSelectorRequirement {
+                                key: "kubernetes.io/hostname".into(),
+                                operator: "In".into(),
+                                values: Some(vec![node.into()]),
+                            }]),
+                            ..Default::default()
+                        }],
+                    }),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn nodes() -> BTreeSet<String> {
+        ["node-a", "node-b"].map(String::from).into()
+    }
+
+    #[test]
+    fn bound_claims_follow_their_volume() {
+        let pvs = [("pv-1".to_string(), local_pv("node-b"))].into();
+        let (placement, warning) = placement(
+            "ns/db",
+            &pvc("local", Some("pv-1")),
+            &pvs,
+            &classes(),
+            None,
+            &nodes(),
+        )
+        .unwrap();
+        assert_eq!(
+            placement,
+            Placement::BoundTo {
+                pv: "pv-1".into(),
+                nodes: vec!["node-b".into()]
+            }
+        );
+        assert!(warning.is_none());
+    }
+
+    #[test]
+    fn unbound_wait_for_first_consumer_needs_existing_candidates() {
+        let none = BTreeMap::new();
+        let err = placement(
+            "ns/db",
+            &pvc("local", None),
+            &none,
+            &classes(),
+            None,
+            &nodes(),
+        )
+        .unwrap_err();
+        assert!(err.contains("candidateNodes[\"ns/db\"]"), "{err}");
+        let ghost = vec!["node-z".to_string()];
+        let err = placement(
+            "ns/db",
+            &pvc("local", None),
+            &none,
+            &classes(),
+            Some(&ghost),
+            &nodes(),
+        )
+        .unwrap_err();
+        assert!(err.contains("do not exist: node-z"), "{err}");
+        let good = vec!["node-a".to_string()];
+        let (placement, _) = placement(
+            "ns/db",
+            &pvc("local", None),
+            &none,
+            &classes(),
+            Some(&good),
+            &nodes(),
+        )
+        .unwrap();
+        assert_eq!(placement, Placement::Candidates(good));
+    }
+
+    #[test]
+    fn unbound_immediate_claims_go_anywhere_with_a_warning() {
+        let (placement, warning) = placement(
+            "ns/db",
+            &pvc("fast", None),
+            &BTreeMap::new(),
+            &classes(),
+            None,
+            &nodes(),
+        )
+        .unwrap();
+        assert_eq!(placement, Placement::Anywhere);
+        assert!(warning.is_some());
+    }
+}

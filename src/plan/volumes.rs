@@ -1,0 +1,280 @@
+//! Which PVCs a request restores, each with the PodVolumeBackup that holds its data.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+use crate::api::{DataRestoreSpec, PodVolumeBackup, PodVolumePhase};
+use crate::labels::PVC_NAME_ANNOTATION;
+
+use super::{Invalid, label_selector_matches, parse_pvc_key};
+
+/// The PVC key (`namespace/name`) a PodVolumeBackup covers, if its volume is a PVC.
+pub fn pvc_of(pvb: &PodVolumeBackup) -> Option<String> {
+    let name = pvb
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(PVC_NAME_ANNOTATION)?;
+    let namespace = pvb.spec.pod.namespace.as_deref()?;
+    Some(format!("{namespace}/{name}"))
+}
+
+/// Picks, for every PVC in the backup, the PodVolumeBackup to restore from: a Completed
+/// one, the newest when several pods mounted the claim.
+fn completed_by_pvc(pvbs: &[PodVolumeBackup]) -> BTreeMap<String, &PodVolumeBackup> {
+    let mut best: BTreeMap<String, &PodVolumeBackup> = BTreeMap::new();
+    for pvb in pvbs {
+        if pvb.phase() != Some(PodVolumePhase::Completed) {
+            continue;
+        }
+        let Some(key) = pvc_of(pvb) else { continue };
+        let done = |p: &PodVolumeBackup| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.completion_timestamp.clone())
+                .map(|t| t.0)
+        };
+        match best.get(&key) {
+            Some(current) if done(current) >= done(pvb) => {}
+            _ => {
+                best.insert(key, pvb);
+            }
+        }
+    }
+    best
+}
+
+/// The PVCs to restore, in `namespace/name` order, each with its PodVolumeBackup.
+pub fn select_volumes(
+    spec: &DataRestoreSpec,
+    backup_name: &str,
+    pvbs: &[PodVolumeBackup],
+    pvcs: &BTreeMap<String, PersistentVolumeClaim>,
+) -> Result<Vec<(String, PodVolumeBackup)>, Invalid> {
+    if spec.pvcs.is_empty() && spec.included_namespaces.is_empty() && spec.selector.is_none() {
+        return Err(Invalid::one(
+            "spec selects no PVC: set pvcs, includedNamespaces or selector",
+        ));
+    }
+    let in_backup = completed_by_pvc(pvbs);
+    let mut errors = Vec::new();
+    let mut chosen: BTreeMap<String, PodVolumeBackup> = BTreeMap::new();
+
+    for key in &spec.pvcs {
+        if let Err(message) = parse_pvc_key(key) {
+            errors.push(message);
+            continue;
+        }
+        match in_backup.get(key) {
+            Some(pvb) => {
+                chosen.insert(key.clone(), (*pvb).clone());
+            }
+            None => errors.push(not_in_backup(key, backup_name, pvbs)),
+        }
+    }
+
+    if !spec.included_namespaces.is_empty() || spec.selector.is_some() {
+        let mut matched_any = false;
+        for (key, pvb) in &in_backup {
+            let (namespace, _) = parse_pvc_key(key).expect("keys are built as namespace/name");
+            if !spec.included_namespaces.is_empty()
+                && !spec.included_namespaces.iter().any(|n| n == namespace)
+            {
+                continue;
+            }
+            if let Some(selector) = &spec.selector {
+                let labels = pvcs
+                    .get(key)
+                    .and_then(|p| p.metadata.labels.clone())
+                    .unwrap_or_default();
+                match label_selector_matches(selector, &labels) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(message) => return Err(Invalid::one(message)),
+                }
+            }
+            matched_any = true;
+            chosen.insert(key.clone(), (*pvb).clone());
+        }
+        if !matched_any && spec.pvcs.is_empty() {
+            errors.push(format!(
+                "no file-system-backed PVC in backup \"{backup_name}\" matches the given namespaces and selector"
+            ));
+        }
+    }
+
+    for key in chosen.keys() {
+        if !pvcs.contains_key(key) {
+            errors.push(format!(
+                "PVC {key} does not exist now; refill restores into existing PVCs only"
+            ));
+        }
+    }
+
+    if errors.is_empty() {
+        Ok(chosen.into_iter().collect())
+    } else {
+        Err(Invalid { errors })
+    }
+}
+
+fn not_in_backup(key: &str, backup_name: &str, pvbs: &[PodVolumeBackup]) -> String {
+    let unfinished: Vec<String> = pvbs
+        .iter()
+        .filter(|p| pvc_of(p).as_deref() == Some(key))
+        .map(|p| {
+            format!(
+                "{} is {}",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                p.phase()
+                    .map(|ph| format!("{ph:?}"))
+                    .unwrap_or_else(|| "without a phase".into())
+            )
+        })
+        .collect();
+    if unfinished.is_empty() {
+        format!(
+            "PVC {key} is not in backup \"{backup_name}\" as a file-system backup (no PodVolumeBackup); refill can restore only file-system-backed volumes"
+        )
+    } else {
+        format!(
+            "PVC {key} has no Completed PodVolumeBackup in backup \"{backup_name}\" ({})",
+            unfinished.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{PodVolumeBackupSpec, PodVolumeBackupStatus};
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+    fn pvb(name: &str, ns: &str, pvc: &str, phase: PodVolumePhase) -> PodVolumeBackup {
+        let mut p = PodVolumeBackup::new(
+            name,
+            PodVolumeBackupSpec {
+                pod: ObjectReference {
+                    namespace: Some(ns.into()),
+                    name: Some("pod".into()),
+                    ..Default::default()
+                },
+                volume: "data".into(),
+                ..Default::default()
+            },
+        );
+        p.metadata.annotations = Some([(PVC_NAME_ANNOTATION.to_string(), pvc.to_string())].into());
+        p.status = Some(PodVolumeBackupStatus {
+            phase: Some(phase),
+            snapshot_id: Some(format!("snap-{name}")),
+            ..Default::default()
+        });
+        p
+    }
+
+    fn pvc(ns: &str, name: &str, labels: &[(&str, &str)]) -> (String, PersistentVolumeClaim) {
+        let mut p = PersistentVolumeClaim::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        (format!("{ns}/{name}"), p)
+    }
+
+    fn world() -> (
+        Vec<PodVolumeBackup>,
+        BTreeMap<String, PersistentVolumeClaim>,
+    ) {
+        (
+            vec![
+                pvb("a", "shop", "db", PodVolumePhase::Completed),
+                pvb("b", "shop", "cache", PodVolumePhase::Completed),
+                pvb("c", "blog", "files", PodVolumePhase::Completed),
+                pvb("d", "blog", "broken", PodVolumePhase::Failed),
+            ],
+            [
+                pvc("shop", "db", &[("tier", "gold")]),
+                pvc("shop", "cache", &[]),
+                pvc("blog", "files", &[("tier", "gold")]),
+                pvc("blog", "broken", &[]),
+                pvc("blog", "new", &[]),
+            ]
+            .into(),
+        )
+    }
+
+    fn keys(selected: &[(String, PodVolumeBackup)]) -> Vec<&str> {
+        selected.iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    #[test]
+    fn names_namespaces_and_selectors_combine() {
+        let (pvbs, pvcs) = world();
+        let spec = DataRestoreSpec {
+            pvcs: vec!["blog/files".into()],
+            included_namespaces: vec!["shop".into()],
+            selector: Some(LabelSelector {
+                match_labels: Some([("tier".to_string(), "gold".to_string())].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let selected = select_volumes(&spec, "b1", &pvbs, &pvcs).unwrap();
+        assert_eq!(keys(&selected), vec!["blog/files", "shop/db"]);
+        assert_eq!(selected[1].1.metadata.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn a_named_pvc_outside_the_backup_is_refused_clearly() {
+        let (pvbs, pvcs) = world();
+        let spec = DataRestoreSpec {
+            pvcs: vec!["blog/new".into(), "blog/broken".into(), "nonsense".into()],
+            ..Default::default()
+        };
+        let err = select_volumes(&spec, "b1", &pvbs, &pvcs).unwrap_err();
+        assert_eq!(err.errors.len(), 3, "{err}");
+        assert!(
+            err.errors[0].contains("PVC blog/new is not in backup \"b1\""),
+            "{err}"
+        );
+        assert!(
+            err.errors[1].contains("no Completed PodVolumeBackup")
+                && err.errors[1].contains("d is Failed"),
+            "{err}"
+        );
+        assert!(err.errors[2].contains("namespace/name"), "{err}");
+    }
+
+    #[test]
+    fn a_pvc_gone_since_the_backup_is_refused() {
+        let (pvbs, mut pvcs) = world();
+        pvcs.remove("shop/cache");
+        let spec = DataRestoreSpec {
+            included_namespaces: vec!["shop".into()],
+            ..Default::default()
+        };
+        let err = select_volumes(&spec, "b1", &pvbs, &pvcs).unwrap_err();
+        assert!(
+            err.errors[0].contains("PVC shop/cache does not exist now"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn selecting_nothing_is_an_error() {
+        let (pvbs, pvcs) = world();
+        assert!(select_volumes(&DataRestoreSpec::default(), "b1", &pvbs, &pvcs).is_err());
+        let spec = DataRestoreSpec {
+            included_namespaces: vec!["elsewhere".into()],
+            ..Default::default()
+        };
+        let err = select_volumes(&spec, "b1", &pvbs, &pvcs).unwrap_err();
+        assert!(err.errors[0].contains("no file-system-backed PVC"), "{err}");
+    }
+}
