@@ -213,7 +213,11 @@ pub struct VolumeStatus {
     /// The PodVolumeBackup the data comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_volume_backup: Option<String>,
-    #[serde(default, rename = "snapshotID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "snapshotID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub snapshot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stand_in_pod: Option<String>,
@@ -234,7 +238,9 @@ pub struct VolumeStatus {
 }
 
 /// What kind of object a consumer is, which decides how it is stopped.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 pub enum ConsumerKind {
     Deployment,
     StatefulSet,

@@ -195,7 +195,11 @@ pub struct PodVolumeBackupStatus {
     pub phase: Option<PodVolumePhase>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    #[serde(default, rename = "snapshotID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "snapshotID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub snapshot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
