@@ -3,4 +3,6 @@
 pub mod api;
 pub mod crds;
 pub mod labels;
+pub mod observe;
 pub mod plan;
+pub mod validate;

@@ -1,0 +1,147 @@
+//! Reads the cluster facts that decisions are made from. Nothing here writes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::api::ConsumerKind;
+use crate::labels;
+use crate::plan::{ConsumerRef, Owner, mounts_claim, top_owner};
+
+/// The pods that mount each of `claims` (names in `namespace`), resolved to their top
+/// owners. Stand-in pods of the restore `own_uid` are not consumers.
+pub async fn consumers(
+    client: &Client,
+    namespace: &str,
+    claims: &[&str],
+    own_uid: &str,
+) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pods = pods.list(&ListParams::default()).await?.items;
+    let mut owner_cache: BTreeMap<(String, String), Option<Vec<_>>> = BTreeMap::new();
+    let mut replica_cache: BTreeMap<(ConsumerKind, String), Option<i32>> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<ConsumerRef>> = BTreeMap::new();
+    for claim in claims {
+        out.insert(format!("{namespace}/{claim}"), Vec::new());
+    }
+    for pod in &pods {
+        // A pod being deleted still holds the volume until it is gone, so it counts.
+        if is_own_stand_in(pod, own_uid) {
+            continue;
+        }
+        let mounted: Vec<&&str> = claims.iter().filter(|c| mounts_claim(pod, c)).collect();
+        if mounted.is_empty() {
+            continue;
+        }
+        // Owner lookups are few (one per ReplicaSet or Job) and need async, so they are
+        // fetched first and handed to the pure walk as a map.
+        for owner in pod.metadata.owner_references.iter().flatten() {
+            let key = (owner.kind.clone(), owner.name.clone());
+            if matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
+                && !owner_cache.contains_key(&key)
+            {
+                let refs = owners_of(client, namespace, &owner.kind, &owner.name).await?;
+                owner_cache.insert(key, refs);
+            }
+        }
+        let owner = top_owner(pod, |kind, name| {
+            owner_cache
+                .get(&(kind.to_string(), name.to_string()))
+                .cloned()
+                .flatten()
+        });
+        let replicas = match &owner {
+            Owner::Known(kind, name) if kind.is_scalable() => {
+                let key = (*kind, name.clone());
+                if !replica_cache.contains_key(&key) {
+                    let replicas = replicas_of(client, namespace, *kind, name).await?;
+                    replica_cache.insert(key.clone(), replicas);
+                }
+                replica_cache[&key]
+            }
+            _ => None,
+        };
+        for claim in mounted {
+            out.entry(format!("{namespace}/{claim}"))
+                .or_default()
+                .push(ConsumerRef {
+                    namespace: namespace.to_string(),
+                    pod: pod.metadata.name.clone().unwrap_or_default(),
+                    owner: owner.clone(),
+                    replicas,
+                });
+        }
+    }
+    Ok(out)
+}
+
+pub fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    labels.and_then(|l| l.get(labels::ROLE)).map(String::as_str) == Some(labels::ROLE_STAND_IN)
+        && labels
+            .and_then(|l| l.get(labels::DATA_RESTORE_UID))
+            .map(String::as_str)
+            == Some(own_uid)
+}
+
+async fn owners_of(
+    client: &Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> kube::Result<Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>> {
+    let meta = match kind {
+        "ReplicaSet" => Api::<ReplicaSet>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await?
+            .map(|o| o.metadata),
+        "Job" => Api::<Job>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await?
+            .map(|o| o.metadata),
+        _ => None,
+    };
+    Ok(meta.map(|m| m.owner_references.unwrap_or_default()))
+}
+
+/// The replica count a scalable workload asks for now (`spec.replicas`, default 1).
+pub async fn replicas_of(
+    client: &Client,
+    namespace: &str,
+    kind: ConsumerKind,
+    name: &str,
+) -> kube::Result<Option<i32>> {
+    let c = client.clone();
+    Ok(match kind {
+        ConsumerKind::Deployment => Api::<Deployment>::namespaced(c, namespace)
+            .get_opt(name)
+            .await?
+            .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1)),
+        ConsumerKind::StatefulSet => Api::<StatefulSet>::namespaced(c, namespace)
+            .get_opt(name)
+            .await?
+            .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1)),
+        ConsumerKind::ReplicaSet => Api::<ReplicaSet>::namespaced(c, namespace)
+            .get_opt(name)
+            .await?
+            .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1)),
+        ConsumerKind::ReplicationController => {
+            Api::<ReplicationController>::namespaced(c, namespace)
+                .get_opt(name)
+                .await?
+                .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1))
+        }
+        _ => None,
+    })
+}
+
+/// Namespaces that hold the PVCs named by `keys` (`namespace/name`).
+pub fn namespaces_of<'a>(keys: impl IntoIterator<Item = &'a String>) -> BTreeSet<String> {
+    keys.into_iter()
+        .filter_map(|k| k.split_once('/').map(|(ns, _)| ns.to_string()))
+        .collect()
+}
