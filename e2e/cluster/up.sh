@@ -207,16 +207,36 @@ apiserver_ready() {
 controller_manager_healthy() { healthy "https://127.0.0.1:$controller_manager_port/healthz" -k; }
 scheduler_healthy() { healthy "https://127.0.0.1:$scheduler_port/healthz" -k; }
 
-# Starts the component unless it is already running from the current binaries.
-# One left over from other binaries (versions.env changed) is replaced.
+# What a component is started with: binary path (it names the versions), flags,
+# and the contents of files named by the flags (kwok stages, audit policy,
+# certificates), but not of the logs they write to.
+fingerprint() {
+  local binary="$1" arg; shift
+  {
+    printf '%s\n' "$binary" "$@"
+    for arg in "$@"; do
+      if [[ -f "$arg" && "$arg" != "$cluster_dir/logs/"* ]]; then cat "$arg"; fi
+    done
+  } | sha256sum | cut -d' ' -f1
+}
+
+# Starts the component unless it already runs with the same binary, flags and
+# configuration; one started differently (versions.env, this script or the kwok
+# stages changed since) is replaced. $before_launch, if set, runs just before a
+# start.
 ensure() {
-  local name="$1" pid; shift
-  if pid="$(component_pid "$name")"; then
-    [[ "$(readlink "/proc/$pid/exe")" == "$bin/$name" ]] && return 0
-    say "replacing $name started from $(readlink "/proc/$pid/exe")"
+  local name="$1"; shift
+  local want have
+  want="$(fingerprint "$bin/$name" "$@")"
+  if component_pid "$name" >/dev/null; then
+    have="$(cat "$cluster_dir/run/$name.fingerprint" 2>/dev/null || true)"
+    [[ "$have" == "$want" ]] && return 0
+    say "restarting $name: its binary or configuration changed"
     stop_component "$name"
   fi
+  ${before_launch:-}
   launch "$name" "$@"
+  echo "$want" >"$cluster_dir/run/$name.fingerprint"
 }
 
 start_etcd() {
@@ -289,17 +309,31 @@ start_scheduler() {
     --kube-api-burst 400
 }
 
+# A new kwok process has a new identity, and it leaves alone any node whose Lease
+# another holder (its predecessor) renewed within the lease duration: for up to
+# 40 seconds pods on those nodes would not move. The leases of a previous kwok
+# are therefore removed before a new one starts; the new one recreates them.
+clear_node_leases() {
+  local names
+  names="$( (node_names; "${kubectl[@]}" get nodes -l type=kwok -o name | sed 's#^node/##') | sort -u)"
+  # shellcheck disable=SC2086 # one node name per word
+  "${kubectl[@]}" -n kube-node-lease delete lease --ignore-not-found --wait=false $names >/dev/null
+}
+
 start_kwok() {
   # kwok only looks after nodes labelled type=kwok, so a node created for some
   # other purpose is not silently made Ready. Pod IPs come from a /16 because the
-  # default /24 runs out at 254 pods.
-  ensure kwok \
+  # default /24 runs out at 254 pods. Node leases must be asked for explicitly
+  # when kwok runs outside kwokctl; without them the node lifecycle controller
+  # marks every node NotReady after 50 seconds.
+  before_launch=clear_node_leases ensure kwok \
     --kubeconfig "$cluster_dir/kwok.kubeconfig" \
     --config "$here/kwok/stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-label-selector type=kwok \
     --cidr 10.244.0.0/16 \
-    --node-ip 10.0.0.1
+    --node-ip 10.0.0.1 \
+    --node-lease-duration-seconds 40
 }
 
 # --- simulated nodes -----------------------------------------------------------
@@ -348,15 +382,20 @@ ensure_nodes() {
   done
 }
 
-# Ready, and no longer carrying the not-ready taint that admission puts on every
-# new node; the scheduler would skip the node until the node lifecycle
-# controller removes it.
+# Ready, no longer carrying the not-ready taint that admission puts on every new
+# node (the scheduler skips the node until the node lifecycle controller removes
+# it), and with a Lease, which only the running kwok can have created (see
+# clear_node_leases): before that, kwok does not act on the node's pods.
 nodes_ready() {
-  local out
+  local out leases name
   out="$("${kubectl[@]}" get nodes -l type=kwok -o \
     jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}{"\n"}{end}')" || return 1
   [[ "$(grep -c . <<<"$out")" -eq "$node_count" ]] || return 1
-  ! grep -qv '^[^ ]* True *$' <<<"$out"
+  ! grep -qv '^[^ ]* True *$' <<<"$out" || return 1
+  leases="$("${kubectl[@]}" -n kube-node-lease get leases -o name)" || return 1
+  for name in $(node_names); do
+    grep -qx "lease.coordination.k8s.io/$name" <<<"$leases" || return 1
+  done
 }
 
 default_service_account() { "${kubectl[@]}" -n default get serviceaccount default; }
@@ -373,7 +412,7 @@ start_kwok
 wait_until 60 kube-controller-manager "kube-controller-manager /healthz" controller_manager_healthy
 wait_until 60 kube-scheduler "kube-scheduler /healthz" scheduler_healthy
 ensure_nodes
-wait_until 90 kwok "$node_count Ready nodes without taints" nodes_ready
+wait_until 90 kwok "$node_count Ready nodes with leases and without taints" nodes_ready
 wait_until 60 kube-controller-manager "the default ServiceAccount" default_service_account
 
 elapsed_ms=$((($(date +%s%N) - started_at) / 1000000))
