@@ -3,8 +3,10 @@ use clap::{Parser, Subcommand};
 /// Put the files of chosen PVCs back as a Velero file-system backup holds them,
 /// restoring no other object.
 #[derive(Parser)]
-#[command(name = "refill", version, about)]
+#[command(name = "refill", version, about, after_help = refill::cli::AFTER_HELP)]
 struct Cli {
+    #[command(flatten)]
+    global: refill::cli::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -17,6 +19,18 @@ enum Command {
         #[arg(long)]
         velero: bool,
     },
+    /// Restore PVC data from a Velero backup, and follow, list and describe restores.
+    Restore {
+        #[command(subcommand)]
+        command: refill::cli::RestoreCommand,
+    },
+    /// Look into Velero backups: which volumes refill can restore.
+    Backup {
+        #[command(subcommand)]
+        command: refill::cli::BackupCommand,
+    },
+    /// Print a shell completion script, e.g. `refill completion bash > /etc/bash_completion.d/refill`.
+    Completion { shell: clap_complete::Shell },
 }
 
 #[tokio::main]
@@ -30,6 +44,16 @@ async fn main() -> anyhow::Result<()> {
                 refill::crds::refill_crds()
             };
             print!("{}", refill::crds::to_yaml(&crds)?);
+        }
+        Command::Restore { command } => {
+            refill::cli::exit(refill::cli::restore(&cli.global, command).await)
+        }
+        Command::Backup { command } => {
+            refill::cli::exit(refill::cli::backup(&cli.global, command).await)
+        }
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "refill", &mut std::io::stdout());
         }
     }
     Ok(())

@@ -1,0 +1,286 @@
+//! The command line as clap reads it: flags, arguments and help texts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
+
+use crate::api::{ConsumerPolicy, FailurePolicy};
+
+/// The exit codes, for help texts (a macro so that `concat!` can use it).
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:
+  0    success (with --wait: the restore ended Completed)
+  1    error, or invalid input
+  2    usage error (wrong flags or arguments)
+  3    the restore ended PartiallyFailed, Failed or Canceled
+  4    no refill controller picked up the restore
+  130  interrupted while waiting (the restore goes on)"
+    };
+}
+
+/// The exit codes as `--help` shows them.
+pub const EXIT_CODES_HELP: &str = exit_codes!();
+
+/// Shown at the end of `refill --help`.
+pub const AFTER_HELP: &str = concat!(
+    exit_codes!(),
+    "
+
+As a kubectl plugin: put a link named kubectl-refill on your PATH, e.g.
+  ln -s \"$(command -v refill)\" ~/.local/bin/kubectl-refill
+and run `kubectl refill restore get`."
+);
+
+/// Flags every subcommand takes.
+#[derive(Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Velero's namespace, where Backups live and DataRestores are created.
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        env = "REFILL_NAMESPACE",
+        default_value = "velero",
+        value_name = "NAMESPACE"
+    )]
+    pub namespace: String,
+
+    /// Kubeconfig file to use instead of $KUBECONFIG or ~/.kube/config.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+/// How to print objects instead of the human-readable text.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum RestoreCommand {
+    /// Create a DataRestore: put chosen PVCs' files back as a backup holds them.
+    #[command(after_help = CREATE_HELP)]
+    Create(Box<CreateArgs>),
+    /// List DataRestores, newest first, or show one.
+    Get(GetArgs),
+    /// Show one DataRestore in detail: volumes, consumers, errors and events.
+    Describe(DescribeArgs),
+    /// Follow a DataRestore until it ends, with progress per volume.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Wait(WaitArgs),
+    /// Delete a DataRestore; the controller first brings stopped consumers back.
+    Delete(DeleteArgs),
+}
+
+const CREATE_HELP: &str = concat!(
+    "Examples:
+  refill restore create fix-db --from-backup nightly-20260101 --pvc shop/data-db-0 --wait
+  refill restore create fix-shop --from-schedule nightly --include-namespaces shop --dry-run
+  refill restore create fix-web --from-backup b1 --selector 'app=web,tier in (cache,db)'
+
+",
+    exit_codes!()
+);
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumersArg {
+    /// Scale Deployments, StatefulSets, ReplicaSets and ReplicationControllers to zero.
+    ScaleDown,
+    /// Also delete bare pods, park DaemonSets, suspend CronJobs, wait for Jobs.
+    Detach,
+    /// Fail if anything mounts a PVC to restore.
+    Refuse,
+}
+
+impl From<ConsumersArg> for ConsumerPolicy {
+    fn from(value: ConsumersArg) -> Self {
+        match value {
+            ConsumersArg::ScaleDown => ConsumerPolicy::ScaleDown,
+            ConsumersArg::Detach => ConsumerPolicy::Detach,
+            ConsumersArg::Refuse => ConsumerPolicy::Refuse,
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFailureArg {
+    /// Bring consumers back to their replica counts.
+    Resume,
+    /// Leave consumers stopped, to look at the volume first.
+    KeepStopped,
+}
+
+impl From<OnFailureArg> for FailurePolicy {
+    fn from(value: OnFailureArg) -> Self {
+        match value {
+            OnFailureArg::Resume => FailurePolicy::Resume,
+            OnFailureArg::KeepStopped => FailurePolicy::KeepStopped,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(group(ArgGroup::new("source").required(true).args(["from_backup", "from_schedule"])))]
+pub struct CreateArgs {
+    /// Name of the DataRestore.
+    pub name: String,
+
+    /// The Velero Backup to restore from.
+    #[arg(long, value_name = "BACKUP")]
+    pub from_backup: Option<String>,
+
+    /// A Velero Schedule: its newest Completed backup is used.
+    #[arg(long, value_name = "SCHEDULE")]
+    pub from_schedule: Option<String>,
+
+    /// Restore every file-system-backed PVC of the backup in these namespaces.
+    #[arg(long, value_delimiter = ',', value_name = "NS[,NS...]")]
+    pub include_namespaces: Vec<String>,
+
+    /// A PVC to restore, as namespace/name (repeatable).
+    #[arg(long = "pvc", value_name = "NAMESPACE/NAME")]
+    pub pvcs: Vec<String>,
+
+    /// Restore the backup's PVCs whose labels match, e.g. 'app=db,tier in (a,b),!skip'.
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+
+    /// Nodes the stand-in pod for a PVC may run on (repeatable); needed for unbound
+    /// WaitForFirstConsumer claims.
+    #[arg(long = "candidate-nodes", value_name = "NS/PVC=NODE[,NODE...]")]
+    pub candidate_nodes: Vec<String>,
+
+    /// What to do with workloads that mount a PVC being restored [default: scale-down].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub consumers: Option<ConsumersArg>,
+
+    /// What to do with stopped consumers when a volume fails [default: resume].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub on_failure: Option<OnFailureArg>,
+
+    /// How many volumes to restore at once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub parallel: Option<u32>,
+
+    /// How long the whole restore may take, e.g. 2h or 1h30m.
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub timeout: Option<String>,
+
+    /// How long one volume may take, from stopping its consumers to done, e.g. 30m.
+    #[arg(long, value_name = "DURATION", value_parser = duration_text)]
+    pub volume_timeout: Option<String>,
+
+    /// Image of Velero's restore-wait init container (default: from Velero's config).
+    #[arg(long, value_name = "IMAGE")]
+    pub restore_helper_image: Option<String>,
+
+    /// Image of the stand-in pod's idle container.
+    #[arg(long, value_name = "IMAGE")]
+    pub stand_in_image: Option<String>,
+
+    /// Follow the restore until it ends; exit 0 only if it Completed.
+    #[arg(long)]
+    pub wait: bool,
+
+    /// Validate and print what would be done; change nothing.
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
+
+    /// Print the DataRestore as YAML or JSON (with --dry-run: the one that would be created).
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+
+    #[command(flatten)]
+    pub follow: FollowArgs,
+}
+
+/// Settings for following a restore.
+#[derive(Args, Debug, Clone)]
+pub struct FollowArgs {
+    /// How long a new restore may go without status before refill concludes that no
+    /// controller is running.
+    #[arg(long, hide = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub pickup_timeout: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GetArgs {
+    /// Show only this DataRestore.
+    pub name: Option<String>,
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DescribeArgs {
+    pub name: String,
+    /// Also show the VolumePluginRestores, conditions and the full spec.
+    #[arg(long)]
+    pub details: bool,
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WaitArgs {
+    pub name: String,
+    /// Print the DataRestore as YAML or JSON once it has ended.
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+    #[command(flatten)]
+    pub follow: FollowArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DeleteArgs {
+    pub name: String,
+    /// Wait until the controller has rolled back and the DataRestore is gone.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum BackupCommand {
+    /// List Velero Backups, newest first, with their file-system-backed volume count.
+    Get {
+        /// Show only this backup.
+        name: Option<String>,
+        #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+        output: Option<OutputFormat>,
+    },
+    /// Show the file-system-backed volumes of a backup: what refill can restore.
+    Describe {
+        name: String,
+        #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+        output: Option<OutputFormat>,
+    },
+}
+
+/// Accepts what the controller accepts (`30m`, `2h`, `1h30m`) and keeps the text.
+pub fn duration_text(text: &str) -> Result<String, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be longer than zero".into()),
+        Ok(_) => Ok(text.to_string()),
+        Err(e) => Err(format!("{e}; write it like 30m, 2h or 1h30m")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_checked_and_kept_as_written() {
+        assert_eq!(duration_text("1h30m").unwrap(), "1h30m");
+        assert_eq!(duration_text("30m").unwrap(), "30m");
+        assert!(duration_text("soon").unwrap_err().contains("like 30m"));
+        assert!(duration_text("0s").is_err());
+    }
+}

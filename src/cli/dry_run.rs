@@ -1,0 +1,184 @@
+//! `refill restore create --dry-run`: the controller's validation, run here, printed.
+
+use kube::ResourceExt;
+
+use crate::api::DataRestore;
+use crate::plan::{Placement, Plan};
+use crate::validate::{self, ValidateError};
+
+use super::args::OutputFormat;
+use super::client::Ctx;
+use super::create::bulleted;
+use super::errors::{CliError, Kind, Result, Target, is_not_found};
+use super::format::{Table, bytes, or_dash};
+use super::output;
+
+pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> Result<()> {
+    let name = dr.name_any();
+    let target = Target::one(Kind::DataRestore, &name, &ctx.namespace);
+    match ctx.api::<DataRestore>().get(&name).await {
+        Ok(_) => {
+            return Err(CliError::new(format!(
+                "restore \"{name}\" already exists in namespace \"{}\"; pick another name, or delete it first with: refill restore delete {name}",
+                ctx.namespace
+            )));
+        }
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(ctx.error(&e, target)),
+    }
+    let plan = validate::plan(&ctx.client, dr).await.map_err(|e| match e {
+        ValidateError::Invalid(invalid) => CliError::new(bulleted(
+            &format!("restore \"{name}\" would be refused"),
+            &invalid.errors,
+        )),
+        ValidateError::Kube(k) => ctx.error(&k, Target::all(Kind::Object, &ctx.namespace)),
+    })?;
+    match format {
+        Some(format) => {
+            print!("{}", output::render(dr, format)?);
+            for warning in &plan.warnings {
+                eprintln!("warning: {warning}");
+            }
+        }
+        None => print!("{}", render(dr, &plan)),
+    }
+    Ok(())
+}
+
+/// Where the stand-in pod may run, in words.
+fn placement(p: &Placement) -> String {
+    match p {
+        Placement::Anywhere => "any node".into(),
+        Placement::BoundTo { pv, nodes } if nodes.is_empty() => format!("wherever PV {pv} is"),
+        Placement::BoundTo { pv, nodes } => format!("{} (PV {pv})", nodes.join(", ")),
+        Placement::Candidates(nodes) => format!("{} (candidates)", nodes.join(", ")),
+    }
+}
+
+/// The plan as the person reads it: volumes, consumers, warnings.
+pub fn render(dr: &DataRestore, plan: &Plan) -> String {
+    let name = dr.name_any();
+    let total: i64 = plan.volumes.iter().map(|v| v.total_bytes).sum();
+    let mut out = format!(
+        "Dry run: nothing was changed. Restore \"{name}\" would put back {} volume(s), {}, from backup \"{}\".\n",
+        plan.volumes.len(),
+        bytes(total),
+        plan.backup_name
+    );
+
+    out += "\nVolumes:\n";
+    let mut table = Table::new(&[
+        "PVC",
+        "SNAPSHOT",
+        "SIZE",
+        "UPLOADER",
+        "FROM",
+        "STAND-IN POD RUNS ON",
+    ]);
+    for v in &plan.volumes {
+        table.row(vec![
+            v.pvc.clone(),
+            or_dash(Some(&v.snapshot_id)),
+            bytes(v.total_bytes),
+            or_dash(v.uploader_type.as_deref()),
+            v.pod_volume_backup.clone(),
+            placement(&v.placement),
+        ]);
+    }
+    out += &table.render("  ");
+
+    out += &format!("\nConsumers (policy {:?}):\n", dr.spec.consumers);
+    if plan.consumers.is_empty() {
+        out += "  none: nothing mounts these PVCs now\n";
+    } else {
+        let mut table = Table::new(&["KIND", "NAME", "REPLICAS", "ACTION", "PVCS"]);
+        for c in &plan.consumers {
+            table.row(vec![
+                format!("{:?}", c.kind),
+                format!("{}/{}", c.namespace, c.name),
+                c.replicas
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                match c.replicas {
+                    Some(r) if c.action == crate::plan::ConsumerAction::ScaleToZero => {
+                        format!("scale {r} → 0, back to {r} afterwards")
+                    }
+                    _ => c.action.to_string(),
+                },
+                c.pvcs.join(", "),
+            ]);
+        }
+        out += &table.render("  ");
+    }
+
+    if !plan.warnings.is_empty() {
+        out += "\nWarnings:\n";
+        for w in &plan.warnings {
+            out += &format!("  - {w}\n");
+        }
+    }
+    out += "\nRun the same command without --dry-run to start it.\n";
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ConsumerKind, DataRestoreSpec};
+    use crate::plan::{ConsumerAction, PlannedConsumer, PlannedVolume};
+
+    #[test]
+    fn the_plan_names_volumes_consumers_and_placement() {
+        let dr = DataRestore::new("r1", DataRestoreSpec::default());
+        let plan = Plan {
+            backup_name: "nightly".into(),
+            volumes: vec![PlannedVolume {
+                pvc: "shop/data-db-0".into(),
+                pod_volume_backup: "nightly-x7k2p".into(),
+                volume: "data".into(),
+                snapshot_id: "3f2a9c".into(),
+                total_bytes: 1_258_291,
+                uploader_type: Some("kopia".into()),
+                placement: Placement::BoundTo {
+                    pv: "pv-1".into(),
+                    nodes: vec!["node-a".into()],
+                },
+            }],
+            consumers: vec![PlannedConsumer {
+                kind: ConsumerKind::StatefulSet,
+                namespace: "shop".into(),
+                name: "db".into(),
+                replicas: Some(3),
+                pvcs: vec!["shop/data-db-0".into()],
+                action: ConsumerAction::ScaleToZero,
+            }],
+            warnings: vec!["something to know".into()],
+        };
+        let text = render(&dr, &plan);
+        assert!(text.starts_with("Dry run: nothing was changed. Restore \"r1\" would put back 1 volume(s), 1.2 MiB, from backup \"nightly\"."), "{text}");
+        assert!(
+            text.contains(
+                "shop/data-db-0   3f2a9c     1.2 MiB   kopia      nightly-x7k2p   node-a (PV pv-1)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("StatefulSet   shop/db   3          scale 3 → 0, back to 3 afterwards   shop/data-db-0"), "{text}");
+        assert!(text.contains("  - something to know"), "{text}");
+    }
+
+    #[test]
+    fn placements_read_as_words() {
+        assert_eq!(placement(&Placement::Anywhere), "any node");
+        assert_eq!(
+            placement(&Placement::Candidates(vec!["a".into(), "b".into()])),
+            "a, b (candidates)"
+        );
+        assert_eq!(
+            placement(&Placement::BoundTo {
+                pv: "pv".into(),
+                nodes: vec![]
+            }),
+            "wherever PV pv is"
+        );
+    }
+}
