@@ -26,6 +26,9 @@ pub const RESTORE_WAIT_DONE: &str = "refill.dev/restore-wait-done";
 /// [`RESTORE_WAIT_DONE`] is set.
 pub const RESTORE_WAIT_CONTAINER: &str = "restore-wait";
 
+/// User agent of the admin clients made here (tests' own requests).
+pub const TEST_USER_AGENT: &str = "refill-e2e";
+
 /// Control-plane components, as named in `$dir/logs/<name>.log`.
 pub const COMPONENTS: [&str; 5] = [
     "etcd",
@@ -71,12 +74,17 @@ impl Cluster {
     }
 
     /// The last `lines` lines of a component's log, or a note why there are none.
+    /// JSON lines (kwok's) are shortened to time, level, message and fields.
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
         let path = self.log_path(component);
         match std::fs::read_to_string(&path) {
             Ok(text) => {
                 let all: Vec<&str> = text.lines().collect();
-                all[all.len().saturating_sub(lines)..].join("\n")
+                all[all.len().saturating_sub(lines)..]
+                    .iter()
+                    .map(|line| readable_log_line(line))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             }
             Err(e) => format!("({}: {e})", path.display()),
         }
@@ -90,13 +98,19 @@ impl Cluster {
         Ok(path)
     }
 
-    /// Client configuration for the admin user.
+    /// Client configuration for the admin user. Its requests carry the user
+    /// agent [`TEST_USER_AGENT`], so that they can be told apart from those of
+    /// the code under test in the audit log (kube-rs sends none by default).
     pub async fn admin_config(&self) -> Result<Config> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .with_context(|| format!("loading {}", self.kubeconfig.display()))?;
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(TEST_USER_AGENT),
+        ));
         Ok(config)
     }
 
@@ -111,16 +125,54 @@ impl Cluster {
     /// `namespace/name` (TokenRequest API, valid one hour), so it gets exactly
     /// the permissions RBAC grants that account. The ServiceAccount must exist.
     pub async fn service_account_client(&self, namespace: &str, name: &str) -> Result<Client> {
+        Ok(Client::try_from(
+            self.service_account_config(namespace, name).await?,
+        )?)
+    }
+
+    /// The configuration behind [`Cluster::service_account_client`], for callers
+    /// that adjust it first (a user agent, timeouts). It sets no user agent and
+    /// defaults to `namespace`.
+    pub async fn service_account_config(&self, namespace: &str, name: &str) -> Result<Config> {
         let admin = self.admin_client().await?;
         let token = service_account_token(&admin, namespace, name).await?;
         let mut config = self.admin_config().await?;
+        config.headers.clear();
         config.auth_info = AuthInfo {
             token: Some(token.into()),
             ..AuthInfo::default()
         };
         config.default_namespace = namespace.to_string();
-        Ok(Client::try_from(config)?)
+        Ok(config)
     }
+}
+
+/// A structured (JSON) log line as `time level msg key=value ...`, without the
+/// source location and process id that make kwok's lines hard to read; any
+/// other line as it is.
+fn readable_log_line(line: &str) -> String {
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_str(line) else {
+        return line.to_string();
+    };
+    fields.remove("source");
+    fields.remove("id");
+    let mut out = Vec::new();
+    for key in ["time", "level", "msg"] {
+        if let Some(value) = fields.remove(key) {
+            out.push(
+                value
+                    .as_str()
+                    .map_or_else(|| value.to_string(), str::to_string),
+            );
+        }
+    }
+    for (key, value) in fields {
+        let value = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_string);
+        out.push(format!("{key}={value}"));
+    }
+    out.join(" ")
 }
 
 /// Issues a token for the ServiceAccount `namespace/name` through its `token`
@@ -194,13 +246,15 @@ async fn find_or_start() -> Result<Cluster> {
 
     let script = scripts_dir().join("up.sh");
     tracing::info!("starting the local cluster with {}", script.display());
-    // stderr passes through so that progress and failures show in test output.
-    let output = tokio::process::Command::new(&script)
+    // stderr passes through so that progress (a first build takes many minutes)
+    // and failures show in the test output. (`Command::output` would capture it.)
+    let child = tokio::process::Command::new(&script)
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
+        .spawn()
         .with_context(|| format!("running {}", script.display()))?;
+    let output = child.wait_with_output().await?;
     if !output.status.success() {
         bail!(
             "{} failed ({}); the cluster is required, see the messages above and {}/logs",

@@ -24,8 +24,8 @@ pub mod cluster;
 pub mod support;
 
 pub use cluster::{
-    COMPONENTS, Cluster, NODES, RESTORE_WAIT_CONTAINER, RESTORE_WAIT_DONE, admin_client, cluster,
-    cluster_dir, scripts_dir, service_account_token,
+    COMPONENTS, Cluster, NODES, RESTORE_WAIT_CONTAINER, RESTORE_WAIT_DONE, TEST_USER_AGENT,
+    admin_client, cluster, cluster_dir, scripts_dir, service_account_token,
 };
 pub use support::{
     POLL_INTERVAL, TEST_NAMESPACE_LABEL, TEST_TIMEOUT, TestEnv, TestNamespace, dns_label, dump,

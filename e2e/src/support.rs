@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, ServiceAccount};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client, Resource};
@@ -55,6 +55,16 @@ impl TestNamespace {
             .create(&PostParams::default(), &namespace)
             .await
             .with_context(|| format!("creating namespace {name}"))?;
+        // Pod admission looks up the `default` ServiceAccount and gives up after
+        // a second or two; on a busy machine the controller-manager may not have
+        // created it by then.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        wait_for(
+            format!("serviceaccount {name}/default"),
+            Duration::from_secs(60),
+            || async { Ok(accounts.get_opt("default").await?.map(|_| ())) },
+        )
+        .await?;
         Ok(Self {
             name,
             client: client.clone(),
