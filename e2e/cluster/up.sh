@@ -326,9 +326,15 @@ start_kwok() {
   # default /24 runs out at 254 pods. Node leases must be asked for explicitly
   # when kwok runs outside kwokctl; without them the node lifecycle controller
   # marks every node NotReady after 50 seconds.
+  #
+  # The stages are copied into the state directory so that every checkout
+  # sharing this cluster starts kwok with the same flags; otherwise the path
+  # alone would make each checkout restart kwok in turn.
+  cmp -s "$here/kwok/stages.yaml" "$cluster_dir/kwok-stages.yaml" ||
+    cp "$here/kwok/stages.yaml" "$cluster_dir/kwok-stages.yaml"
   before_launch=clear_node_leases ensure kwok \
     --kubeconfig "$cluster_dir/kwok.kubeconfig" \
-    --config "$here/kwok/stages.yaml" \
+    --config "$cluster_dir/kwok-stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-label-selector type=kwok \
     --cidr 10.244.0.0/16 \
