@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod crds;
 pub mod labels;
 pub mod observe;

@@ -29,6 +29,12 @@ enum Command {
         #[command(subcommand)]
         command: refill::cli::BackupCommand,
     },
+    /// Run the controller that carries out DataRestores.
+    Controller {
+        /// Where /healthz and /readyz answer.
+        #[arg(long, default_value = "0.0.0.0:8080", env = "REFILL_PROBE_ADDR")]
+        probe_addr: std::net::SocketAddr,
+    },
     /// Print a shell completion script, e.g. `refill completion bash > /etc/bash_completion.d/refill`.
     Completion { shell: clap_complete::Shell },
 }
@@ -50,6 +56,26 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Backup { command } => {
             refill::cli::exit(refill::cli::backup(&cli.global, command).await)
+        }
+        Command::Controller { probe_addr } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info,kube=warn".into()),
+                )
+                .init();
+            let client = refill::controller::client(
+                cli.global.kubeconfig.as_deref(),
+                cli.global.context.clone(),
+            )
+            .await?;
+            let config = refill::controller::Config {
+                namespace: cli.global.namespace.clone(),
+                ..Default::default()
+            };
+            let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            tokio::spawn(refill::controller::health::serve(probe_addr, ready.clone()));
+            refill::controller::run_with_readiness(client, config, ready).await?;
         }
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -20,15 +20,30 @@ pub async fn consumers(
     claims: &[&str],
     own_uid: &str,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
+    let pods = pods_in(client, namespace).await?;
+    consumers_in(client, namespace, &pods, claims, own_uid).await
+}
+
+pub async fn pods_in(client: &Client, namespace: &str) -> kube::Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pods = pods.list(&ListParams::default()).await?.items;
+    Ok(pods.list(&ListParams::default()).await?.items)
+}
+
+/// Like [`consumers`], over pods already listed.
+pub async fn consumers_in(
+    client: &Client,
+    namespace: &str,
+    pods: &[Pod],
+    claims: &[&str],
+    own_uid: &str,
+) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
     let mut owner_cache: BTreeMap<(String, String), Option<Vec<_>>> = BTreeMap::new();
     let mut replica_cache: BTreeMap<(ConsumerKind, String), Option<i32>> = BTreeMap::new();
     let mut out: BTreeMap<String, Vec<ConsumerRef>> = BTreeMap::new();
     for claim in claims {
         out.insert(format!("{namespace}/{claim}"), Vec::new());
     }
-    for pod in &pods {
+    for pod in pods {
         // A pod being deleted still holds the volume until it is gone, so it counts.
         if is_own_stand_in(pod, own_uid) {
             continue;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ResourceRequirements, SecurityContext};
+use k8s_openapi::api::core::v1::{PodSecurityContext, ResourceRequirements, SecurityContext};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -210,9 +210,22 @@ pub struct VolumeStatus {
     pub pvc: String,
     #[serde(default)]
     pub phase: VolumePhase,
+    /// UID of the PVC when validated; the PodVolumeRestore is labelled with it.
+    #[serde(default, rename = "pvcUID", skip_serializing_if = "Option::is_none")]
+    pub pvc_uid: Option<String>,
     /// The PodVolumeBackup the data comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_volume_backup: Option<String>,
+    /// The pod volume's name; the stand-in pod mounts the PVC under it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub volume: String,
+    /// For an unbound WaitForFirstConsumer claim: the nodes the stand-in may run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidate_nodes: Vec<String>,
+    /// Security settings of the consumer's pod, kept for the stand-in so that restored
+    /// files get the owner the application expects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_security: Option<ConsumerSecurity>,
     #[serde(
         default,
         rename = "snapshotID",
@@ -235,6 +248,16 @@ pub struct VolumeStatus {
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerSecurity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodSecurityContext>,
+    /// The first container's security context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<SecurityContext>,
 }
 
 /// What kind of object a consumer is, which decides how it is stopped.
@@ -266,8 +289,10 @@ impl ConsumerKind {
 
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ConsumerState {
-    /// Recorded; the stop is being applied or awaited.
+    /// Found during validation, not stopped yet.
     #[default]
+    Running,
+    /// Recorded; the stop is being applied.
     Stopping,
     Stopped,
     Resumed,

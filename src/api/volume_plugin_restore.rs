@@ -18,8 +18,9 @@ pub mod plugin_keys {
     pub const POD_VOLUME_RESTORE: &str = "podVolumeRestore";
 }
 
-/// The provider named in spec.provider and the `velero.io/provider` label.
-pub const PROVIDER: &str = "refill.dev/fsb";
+/// The provider named in spec.provider and the `velero.io/provider` label (a label
+/// value, so without a slash).
+pub const PROVIDER: &str = "refill-fsb";
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[kube(

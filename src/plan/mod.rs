@@ -51,6 +51,7 @@ pub struct Plan {
 pub struct PlannedVolume {
     /// `namespace/name`.
     pub pvc: String,
+    pub pvc_uid: Option<String>,
     pub pod_volume_backup: String,
     /// The pod volume's name at backup time; the stand-in pod uses it too.
     pub volume: String,
@@ -168,6 +169,7 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
                 let status = pvb.status.clone().unwrap_or_default();
                 volumes.push(PlannedVolume {
                     pvc: pvc_key.clone(),
+                    pvc_uid: pvc.metadata.uid.clone(),
                     pod_volume_backup: pvb.metadata.name.clone().unwrap_or_default(),
                     volume: pvb.spec.volume.clone(),
                     snapshot_id: status.snapshot_id.unwrap_or_default(),

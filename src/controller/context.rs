@@ -1,0 +1,134 @@
+//! What every reconcile shares: the client, the event recorder, and two small in-memory
+//! indexes that only speed things up (the cluster holds all state that matters).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use tracing::debug;
+
+use crate::api::DataRestore;
+use crate::labels;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Velero's namespace, where DataRestores, Backups and PodVolumeRestores live.
+    pub namespace: String,
+    /// The least time between two progress-only status writes of one restore.
+    pub progress_interval: Duration,
+    /// How often active restores are looked at even without an event, for checks that
+    /// no watch covers (someone scaling a stopped consumer back up).
+    pub recheck_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace: "velero".into(),
+            progress_interval: Duration::from_secs(1),
+            recheck_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    pub config: Config,
+    recorder: Recorder,
+    /// `(namespace, claim)` → the restore working on it, for mapping pod events.
+    claims: Mutex<HashMap<(String, String), ObjectRef<DataRestore>>>,
+    /// Last status write per restore UID, for throttling progress.
+    last_write: Mutex<HashMap<String, Instant>>,
+}
+
+impl Context {
+    pub fn new(client: Client, config: Config) -> Self {
+        let reporter = Reporter {
+            controller: "refill".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            claims: Mutex::default(),
+            last_write: Mutex::default(),
+        }
+    }
+
+    /// Publishes an Event on the DataRestore; a lost event is not worth failing for.
+    pub async fn event(&self, dr: &DataRestore, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &dr.object_ref(&())).await {
+            debug!("event not published: {e}");
+        }
+    }
+
+    pub fn track_claims(&self, dr: &DataRestore, active: impl Iterator<Item = (String, String)>) {
+        let me = ObjectRef::from_obj(dr);
+        let mut claims = self.claims.lock().expect("claims lock");
+        claims.retain(|_, owner| *owner != me);
+        for key in active {
+            claims.insert(key, me.clone());
+        }
+    }
+
+    pub fn forget(&self, dr: &DataRestore) {
+        let me = ObjectRef::from_obj(dr);
+        self.claims
+            .lock()
+            .expect("claims lock")
+            .retain(|_, owner| *owner != me);
+        if let Some(uid) = dr.uid() {
+            self.last_write.lock().expect("write lock").remove(&uid);
+        }
+    }
+
+    pub fn restores_for_pod(&self, pod: &Pod) -> Vec<ObjectRef<DataRestore>> {
+        if let Some(key) = pod.annotations().get(labels::DATA_RESTORE_ANNOTATION) {
+            if let Some((ns, name)) = key.split_once('/') {
+                return vec![ObjectRef::new(name).within(ns)];
+            }
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let claims = self.claims.lock().expect("claims lock");
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .filter_map(|c| claims.get(&(ns.clone(), c.claim_name.clone())).cloned())
+            .collect()
+    }
+
+    /// How long until a progress-only write is allowed again, if it is not yet.
+    pub fn progress_wait(&self, uid: &str) -> Option<Duration> {
+        let last = self
+            .last_write
+            .lock()
+            .expect("write lock")
+            .get(uid)
+            .copied()?;
+        self.config.progress_interval.checked_sub(last.elapsed())
+    }
+
+    pub fn wrote(&self, uid: &str) {
+        self.last_write
+            .lock()
+            .expect("write lock")
+            .insert(uid.to_string(), Instant::now());
+    }
+}

@@ -1,0 +1,113 @@
+//! The DataRestore controller: one reconcile state machine, whose phases are
+//! [`crate::api::Phase`], driven by kube-runtime.
+
+mod consumers;
+mod context;
+pub mod health;
+mod pod_volume_restore;
+mod reconcile;
+mod restore_helper;
+mod restoring;
+mod stand_in;
+mod status;
+mod step;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use crate::api::{DataRestore, PodVolumeRestore};
+
+pub use consumers::{PARKED_KEY, who_changed};
+pub use context::{Config, Context};
+pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};
+pub use stand_in::DEFAULT_IMAGE as DEFAULT_STAND_IN_IMAGE;
+pub use step::DEFAULT_PARALLEL;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The user agent of the controller's requests, so they can be told apart in audit logs.
+pub const USER_AGENT: &str = concat!("refill-controller/", env!("CARGO_PKG_VERSION"));
+
+/// Builds a client from a kubeconfig path (or the usual inference: in-cluster, then
+/// KUBECONFIG), sending refill's user agent.
+pub async fn client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<String>,
+) -> anyhow::Result<Client> {
+    let options = kube::config::KubeConfigOptions {
+        context,
+        ..Default::default()
+    };
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(file, &options).await?
+        }
+        None if options.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer().await?,
+    };
+    config
+        .headers
+        .push(("user-agent".parse()?, USER_AGENT.parse()?));
+    Ok(Client::try_from(config)?)
+}
+
+/// Runs the controller until the process is asked to stop.
+pub async fn run(client: Client, config: Config) -> anyhow::Result<()> {
+    run_with_readiness(client, config, Default::default()).await
+}
+
+/// Like [`run`], flipping `ready` once the DataRestores are being watched.
+pub async fn run_with_readiness(
+    client: Client,
+    config: Config,
+    ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<()> {
+    let namespace = config.namespace.clone();
+    let restores: Api<DataRestore> = Api::namespaced(client.clone(), &namespace);
+    if let Err(e) = restores.list(&Default::default()).await {
+        anyhow::bail!(
+            "cannot list DataRestores in namespace {namespace}: {e}; are refill's CRDs installed (kubectl apply -f manifests/crds.yaml) and is access granted?"
+        );
+    }
+    let ctx = Arc::new(Context::new(client.clone(), config));
+    let pvrs: Api<PodVolumeRestore> = Api::namespaced(client.clone(), &namespace);
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mapper_ctx = ctx.clone();
+    info!(namespace, "refill controller started");
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    Controller::new(restores, watcher::Config::default())
+        .owns(pvrs, watcher::Config::default())
+        // Stand-in pods live in the PVC's namespace, where no owner reference may point
+        // at the DataRestore, and consumer pods are not refill's at all: both are mapped
+        // back through the claims refill is working on.
+        .watches(pods, watcher::Config::default(), move |pod| {
+            mapper_ctx.restores_for_pod(&pod)
+        })
+        .with_config(controller::Config::default().debounce(Duration::from_millis(200)))
+        .shutdown_on_signal()
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!("reconcile failed: {e}");
+            }
+        })
+        .await;
+    info!("refill controller stopped");
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! One pass of the state machine: observe, decide, act, record.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::api::{
+    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase, VolumeStatus,
+};
+use crate::labels::{FIELD_MANAGER, FINALIZER};
+use crate::validate::{self, ValidateError};
+
+use super::status::{self, now};
+use super::step::parse_duration;
+use super::{Context, Error, Result, restoring};
+
+pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
+    let api: Api<DataRestore> =
+        Api::namespaced(ctx.client.clone(), &dr.namespace().unwrap_or_default());
+    let deleting = dr.metadata.deletion_timestamp.is_some();
+    let has_finalizer = dr.finalizers().iter().any(|f| f == FINALIZER);
+    let before = dr.status.clone().unwrap_or_default();
+
+    if !has_finalizer {
+        if deleting || before.phase.is_terminal() {
+            ctx.forget(&dr);
+            return Ok(Action::await_change());
+        }
+        // The finalizer comes first, so a deletion can never skip bringing consumers back.
+        let mut finalizers = dr.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_string());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": dr.resource_version()}});
+        api.patch(
+            &dr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+
+    let mut status = before.clone();
+    let action = step(&dr, &ctx, &mut status, deleting).await?;
+    status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
+    status.observed_generation = dr.metadata.generation;
+    status.conditions = status::conditions(&status, dr.metadata.generation);
+
+    let uid = dr.uid().unwrap_or_default();
+    let mut action = action;
+    if status != before {
+        let progress_only = status::only_progress_differs(&before, &status);
+        match ctx.progress_wait(&uid).filter(|_| progress_only) {
+            Some(wait) => action = Action::requeue(wait),
+            None => {
+                write_status(&api, &dr, &status).await?;
+                ctx.wrote(&uid);
+            }
+        }
+    }
+
+    if status.phase.is_terminal() {
+        // Everything is rolled back by now; a finished restore needs no finalizer.
+        ctx.forget(&dr);
+        remove_finalizer(&api, &dr).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(action)
+}
+
+async fn write_status(
+    api: &Api<DataRestore>,
+    dr: &DataRestore,
+    status: &DataRestoreStatus,
+) -> Result<()> {
+    // Server-side apply: fields refill stops setting (a cleared message) really go away.
+    let body = json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": "DataRestore",
+        "status": status,
+    });
+    api.patch_status(
+        &dr.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn remove_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> Result<()> {
+    let finalizers: Vec<&String> = dr.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": dr.resource_version()}});
+    match api
+        .patch(
+            &dr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn step(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<Action> {
+    loop {
+        match status.phase {
+            Phase::New => {
+                status.phase = Phase::Validating;
+                status.start_time = Some(now());
+            }
+            Phase::Validating => {
+                if deleting || dr.spec.cancel {
+                    status.phase = Phase::Canceled;
+                    status.completion_time = Some(now());
+                    return Ok(Action::await_change());
+                }
+                return validating(dr, ctx, status).await;
+            }
+            Phase::Restoring | Phase::Finalizing => {
+                return restoring::step(dr, ctx, status, deleting).await;
+            }
+            _ => return Ok(Action::await_change()),
+        }
+    }
+}
+
+/// Spec fields the schema cannot check on its own.
+fn spec_errors(dr: &DataRestore) -> Vec<String> {
+    let mut errors = Vec::new();
+    for value in [&dr.spec.timeout, &dr.spec.volume_timeout]
+        .into_iter()
+        .flatten()
+    {
+        if let Err(e) = parse_duration(value) {
+            errors.push(e);
+        }
+    }
+    if dr.spec.parallel == Some(0) {
+        errors.push("parallel must be at least 1".into());
+    }
+    errors
+}
+
+async fn validating(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+) -> Result<Action> {
+    let invalid = |status: &mut DataRestoreStatus, errors: Vec<String>| {
+        status.phase = Phase::Failed;
+        status.errors = errors;
+        status.completion_time = Some(now());
+    };
+    let errors = spec_errors(dr);
+    if !errors.is_empty() {
+        invalid(status, errors);
+        ctx.event(dr, true, "FailedValidation", status.errors.join("; "))
+            .await;
+        return Ok(Action::await_change());
+    }
+    match validate::plan(&ctx.client, dr).await {
+        Err(ValidateError::Invalid(e)) => {
+            info!(restore = %dr.name_any(), "invalid: {e}");
+            invalid(status, e.errors);
+            ctx.event(dr, true, "FailedValidation", status.errors.join("; "))
+                .await;
+            Ok(Action::await_change())
+        }
+        Err(ValidateError::Kube(e)) => Err(Error::Kube(e)),
+        Ok(plan) => {
+            status.backup_name = Some(plan.backup_name.clone());
+            status.warnings = plan.warnings.clone();
+            status.volumes = plan
+                .volumes
+                .iter()
+                .map(|v| VolumeStatus {
+                    pvc: v.pvc.clone(),
+                    phase: VolumePhase::Pending,
+                    pod_volume_backup: Some(v.pod_volume_backup.clone()),
+                    volume: v.volume.clone(),
+                    snapshot_id: Some(v.snapshot_id.clone()),
+                    total_bytes: v.total_bytes,
+                    candidate_nodes: match &v.placement {
+                        validate::Placement::Candidates(nodes) => nodes.clone(),
+                        _ => Vec::new(),
+                    },
+                    pvc_uid: v.pvc_uid.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            status.consumers = plan
+                .consumers
+                .iter()
+                .map(|c| ConsumerRecord {
+                    kind: c.kind,
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    pvcs: c.pvcs.clone(),
+                    state: ConsumerState::Running,
+                    replicas: c.replicas,
+                    original: None,
+                })
+                .collect();
+            status.phase = Phase::Restoring;
+            let note = format!(
+                "restoring {} volumes from backup {}",
+                status.volumes.len(),
+                plan.backup_name
+            );
+            ctx.event(dr, false, "Validated", note).await;
+            Ok(Action::requeue(Duration::ZERO))
+        }
+    }
+}
+
+pub fn error_policy(dr: Arc<DataRestore>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(restore = %dr.name_any(), "will retry: {error}");
+    // A conflict only means the object moved on: look again at once.
+    match error {
+        Error::Kube(kube::Error::Api(e)) if e.code == 409 => {
+            Action::requeue(Duration::from_millis(100))
+        }
+        _ => Action::requeue(Duration::from_secs(5)),
+    }
+}

@@ -1,0 +1,742 @@
+//! The Restoring and Finalizing phases: every volume moves through its own phases,
+//! consumers stop before their first volume and come back after their last.
+//!
+//! A pass has two halves. The first only decides and records (which volumes start, who
+//! their consumers are, what brings each back); when it recorded anything, the status is
+//! written before any object is touched. The second half acts on what is recorded, so
+//! a controller killed at any point finds every record it needs after a restart.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::api::{
+    ConsumerKind, ConsumerPolicy, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore,
+    DataRestoreStatus, Phase, PodVolumeBackup, PodVolumePhase, PodVolumeRestore, VolumePhase,
+    VolumePluginRestore, VolumeStatus,
+};
+use crate::labels::{self, FIELD_MANAGER};
+use crate::observe;
+use crate::plan::{self, mounts_claim};
+
+use super::consumers;
+use super::pod_volume_restore as pvr;
+use super::restore_helper::{self, HelperSource};
+use super::stand_in::{self, StandIn};
+use super::status::{self, now};
+use super::step::{
+    ConsumerStep, consumer_step, consumers_stopped, expired, free_slots, parse_duration,
+};
+use super::{Context, Error, Result};
+
+fn split(key: &str) -> (&str, &str) {
+    key.split_once('/').expect("volume keys are namespace/name")
+}
+
+fn is_conflict(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(ae) if ae.code == code)
+}
+
+pub async fn step(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<Action> {
+    let before = status.clone();
+    record(dr, ctx, status, deleting).await?;
+    if *status != before {
+        // Records first: the caller writes them, and the next pass acts on them.
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    act(dr, ctx, status, deleting).await
+}
+
+/// First half: decisions and records only. No object but the DataRestore changes.
+async fn record(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<()> {
+    let now_ts = Timestamp::now();
+    let stop_all = if deleting || dr.spec.cancel {
+        Some((
+            VolumePhase::Canceled,
+            "the restore was canceled".to_string(),
+        ))
+    } else {
+        let limit = dr
+            .spec
+            .timeout
+            .as_deref()
+            .and_then(|t| parse_duration(t).ok());
+        expired(status.start_time.as_ref().map(|t| &t.0), limit, now_ts).then(|| {
+            (
+                VolumePhase::Failed,
+                format!(
+                    "the restore did not finish within {}",
+                    dr.spec.timeout.clone().unwrap_or_default()
+                ),
+            )
+        })
+    };
+    if let Some((phase, message)) = stop_all {
+        for volume in status.volumes.iter_mut().filter(|v| !v.phase.is_terminal()) {
+            end(volume, phase, message.clone());
+        }
+        if phase == VolumePhase::Failed && !status.errors.contains(&message) {
+            status.errors.push(message);
+        }
+    }
+
+    let volume_limit = dr
+        .spec
+        .volume_timeout
+        .as_deref()
+        .and_then(|t| parse_duration(t).ok());
+    for volume in status.volumes.iter_mut().filter(|v| v.phase.is_active()) {
+        if expired(
+            volume.start_time.as_ref().map(|t| &t.0),
+            volume_limit,
+            now_ts,
+        ) {
+            let message = format!(
+                "did not finish within {}",
+                dr.spec.volume_timeout.clone().unwrap_or_default()
+            );
+            end(volume, VolumePhase::Failed, message);
+        }
+    }
+
+    let slots = free_slots(&status.volumes, dr.spec.parallel);
+    let starting: Vec<usize> = status
+        .volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.phase == VolumePhase::Pending)
+        .map(|(i, _)| i)
+        .take(slots)
+        .collect();
+    if !starting.is_empty() {
+        start_volumes(dr, ctx, status, &starting).await?;
+    }
+    Ok(())
+}
+
+fn end(volume: &mut VolumeStatus, phase: VolumePhase, message: String) {
+    volume.phase = phase;
+    volume.message = Some(message);
+    volume.completion_time = Some(now());
+}
+
+/// Moves volumes from Pending to Quiescing, recording their consumers as found now
+/// (new ones may have appeared since validation) and what brings each back.
+async fn start_volumes(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    starting: &[usize],
+) -> Result<()> {
+    let uid = dr.uid().unwrap_or_default();
+    let mut by_ns: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for &i in starting {
+        by_ns
+            .entry(split(&status.volumes[i].pvc).0.to_string())
+            .or_default()
+            .push(i);
+    }
+    for (ns, indices) in by_ns {
+        let pods = observe::pods_in(&ctx.client, &ns).await?;
+        let claims: Vec<String> = indices
+            .iter()
+            .map(|&i| split(&status.volumes[i].pvc).1.to_string())
+            .collect();
+        let claim_refs: Vec<&str> = claims.iter().map(String::as_str).collect();
+        let found = observe::consumers_in(&ctx.client, &ns, &pods, &claim_refs, &uid).await?;
+        for &i in &indices {
+            let key = status.volumes[i].pvc.clone();
+            let refs = found.get(&key).cloned().unwrap_or_default();
+            let single = BTreeMap::from([(key.clone(), refs.clone())]);
+            match plan::consumer_actions(dr.spec.consumers, &single) {
+                Err(invalid) => {
+                    let message = invalid.to_string();
+                    end(&mut status.volumes[i], VolumePhase::Failed, message.clone());
+                    status.errors.push(message);
+                }
+                Ok(planned) => {
+                    for consumer in planned {
+                        merge_consumer(status, consumer, &pods);
+                    }
+                    let first_pod = refs
+                        .first()
+                        .and_then(|r| pods.iter().find(|p| p.name_any() == r.pod));
+                    let volume = &mut status.volumes[i];
+                    if let Some(pod) = first_pod {
+                        volume.consumer_security = Some(security_of(pod));
+                    }
+                    volume.phase = VolumePhase::Quiescing;
+                    volume.start_time = Some(now());
+                    volume.message = None;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn security_of(pod: &Pod) -> ConsumerSecurity {
+    let spec = pod.spec.clone().unwrap_or_default();
+    ConsumerSecurity {
+        pod: spec.security_context,
+        container: spec
+            .containers
+            .first()
+            .and_then(|c| c.security_context.clone()),
+    }
+}
+
+fn merge_consumer(status: &mut DataRestoreStatus, planned: plan::PlannedConsumer, pods: &[Pod]) {
+    let existing = status.consumers.iter_mut().find(|c| {
+        c.kind == planned.kind && c.namespace == planned.namespace && c.name == planned.name
+    });
+    match existing {
+        Some(record) => {
+            for pvc in planned.pvcs {
+                if !record.pvcs.contains(&pvc) {
+                    record.pvcs.push(pvc);
+                }
+            }
+            // A consumer that came back since (someone re-created it) is stopped again.
+            if matches!(record.state, ConsumerState::Resumed) {
+                record.state = ConsumerState::Running;
+            }
+        }
+        None => {
+            // A bare pod is deleted to stop it, so its manifest must be recorded first.
+            let original = (planned.kind == ConsumerKind::Pod)
+                .then(|| pods.iter().find(|p| p.name_any() == planned.name))
+                .flatten()
+                .and_then(|p| serde_json::to_string(&consumers::recreatable_pod(p)).ok());
+            status.consumers.push(ConsumerRecord {
+                kind: planned.kind,
+                namespace: planned.namespace,
+                name: planned.name,
+                pvcs: planned.pvcs,
+                state: ConsumerState::Running,
+                replicas: planned.replicas,
+                original,
+            })
+        }
+    }
+}
+
+/// What one pass observes once and shares among volumes.
+struct Observed {
+    stand_ins: BTreeMap<(String, String), Pod>,
+    pvrs: BTreeMap<String, PodVolumeRestore>,
+    vprs: BTreeMap<String, VolumePluginRestore>,
+    pods_by_ns: BTreeMap<String, Vec<Pod>>,
+}
+
+impl Observed {
+    async fn pods(&mut self, ctx: &Context, ns: &str) -> Result<&[Pod]> {
+        if !self.pods_by_ns.contains_key(ns) {
+            let pods = observe::pods_in(&ctx.client, ns).await?;
+            self.pods_by_ns.insert(ns.to_string(), pods);
+        }
+        Ok(&self.pods_by_ns[ns])
+    }
+
+    /// Pods other than this restore's stand-in that mount the claim.
+    async fn foreign_mounts(&mut self, ctx: &Context, pvc: &str, uid: &str) -> Result<Vec<String>> {
+        let (ns, claim) = split(pvc);
+        Ok(self
+            .pods(ctx, ns)
+            .await?
+            .iter()
+            .filter(|p| mounts_claim(p, claim) && !observe::is_own_stand_in(p, uid))
+            .map(|p| p.name_any())
+            .collect())
+    }
+}
+
+/// Second half: act on the recorded state.
+async fn act(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<Action> {
+    let uid = dr.uid().unwrap_or_default();
+    let ns = dr.namespace().unwrap_or_default();
+    let owned = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
+    let stand_ins = Api::<Pod>::all(ctx.client.clone()).list(&owned).await?;
+    let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{}={uid}", labels::RESTORE_UID)))
+        .await?;
+    let vprs = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ns)
+        .list(&owned)
+        .await?;
+    let mut seen = Observed {
+        stand_ins: stand_ins
+            .items
+            .into_iter()
+            .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
+            .collect(),
+        pvrs: pvrs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
+        vprs: vprs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
+        pods_by_ns: BTreeMap::new(),
+    };
+
+    settle_consumers(dr, ctx, status, &uid).await?;
+    let mut helper: Option<HelperSource> = None;
+    for i in 0..status.volumes.len() {
+        advance_volume(dr, ctx, status, i, &mut seen, &mut helper).await?;
+    }
+    // Volumes that ended in this pass may free their consumers at once.
+    settle_consumers(dr, ctx, status, &uid).await?;
+    for volume in &status.volumes {
+        sync_plugin_restore(dr, ctx, volume, &seen).await?;
+    }
+
+    ctx.track_claims(
+        dr,
+        status
+            .volumes
+            .iter()
+            .filter(|v| v.phase.is_active())
+            .map(|v| {
+                let (ns, claim) = split(&v.pvc);
+                (ns.to_string(), claim.to_string())
+            }),
+    );
+
+    let all_ended = status.volumes.iter().all(|v| v.phase.is_terminal());
+    if !all_ended {
+        return Ok(Action::requeue(ctx.config.recheck_interval));
+    }
+    let settled = !status
+        .consumers
+        .iter()
+        .any(|c| matches!(c.state, ConsumerState::Stopping | ConsumerState::Stopped));
+    let stand_ins_left = status.volumes.iter().any(|v| {
+        v.stand_in_pod.as_ref().is_some_and(|name| {
+            seen.stand_ins
+                .contains_key(&(split(&v.pvc).0.to_string(), name.clone()))
+        })
+    });
+    if settled && !stand_ins_left {
+        let canceled = deleting || dr.spec.cancel;
+        status.phase = status::outcome(&status.volumes, canceled);
+        status.completion_time = Some(now());
+        let failed = status.phase != Phase::Completed;
+        let note = format!(
+            "{:?}: {} volumes restored",
+            status.phase,
+            status::summary(&status.volumes)
+        );
+        ctx.event(dr, failed, &format!("{:?}", status.phase), note)
+            .await;
+        Ok(Action::await_change())
+    } else {
+        status.phase = Phase::Finalizing;
+        Ok(Action::requeue(Duration::from_millis(500)))
+    }
+}
+
+async fn settle_consumers(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    uid: &str,
+) -> Result<()> {
+    for i in 0..status.consumers.len() {
+        let decision = consumer_step(status, i, dr.spec.on_failure);
+        let record = &mut status.consumers[i];
+        let what = format!("{:?} {}/{}", record.kind, record.namespace, record.name);
+        match decision {
+            ConsumerStep::Nothing => {}
+            ConsumerStep::Stop => {
+                consumers::stop(&ctx.client, uid, record).await?;
+                let note = match record.replicas {
+                    Some(n) if record.kind.is_scalable() => format!("scaled {what} from {n} to 0"),
+                    _ => format!("stopped {what}"),
+                };
+                ctx.event(dr, false, "QuiescedConsumer", note).await;
+            }
+            ConsumerStep::Resume => {
+                consumers::resume(&ctx.client, uid, record).await?;
+                let note = match record.replicas {
+                    Some(n) if record.kind.is_scalable() => format!("scaled {what} back to {n}"),
+                    _ => format!("started {what} again"),
+                };
+                ctx.event(dr, false, "ResumedConsumer", note).await;
+            }
+            ConsumerStep::KeepStopped => {
+                record.state = ConsumerState::KeptStopped;
+                let note = format!("left {what} stopped after a failure (onFailure: KeepStopped)");
+                ctx.event(dr, true, "KeptConsumerStopped", note).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn advance_volume(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    i: usize,
+    seen: &mut Observed,
+    helper: &mut Option<HelperSource>,
+) -> Result<()> {
+    let uid = dr.uid().unwrap_or_default();
+    let pvc = status.volumes[i].pvc.clone();
+    let (ns, claim) = split(&pvc);
+    let stand_in_name = labels::stand_in_pod_name(&uid, &pvc);
+    let pvr_name = labels::pod_volume_restore_name(&dr.name_any(), &uid, &pvc);
+    let stand_in = seen
+        .stand_ins
+        .get(&(ns.to_string(), stand_in_name.clone()))
+        .cloned();
+
+    match status.volumes[i].phase {
+        VolumePhase::Quiescing => {
+            if !consumers_stopped(status, &pvc) {
+                return Ok(());
+            }
+            let users = seen.foreign_mounts(ctx, &pvc, &uid).await?;
+            if !users.is_empty() {
+                status.volumes[i].message = Some(format!(
+                    "waiting for pods to release the volume: {}",
+                    users.join(", ")
+                ));
+                if dr.spec.consumers == ConsumerPolicy::Refuse {
+                    let message = format!(
+                        "PVC {pvc} is in use by {} and consumers: Refuse",
+                        users.join(", ")
+                    );
+                    end(&mut status.volumes[i], VolumePhase::Failed, message);
+                }
+                return Ok(());
+            }
+            if stand_in.is_none() {
+                if helper.is_none() {
+                    *helper = Some(
+                        restore_helper::read_source(
+                            &ctx.client,
+                            &dr.namespace().unwrap_or_default(),
+                        )
+                        .await?,
+                    );
+                }
+                let source = helper.as_ref().expect("just read");
+                let volume = &status.volumes[i];
+                let security = volume.consumer_security.as_ref();
+                let container = match restore_helper::container(
+                    &uid,
+                    &volume.volume,
+                    dr.spec.restore_helper.as_ref(),
+                    source,
+                    security.and_then(|s| s.container.as_ref()),
+                ) {
+                    Ok(c) => c,
+                    Err(message) => {
+                        end(&mut status.volumes[i], VolumePhase::Failed, message);
+                        return Ok(());
+                    }
+                };
+                let pod = stand_in::pod(StandIn {
+                    name: stand_in_name.clone(),
+                    namespace: ns,
+                    claim,
+                    volume: &volume.volume,
+                    restore_key: format!(
+                        "{}/{}",
+                        dr.namespace().unwrap_or_default(),
+                        dr.name_any()
+                    ),
+                    restore_uid: &uid,
+                    candidate_nodes: &volume.candidate_nodes,
+                    security,
+                    image: dr
+                        .spec
+                        .stand_in_image
+                        .as_deref()
+                        .unwrap_or(stand_in::DEFAULT_IMAGE),
+                    restore_wait: container,
+                });
+                match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+                    .create(&PostParams::default(), &pod)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_conflict(&e, 409) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                ctx.event(
+                    dr,
+                    false,
+                    "StandInCreated",
+                    format!("stand-in pod {ns}/{stand_in_name} mounts {pvc}"),
+                )
+                .await;
+            }
+            let volume = &mut status.volumes[i];
+            volume.stand_in_pod = Some(stand_in_name.clone());
+            volume.phase = VolumePhase::StartingStandIn;
+            volume.message = None;
+        }
+        VolumePhase::StartingStandIn => {
+            let Some(pod) = stand_in else {
+                // Deleted by someone: go back one step, which creates it again.
+                status.volumes[i].phase = VolumePhase::Quiescing;
+                return Ok(());
+            };
+            status.volumes[i].node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
+                end(
+                    &mut status.volumes[i],
+                    VolumePhase::Failed,
+                    format!("stand-in pod {stand_in_name} failed"),
+                );
+                return Ok(());
+            }
+            if !stand_in::restore_wait_running(&pod) {
+                return Ok(());
+            }
+            if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
+                end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
+                status.errors.push(problem);
+                return Ok(());
+            }
+            if !seen.pvrs.contains_key(&pvr_name) {
+                create_pod_volume_restore(dr, ctx, status, i, &pvr_name, &pod).await?;
+            }
+            let volume = &mut status.volumes[i];
+            volume.pod_volume_restore = Some(pvr_name.clone());
+            volume.phase = VolumePhase::Restoring;
+        }
+        VolumePhase::Restoring => {
+            let Some(found) = seen.pvrs.get(&pvr_name).cloned() else {
+                let message = format!("PodVolumeRestore {pvr_name} disappeared");
+                end(&mut status.volumes[i], VolumePhase::Failed, message);
+                return Ok(());
+            };
+            let pvr_status = found.status.clone().unwrap_or_default();
+            let volume = &mut status.volumes[i];
+            if let Some(progress) = &pvr_status.progress {
+                volume.bytes_done = progress.bytes_done;
+                if progress.total_bytes > 0 {
+                    volume.total_bytes = progress.total_bytes;
+                }
+            }
+            if let Some(node) = pvr_status.node.clone() {
+                volume.node = Some(node);
+            }
+            match found.phase() {
+                PodVolumePhase::Completed => {
+                    volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
+                    end(volume, VolumePhase::Completed, "restored".into());
+                    ctx.event(dr, false, "VolumeRestored", format!("{pvc} restored"))
+                        .await;
+                }
+                PodVolumePhase::Failed | PodVolumePhase::Canceled => {
+                    let phase = if found.phase() == PodVolumePhase::Failed {
+                        VolumePhase::Failed
+                    } else {
+                        VolumePhase::Canceled
+                    };
+                    let message = format!(
+                        "PodVolumeRestore {pvr_name} {:?}: {}",
+                        found.phase(),
+                        pvr_status.message.unwrap_or_default()
+                    );
+                    end(volume, phase, message.clone());
+                    status.errors.push(format!("{pvc}: {message}"));
+                    ctx.event(dr, true, "VolumeFailed", format!("{pvc}: {message}"))
+                        .await;
+                }
+                _ => {
+                    if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
+                        cancel_pvr(ctx, &found).await?;
+                        end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
+                        status.errors.push(problem.clone());
+                        ctx.event(dr, true, "ConsumerRestarted", problem).await;
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+
+    if status.volumes[i].phase.is_terminal() {
+        if let Some(found) = seen.pvrs.get(&pvr_name) {
+            if !found.phase().is_terminal() && found.spec.cancel != Some(true) {
+                cancel_pvr(ctx, found).await?;
+            }
+        }
+        if let Some(pod) = seen.stand_ins.get(&(ns.to_string(), stand_in_name.clone())) {
+            if pod.metadata.deletion_timestamp.is_none() {
+                match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+                    .delete(&stand_in_name, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_conflict(&e, 404) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Someone started a stopped consumer, or another pod mounts the claim: refill must not
+/// write under it.
+async fn interference(
+    ctx: &Context,
+    status: &DataRestoreStatus,
+    pvc: &str,
+    uid: &str,
+    seen: &mut Observed,
+) -> Result<Option<String>> {
+    for record in status
+        .consumers
+        .iter()
+        .filter(|c| c.pvcs.iter().any(|p| p == pvc))
+    {
+        if let Some(problem) = consumers::interference(&ctx.client, uid, record).await? {
+            return Ok(Some(problem));
+        }
+    }
+    let users = seen.foreign_mounts(ctx, pvc, uid).await?;
+    Ok((!users.is_empty()).then(|| {
+        format!(
+            "pod {} mounts {pvc} while it is being restored; refill stopped writing to it",
+            users.join(", ")
+        )
+    }))
+}
+
+async fn cancel_pvr(ctx: &Context, found: &PodVolumeRestore) -> Result<()> {
+    let api: Api<PodVolumeRestore> =
+        Api::namespaced(ctx.client.clone(), &found.namespace().unwrap_or_default());
+    let patch = json!({"spec": {"cancel": true}});
+    match api
+        .patch(
+            &found.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e, 404) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn create_pod_volume_restore(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &DataRestoreStatus,
+    i: usize,
+    name: &str,
+    pod: &Pod,
+) -> Result<()> {
+    let ns = dr.namespace().unwrap_or_default();
+    let volume = &status.volumes[i];
+    let pvb_name = volume.pod_volume_backup.clone().unwrap_or_default();
+    let pvb = Api::<PodVolumeBackup>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&pvb_name)
+        .await?
+        .ok_or_else(|| Error::Other(format!("PodVolumeBackup {pvb_name} is gone")))?;
+    let object = pvr::pod_volume_restore(dr, name, volume, &pvb, pod);
+    match Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), &ns)
+        .create(&PostParams::default(), &object)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if is_conflict(&e, 409) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let backup = status.backup_name.clone().unwrap_or_default();
+    let plugin =
+        pvr::volume_plugin_restore(dr, name, &backup, volume, pvb.spec.uploader_type.as_deref());
+    match Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ns)
+        .create(&PostParams::default(), &plugin)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if is_conflict(&e, 409) => {}
+        Err(e) => return Err(e.into()),
+    }
+    ctx.event(
+        dr,
+        false,
+        "PodVolumeRestoreCreated",
+        format!(
+            "PodVolumeRestore {name} restores {} from snapshot {}",
+            volume.pvc,
+            volume.snapshot_id.clone().unwrap_or_default()
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+/// Mirrors a volume into its VolumePluginRestore when anything but throttled progress changed.
+async fn sync_plugin_restore(
+    dr: &DataRestore,
+    ctx: &Context,
+    volume: &VolumeStatus,
+    seen: &Observed,
+) -> Result<()> {
+    let Some(name) = &volume.pod_volume_restore else {
+        return Ok(());
+    };
+    let Some(existing) = seen.vprs.get(name) else {
+        return Ok(());
+    };
+    let wanted = pvr::plugin_status(volume);
+    let current = existing.status.clone().unwrap_or_default();
+    if current == wanted {
+        return Ok(());
+    }
+    let progress_only = {
+        let mut a = current.clone();
+        let mut b = wanted.clone();
+        a.progress = None;
+        b.progress = None;
+        a == b
+    };
+    if progress_only
+        && ctx
+            .progress_wait(&format!("{}/{name}", dr.uid().unwrap_or_default()))
+            .is_some()
+    {
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": "VolumePluginRestore",
+        "status": wanted,
+    });
+    Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &dr.namespace().unwrap_or_default())
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    ctx.wrote(&format!("{}/{name}", dr.uid().unwrap_or_default()));
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! The stand-in pod: it mounts the PVC in place of the stopped consumers so the node
+//! agent can reach the volume, and does nothing else.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::api::ConsumerSecurity;
+use crate::labels;
+
+pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
+pub const IDLE_CONTAINER: &str = "idle";
+
+pub struct StandIn<'a> {
+    pub name: String,
+    pub namespace: &'a str,
+    pub claim: &'a str,
+    pub volume: &'a str,
+    /// `namespace/name` of the DataRestore.
+    pub restore_key: String,
+    pub restore_uid: &'a str,
+    pub candidate_nodes: &'a [String],
+    pub security: Option<&'a ConsumerSecurity>,
+    pub image: &'a str,
+    pub restore_wait: Container,
+}
+
+/// Never `nodeName`: that bypasses the scheduler, and an unbound WaitForFirstConsumer
+/// claim would never bind. Required node affinity keeps the scheduler in charge.
+fn candidate_affinity(nodes: &[String]) -> Option<Affinity> {
+    (!nodes.is_empty()).then(|| Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_fields: Some(vec![NodeSelectorRequirement {
+                        key: "metadata.name".into(),
+                        operator: "In".into(),
+                        values: Some(nodes.to_vec()),
+                    }]),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+pub fn pod(s: StandIn<'_>) -> Pod {
+    let labels = BTreeMap::from([
+        (labels::ROLE.to_string(), labels::ROLE_STAND_IN.to_string()),
+        (
+            labels::DATA_RESTORE_UID.to_string(),
+            s.restore_uid.to_string(),
+        ),
+    ]);
+    let annotations =
+        BTreeMap::from([(labels::DATA_RESTORE_ANNOTATION.to_string(), s.restore_key)]);
+    let container_security = s.security.and_then(|c| c.container.clone());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(s.name),
+            namespace: Some(s.namespace.to_string()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            // Velero expects restore-wait first among the init containers.
+            init_containers: Some(vec![s.restore_wait.clone()]),
+            containers: vec![Container {
+                name: IDLE_CONTAINER.into(),
+                image: Some(s.image.to_string()),
+                image_pull_policy: Some("IfNotPresent".into()),
+                security_context: container_security.or(s.restore_wait.security_context),
+                ..Default::default()
+            }],
+            volumes: Some(vec![Volume {
+                name: s.volume.to_string(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: s.claim.to_string(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            security_context: s.security.and_then(|c| c.pod.clone()),
+            affinity: candidate_affinity(s.candidate_nodes),
+            restart_policy: Some("Never".into()),
+            termination_grace_period_seconds: Some(1),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Whether the pod's `restore-wait` container runs, which is what the node agent waits for.
+pub fn restore_wait_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.name == super::restore_helper::CONTAINER_NAME
+                && c.state.as_ref().is_some_and(|st| st.running.is_some())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext};
+
+    fn stand_in<'a>(nodes: &'a [String], security: Option<&'a ConsumerSecurity>) -> StandIn<'a> {
+        StandIn {
+            name: "refill-data-abc".into(),
+            namespace: "shop",
+            claim: "data",
+            volume: "vol",
+            restore_key: "velero/r1".into(),
+            restore_uid: "uid-1",
+            candidate_nodes: nodes,
+            security,
+            image: DEFAULT_IMAGE,
+            restore_wait: Container {
+                name: "restore-wait".into(),
+                security_context: Some(SecurityContext {
+                    run_as_user: Some(1000),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn candidates_become_required_affinity_never_node_name() {
+        let nodes = vec!["node-b".to_string(), "node-c".to_string()];
+        let pod = pod(stand_in(&nodes, None));
+        let spec = pod.spec.unwrap();
+        assert!(spec.node_name.is_none());
+        let terms = spec
+            .affinity
+            .unwrap()
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms;
+        let req = &terms[0].match_fields.as_ref().unwrap()[0];
+        assert_eq!(
+            (req.key.as_str(), req.operator.as_str()),
+            ("metadata.name", "In")
+        );
+        assert_eq!(req.values.as_ref().unwrap(), &nodes);
+    }
+
+    #[test]
+    fn restore_wait_comes_first_and_the_claim_is_mounted() {
+        let pod = pod(stand_in(&[], None));
+        assert_eq!(
+            pod.metadata.labels.unwrap()[labels::DATA_RESTORE_UID],
+            "uid-1"
+        );
+        let spec = pod.spec.unwrap();
+        assert!(spec.affinity.is_none());
+        assert_eq!(spec.init_containers.unwrap()[0].name, "restore-wait");
+        let volume = &spec.volumes.unwrap()[0];
+        assert_eq!(volume.name, "vol");
+        assert_eq!(
+            volume.persistent_volume_claim.as_ref().unwrap().claim_name,
+            "data"
+        );
+    }
+
+    #[test]
+    fn the_consumer_security_context_is_kept() {
+        let security = ConsumerSecurity {
+            pod: Some(PodSecurityContext {
+                fs_group: Some(2000),
+                run_as_user: Some(999),
+                ..Default::default()
+            }),
+            container: Some(SecurityContext {
+                run_as_user: Some(999),
+                ..Default::default()
+            }),
+        };
+        let spec = pod(stand_in(&[], Some(&security))).spec.unwrap();
+        assert_eq!(spec.security_context.unwrap().fs_group, Some(2000));
+        assert_eq!(
+            spec.containers[0]
+                .security_context
+                .as_ref()
+                .unwrap()
+                .run_as_user,
+            Some(999)
+        );
+    }
+}

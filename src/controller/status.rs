@@ -1,0 +1,197 @@
+//! Status bookkeeping: conditions in kstatus style, the summary column and the final
+//! outcome. Pure functions.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{DataRestoreStatus, Phase, VolumePhase, VolumeStatus};
+
+pub mod condition {
+    pub const READY: &str = "Ready";
+    pub const RECONCILING: &str = "Reconciling";
+    pub const STALLED: &str = "Stalled";
+}
+
+pub fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// The result once every volume has ended.
+pub fn outcome(volumes: &[VolumeStatus], canceled: bool) -> Phase {
+    let completed = volumes
+        .iter()
+        .filter(|v| v.phase == VolumePhase::Completed)
+        .count();
+    if canceled {
+        Phase::Canceled
+    } else if completed == volumes.len() {
+        Phase::Completed
+    } else if completed == 0 {
+        Phase::Failed
+    } else {
+        Phase::PartiallyFailed
+    }
+}
+
+pub fn summary(volumes: &[VolumeStatus]) -> String {
+    let done = volumes.iter().filter(|v| v.phase.is_terminal()).count();
+    format!("{done}/{}", volumes.len())
+}
+
+fn reason(phase: Phase) -> &'static str {
+    match phase {
+        Phase::New => "Accepted",
+        Phase::Validating => "Validating",
+        Phase::Restoring => "Restoring",
+        Phase::Finalizing => "Finalizing",
+        Phase::Completed => "Completed",
+        Phase::PartiallyFailed => "PartiallyFailed",
+        Phase::Failed => "Failed",
+        Phase::Canceled => "Canceled",
+    }
+}
+
+/// Ready, Reconciling and Stalled for the phase, keeping a condition's transition time
+/// when its status did not change, so an unchanged status is not rewritten.
+pub fn conditions(status: &DataRestoreStatus, generation: Option<i64>) -> Vec<Condition> {
+    let phase = status.phase;
+    let message = match phase {
+        Phase::Completed => format!("all {} volumes restored", status.volumes.len()),
+        Phase::Failed | Phase::PartiallyFailed | Phase::Canceled => {
+            status.errors.first().cloned().unwrap_or_else(|| {
+                format!(
+                    "{} of {} volumes restored",
+                    done(status),
+                    status.volumes.len()
+                )
+            })
+        }
+        _ => format!("{} of {} volumes done", done(status), status.volumes.len()),
+    };
+    let wanted = [
+        (condition::READY, phase == Phase::Completed),
+        (condition::RECONCILING, !phase.is_terminal()),
+        (
+            condition::STALLED,
+            phase.is_terminal() && phase != Phase::Completed,
+        ),
+    ];
+    wanted
+        .into_iter()
+        .map(|(type_, on)| {
+            let state = if on { "True" } else { "False" };
+            let previous = status.conditions.iter().find(|c| c.type_ == type_);
+            let last_transition_time = match previous {
+                Some(p) if p.status == state => p.last_transition_time.clone(),
+                _ => now(),
+            };
+            Condition {
+                type_: type_.to_string(),
+                status: state.to_string(),
+                reason: reason(phase).to_string(),
+                message: message.clone(),
+                observed_generation: generation,
+                last_transition_time,
+            }
+        })
+        .collect()
+}
+
+fn done(status: &DataRestoreStatus) -> usize {
+    status
+        .volumes
+        .iter()
+        .filter(|v| v.phase == VolumePhase::Completed)
+        .count()
+}
+
+/// Whether two statuses differ only in bytes done, which is written at most once a
+/// second per restore.
+pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
+    let strip = |s: &DataRestoreStatus| {
+        let mut s = s.clone();
+        for v in &mut s.volumes {
+            v.bytes_done = 0;
+        }
+        s.conditions.clear();
+        s
+    };
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn volume(phase: VolumePhase) -> VolumeStatus {
+        VolumeStatus {
+            pvc: "ns/p".into(),
+            phase,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn outcomes() {
+        use VolumePhase::*;
+        assert_eq!(
+            outcome(&[volume(Completed), volume(Completed)], false),
+            Phase::Completed
+        );
+        assert_eq!(
+            outcome(&[volume(Completed), volume(Failed)], false),
+            Phase::PartiallyFailed
+        );
+        assert_eq!(outcome(&[volume(Failed)], false), Phase::Failed);
+        assert_eq!(
+            outcome(&[volume(Completed), volume(Canceled)], true),
+            Phase::Canceled
+        );
+        assert_eq!(summary(&[volume(Completed), volume(Restoring)]), "1/2");
+    }
+
+    #[test]
+    fn conditions_follow_kstatus() {
+        let mut status = DataRestoreStatus {
+            phase: Phase::Restoring,
+            volumes: vec![volume(VolumePhase::Restoring)],
+            ..Default::default()
+        };
+        let c = conditions(&status, Some(1));
+        let get =
+            |c: &[Condition], t: &str| c.iter().find(|x| x.type_ == t).unwrap().status.clone();
+        assert_eq!(
+            (get(&c, "Ready"), get(&c, "Reconciling"), get(&c, "Stalled")),
+            ("False".into(), "True".into(), "False".into())
+        );
+        status.conditions = c.clone();
+        status.phase = Phase::Completed;
+        let done = conditions(&status, Some(1));
+        assert_eq!(get(&done, "Ready"), "True");
+        assert_eq!(get(&done, "Reconciling"), "False");
+        let stalled = c.iter().find(|x| x.type_ == "Stalled").unwrap();
+        let kept = done.iter().find(|x| x.type_ == "Stalled").unwrap();
+        assert_eq!(
+            stalled.last_transition_time, kept.last_transition_time,
+            "unchanged status keeps its time"
+        );
+        status.phase = Phase::Failed;
+        status.errors = vec!["backup \"x\" not found".into()];
+        let failed = conditions(&status, Some(1));
+        assert_eq!(get(&failed, "Stalled"), "True");
+        assert!(failed[0].message.contains("not found"));
+    }
+
+    #[test]
+    fn progress_only_changes_are_recognised() {
+        let a = DataRestoreStatus {
+            volumes: vec![volume(VolumePhase::Restoring)],
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.volumes[0].bytes_done = 10;
+        assert!(only_progress_differs(&a, &b));
+        b.volumes[0].phase = VolumePhase::Completed;
+        assert!(!only_progress_differs(&a, &b));
+    }
+}
