@@ -4,7 +4,7 @@
 # A second run finds the binaries and returns at once.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
+# shellcheck source=SCRIPTDIR/versions.env
 source "$here/versions.env"
 
 cache="${REFILL_CACHE:-$HOME/.cache/refill}"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source this file to use kubectl against the local cluster:
 #   source e2e/cluster/env.sh
 # It does not start anything; run e2e/cluster/up.sh first.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # variables are for the sourcing scripts
 # Shared by up.sh and down.sh; sourced, not run.
 #
 # Everything the local control plane owns lives in one state directory, so that
@@ -11,12 +12,14 @@ cache_dir="${REFILL_CACHE:-$HOME/.cache/refill}"
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 # Ports away from the usual 2379/6443/10257/10259 so that a real cluster or
-# another tool on the same machine is never disturbed.
-etcd_client_port=23790
-etcd_peer_port=23800
-apiserver_port=16443
-controller_manager_port=20257
-scheduler_port=20259
+# another tool on the same machine is never disturbed. A second cluster (its
+# own REFILL_CLUSTER_DIR) needs REFILL_PORT_OFFSET too, e.g. 100.
+port_offset="${REFILL_PORT_OFFSET:-0}"
+etcd_client_port=$((23790 + port_offset))
+etcd_peer_port=$((23800 + port_offset))
+apiserver_port=$((16443 + port_offset))
+controller_manager_port=$((20257 + port_offset))
+scheduler_port=$((20259 + port_offset))
 
 say() { printf '[cluster] %s\n' "$*" >&2; }
 

@@ -9,14 +9,17 @@
 #
 #   REFILL_CLUSTER_DIR  state directory (default ~/.cache/refill/cluster)
 #   REFILL_NODES        number of simulated nodes, node-a, node-b, ... (default 3)
+#   REFILL_PORT_OFFSET  added to every port, for a second cluster (default 0)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=lib.sh
+# shellcheck source=SCRIPTDIR/lib.sh
 source "$here/lib.sh"
 
 node_count="${REFILL_NODES:-3}"
-[[ "$node_count" =~ ^[0-9]+$ ]] && ((node_count >= 1 && node_count <= 26)) ||
-  { say "REFILL_NODES must be between 1 and 26, not '$node_count'"; exit 2; }
+if ! [[ "$node_count" =~ ^[0-9]+$ ]] || ((node_count < 1 || node_count > 26)); then
+  say "REFILL_NODES must be between 1 and 26, not '$node_count'"
+  exit 2
+fi
 
 pki="$cluster_dir/pki"
 mkdir -p "$cluster_dir/logs" "$cluster_dir/run" "$pki"
@@ -143,6 +146,7 @@ launch() {
   [[ ! -s "$log" ]] || mv -f "$log" "$log.1"
   say "starting $name"
   rm -f "$(pid_file "$name")"
+  # shellcheck disable=SC2016 # expanded by the inner shell
   setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$(pid_file "$name")" "$bin/$name" "$@" \
     </dev/null >"$log" 2>&1 9>&- &
   # Until the exec has happened the pid file names a shell, not the component.
