@@ -263,6 +263,8 @@ start_apiserver() {
   # The endpoint reconciler would publish 127.0.0.1 as the address of the
   # `kubernetes` Service, which Endpoints validation rejects; nothing runs inside
   # this cluster that would use that Service, so it is switched off.
+  # Without a watch termination grace period, one client still watching (a test
+  # or a controller left running) keeps a stopping apiserver alive indefinitely.
   ensure kube-apiserver \
     --etcd-servers "http://127.0.0.1:$etcd_client_port" \
     --bind-address 127.0.0.1 \
@@ -281,7 +283,8 @@ start_apiserver() {
     --allow-privileged=true \
     --audit-policy-file "$cluster_dir/audit-policy.yaml" \
     --audit-log-path "$cluster_dir/logs/audit.log" \
-    --audit-log-maxsize 0
+    --audit-log-maxsize 0 \
+    --shutdown-watch-termination-grace-period 1s
   wait_until 120 kube-apiserver "kube-apiserver /readyz" apiserver_ready
 }
 
