@@ -62,9 +62,11 @@ fn derived_name(prefix: &str, parts: &[&str]) -> String {
     format!("{prefix}-{hash}")
 }
 
-/// The stand-in pod for one PVC of one DataRestore.
-pub fn stand_in_pod_name(restore_uid: &str, pvc: &str) -> String {
-    derived_name(&format!("refill-{pvc}"), &[restore_uid, pvc])
+/// The stand-in pod for one PVC (`namespace/name`) of one DataRestore; it lives in the
+/// PVC's namespace, so only the claim's name shows.
+pub fn stand_in_pod_name(restore_uid: &str, pvc_key: &str) -> String {
+    let claim = pvc_key.rsplit('/').next().unwrap_or(pvc_key);
+    derived_name(&format!("refill-{claim}"), &[restore_uid, pvc_key])
 }
 
 /// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.
@@ -95,9 +97,10 @@ mod tests {
 
     #[test]
     fn derived_names_are_stable_valid_and_distinct() {
-        let a = stand_in_pod_name("uid-1", "data-web-0");
-        assert_eq!(a, stand_in_pod_name("uid-1", "data-web-0"));
-        assert_ne!(a, stand_in_pod_name("uid-2", "data-web-0"));
+        let a = stand_in_pod_name("uid-1", "shop/data-web-0");
+        assert!(a.starts_with("refill-data-web-0-") && !a.contains('/'), "{a}");
+        assert_eq!(a, stand_in_pod_name("uid-1", "shop/data-web-0"));
+        assert_ne!(a, stand_in_pod_name("uid-2", "shop/data-web-0"));
         let long = stand_in_pod_name("uid-1", &"p".repeat(200));
         assert!(long.len() <= 63, "{long}");
         let pvr = pod_volume_restore_name("restore-", "uid", "ns/pvc");

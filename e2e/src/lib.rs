@@ -21,6 +21,7 @@
 //! ```
 
 pub mod cluster;
+pub mod fixture;
 pub mod node_agent;
 pub mod support;
 

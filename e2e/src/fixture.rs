@@ -1,0 +1,422 @@
+//! Scenes for refill's tests, demo and benchmark: refill installed with its own RBAC,
+//! a controller running as its ServiceAccount, local PVs with real directories, and a
+//! Velero backup (Backup, PodVolumeBackups, snapshot data) of chosen PVCs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::{ApiResource, Discovery};
+use kube::runtime::conditions;
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, ResourceExt};
+use refill::api::{
+    Backup, BackupPhase, BackupStatus, DataRestore, DataRestoreSpec, Phase, PodVolumeBackup,
+    PodVolumeBackupSpec, PodVolumeBackupStatus, PodVolumePhase, Progress,
+};
+use refill::labels;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::cluster::Cluster;
+use crate::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
+use crate::support::wait_for;
+
+/// The StorageClass of the fixtures' local PVs: no provisioner, bound on first consumer.
+pub const STORAGE_CLASS: &str = "refill-local";
+/// The controller's ServiceAccount, as `manifests/rbac.yaml` defines it.
+pub const CONTROLLER_SA: (&str, &str) = ("refill-system", "refill");
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply("refill-e2e").force()
+}
+
+/// Applies every document of a YAML file by server-side apply, `velero` namespaces
+/// replaced by `velero_namespace`.
+async fn apply_yaml(client: &Client, yaml: &str, velero_namespace: &str) -> Result<()> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let mut obj = DynamicObject::deserialize(document)?;
+        if obj.metadata.namespace.as_deref() == Some("velero") {
+            obj.metadata.namespace = Some(velero_namespace.to_string());
+        }
+        let types = obj.types.clone().context("manifest without apiVersion/kind")?;
+        let gvk = kube::api::GroupVersionKind::try_from(&types)?;
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .with_context(|| format!("the cluster does not serve {gvk:?}"))?;
+        let api: Api<DynamicObject> = match (&obj.metadata.namespace, caps.scope) {
+            (Some(ns), kube::discovery::Scope::Namespaced) => Api::namespaced_with(client.clone(), ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&obj.name_any(), &apply_params(), &Patch::Apply(&obj))
+            .await
+            .with_context(|| format!("applying {:?} {}", gvk.kind, obj.name_any()))?;
+    }
+    Ok(())
+}
+
+async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let crd = CustomResourceDefinition::deserialize(document)?;
+        crds.patch(&crd.name_any(), &apply_params(), &Patch::Apply(&crd)).await?;
+        names.push(crd.name_any());
+    }
+    for name in names {
+        let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
+        tokio::time::timeout(Duration::from_secs(30), established).await??;
+    }
+    Ok(())
+}
+
+/// Installs refill's CRDs (from `manifests/crds.yaml`), the Velero CRDs it uses, its
+/// ServiceAccount and ClusterRole, and its Role in `velero_namespace`: what a user
+/// applies from `manifests/`, with Velero's namespace where the test wants it.
+pub async fn install_refill(client: &Client, velero_namespace: &str) -> Result<()> {
+    let crds = std::fs::read_to_string(repo_file("manifests/crds.yaml"))?;
+    apply_crds(client, &crds).await?;
+    node_agent::install_velero_crds(client).await?;
+    let rbac = std::fs::read_to_string(repo_file("manifests/rbac.yaml"))?;
+    apply_yaml(client, &rbac, velero_namespace).await?;
+    let sc: StorageClass = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    Api::<StorageClass>::all(client.clone())
+        .patch(STORAGE_CLASS, &apply_params(), &Patch::Apply(&sc))
+        .await?;
+    Ok(())
+}
+
+/// A refill controller running in this process as refill's ServiceAccount, so RBAC
+/// applies exactly as in a cluster. Dropping it stops the controller, as a kill would.
+pub struct ControllerHandle {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ControllerHandle {
+    pub async fn start(cluster: &Cluster, velero_namespace: &str) -> Result<Self> {
+        // The controller's log goes where the test harness shows it for a failed test.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "refill=debug,kube=warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
+        let mut config = cluster.service_account_config(CONTROLLER_SA.0, CONTROLLER_SA.1).await?;
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(refill::controller::USER_AGENT),
+        ));
+        let client = Client::try_from(config)?;
+        let cfg = refill::controller::Config {
+            namespace: velero_namespace.to_string(),
+            ..Default::default()
+        };
+        let task = tokio::spawn(async move {
+            if let Err(e) = refill::controller::run(client, cfg).await {
+                eprintln!("controller stopped: {e:#}");
+            }
+        });
+        Ok(ControllerHandle { task })
+    }
+
+    /// Stops the controller at once, wherever it is.
+    pub async fn kill(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for ControllerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A simulated node agent for `velero_namespace`, restoring snapshots from `snapshots`.
+pub fn node_agent(client: &Client, velero_namespace: &str, snapshots: &Path) -> NodeAgentHandle {
+    let mut cfg = NodeAgentConfig::new(snapshots);
+    cfg.velero_namespace = velero_namespace.to_string();
+    node_agent::spawn(client.clone(), cfg)
+}
+
+/// A static local PV on `node` whose data lives in `dir`. `labels` lets a test's
+/// cleanup find it (see [`crate::TestNamespace::labels`]).
+pub async fn local_pv(
+    client: &Client,
+    name: &str,
+    node: &str,
+    dir: &Path,
+    labels: &BTreeMap<String, String>,
+) -> Result<PersistentVolume> {
+    std::fs::create_dir_all(dir)?;
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": STORAGE_CLASS,
+            "local": {"path": dir.to_string_lossy()},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+            ]}]}},
+        }
+    }))?;
+    Ok(Api::<PersistentVolume>::all(client.clone()).create(&PostParams::default(), &pv).await?)
+}
+
+/// A claim on the fixtures' StorageClass; with `volume` it is bound to that PV ahead.
+pub async fn pvc(client: &Client, ns: &str, name: &str, volume: Option<&str>, labels: &[(&str, &str)]) -> Result<PersistentVolumeClaim> {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let mut spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": STORAGE_CLASS,
+        "resources": {"requests": {"storage": "1Gi"}},
+    });
+    if let Some(volume) = volume {
+        spec["volumeName"] = json!(volume);
+    }
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": spec,
+    }))?;
+    Ok(Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns).create(&PostParams::default(), &pvc).await?)
+}
+
+/// A pod template that mounts `claims` (volume `data-N`, or `data` for one claim).
+pub fn pod_template(app: &str, claims: &[&str]) -> serde_json::Value {
+    let volumes: Vec<_> = claims
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({"name": volume_name(claims.len(), i), "persistentVolumeClaim": {"claimName": c}}))
+        .collect();
+    let mounts: Vec<_> = (0..claims.len())
+        .map(|i| json!({"name": volume_name(claims.len(), i), "mountPath": format!("/data/{i}")}))
+        .collect();
+    json!({
+        "metadata": {"labels": {"app": app}},
+        "spec": {
+            "securityContext": {"runAsUser": 1001, "fsGroup": 1001},
+            "containers": [{"name": "app", "image": "registry.local/app:1", "volumeMounts": mounts,
+                            "securityContext": {"runAsUser": 1001}}],
+            "volumes": volumes,
+        }
+    })
+}
+
+fn volume_name(count: usize, i: usize) -> String {
+    if count == 1 { "data".into() } else { format!("data-{i}") }
+}
+
+pub async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, claims: &[&str]) -> Result<Deployment> {
+    let d: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": pod_template(name, claims),
+        }
+    }))?;
+    Ok(Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &d).await?)
+}
+
+/// A StatefulSet with one claim per replica (`data-<name>-<i>`), bound to the PVs the
+/// caller made.
+pub async fn statefulset(client: &Client, ns: &str, name: &str, replicas: i32) -> Result<StatefulSet> {
+    let mut template = pod_template(name, &[]);
+    template["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    let s: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": template,
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                         "resources": {"requests": {"storage": "1Gi"}}},
+            }],
+        }
+    }))?;
+    Ok(Api::<StatefulSet>::namespaced(client.clone(), ns).create(&PostParams::default(), &s).await?)
+}
+
+/// One backed-up volume: the PVC, the pod that mounted it, and the snapshot's files.
+pub struct BackedUpVolume<'a> {
+    pub namespace: &'a str,
+    pub pvc: &'a str,
+    pub pod: &'a str,
+    pub volume: &'a str,
+    pub snapshot_id: String,
+    pub files: Vec<(&'a str, Vec<u8>)>,
+}
+
+/// Creates a Completed Velero Backup with a Completed PodVolumeBackup for each volume,
+/// as Velero's backup (or its sync to a standby cluster) leaves them, and writes each
+/// snapshot's files where the simulated node agent reads them.
+pub async fn backup(
+    client: &Client,
+    velero_namespace: &str,
+    name: &str,
+    snapshots: &Path,
+    volumes: &[BackedUpVolume<'_>],
+) -> Result<Backup> {
+    let backups: Api<Backup> = Api::namespaced(client.clone(), velero_namespace);
+    let mut b = Backup::new(name, Default::default());
+    b.spec.storage_location = Some("default".into());
+    let created = backups.create(&PostParams::default(), &b).await?;
+    let status = BackupStatus {
+        phase: Some(BackupPhase::Completed),
+        ..Default::default()
+    };
+    let created = backups
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .await
+        .map(|_| created)?;
+    let uid = created.uid().unwrap_or_default();
+    let pvbs: Api<PodVolumeBackup> = Api::namespaced(client.clone(), velero_namespace);
+    for (i, v) in volumes.iter().enumerate() {
+        let files: Vec<(&str, &[u8])> = v.files.iter().map(|(p, d)| (*p, d.as_slice())).collect();
+        node_agent::write_snapshot(snapshots, &v.snapshot_id, &files)?;
+        let total: i64 = v.files.iter().map(|(_, d)| d.len() as i64).sum();
+        let pvb_name = format!("{name}-{i}");
+        let mut pvb = PodVolumeBackup::new(
+            &pvb_name,
+            PodVolumeBackupSpec {
+                node: "node-a".into(),
+                pod: k8s_openapi::api::core::v1::ObjectReference {
+                    kind: Some("Pod".into()),
+                    namespace: Some(v.namespace.into()),
+                    name: Some(v.pod.into()),
+                    ..Default::default()
+                },
+                volume: v.volume.into(),
+                backup_storage_location: "default".into(),
+                repo_identifier: format!("s3:s3.local/velero/kopia/{}", v.namespace),
+                uploader_type: Some("kopia".into()),
+                ..Default::default()
+            },
+        );
+        pvb.metadata.labels = Some(BTreeMap::from([
+            (labels::BACKUP_NAME.to_string(), labels::label_value(name)),
+            (labels::BACKUP_UID.to_string(), uid.clone()),
+        ]));
+        pvb.metadata.annotations = Some(BTreeMap::from([(labels::PVC_NAME_ANNOTATION.to_string(), v.pvc.to_string())]));
+        pvbs.create(&PostParams::default(), &pvb).await?;
+        let status = PodVolumeBackupStatus {
+            phase: Some(PodVolumePhase::Completed),
+            snapshot_id: Some(v.snapshot_id.clone()),
+            progress: Some(Progress { total_bytes: total, bytes_done: total }),
+            ..Default::default()
+        };
+        pvbs.patch_status(&pvb_name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+            .await?;
+    }
+    Ok(created)
+}
+
+/// Creates a DataRestore.
+pub async fn data_restore(client: &Client, velero_namespace: &str, name: &str, spec: DataRestoreSpec) -> Result<DataRestore> {
+    let dr = DataRestore::new(name, spec);
+    Ok(Api::<DataRestore>::namespaced(client.clone(), velero_namespace)
+        .create(&PostParams::default(), &dr)
+        .await?)
+}
+
+/// Waits until the DataRestore reaches a final phase and returns it.
+pub async fn wait_finished(client: &Client, velero_namespace: &str, name: &str, timeout: Duration) -> Result<DataRestore> {
+    let api: Api<DataRestore> = Api::namespaced(client.clone(), velero_namespace);
+    wait_for(format!("DataRestore {name} to finish"), timeout, || async {
+        let dr = api.get(name).await?;
+        let done = dr.status.as_ref().is_some_and(|s| s.phase.is_terminal());
+        Ok(done.then_some(dr))
+    })
+    .await
+}
+
+/// Waits until the DataRestore reaches `phase`.
+pub async fn wait_phase(client: &Client, velero_namespace: &str, name: &str, phase: Phase, timeout: Duration) -> Result<DataRestore> {
+    let api: Api<DataRestore> = Api::namespaced(client.clone(), velero_namespace);
+    wait_for(format!("DataRestore {name} to reach {phase:?}"), timeout, || async {
+        let dr = api.get(name).await?;
+        Ok((dr.status.as_ref().map(|s| s.phase) == Some(phase)).then_some(dr))
+    })
+    .await
+}
+
+/// Pods in `ns` with label `app=<app>` that are Ready.
+pub async fn ready_pods(client: &Client, ns: &str, app: &str) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && crate::support::is_pod_ready(p))
+        .collect())
+}
+
+/// Waits until exactly `count` pods of `app` are Ready.
+pub async fn wait_ready_pods(client: &Client, ns: &str, app: &str, count: usize, timeout: Duration) -> Result<Vec<Pod>> {
+    wait_for(format!("{count} ready pods of {app}"), timeout, || async {
+        let pods = ready_pods(client, ns, app).await?;
+        Ok((pods.len() == count).then_some(pods))
+    })
+    .await
+}
+
+/// Pods of this restore's stand-ins still in `ns`.
+pub async fn stand_in_pods(client: &Client, ns: &str) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selector = format!("{}={}", labels::ROLE, labels::ROLE_STAND_IN);
+    Ok(pods.list(&ListParams::default().labels(&selector)).await?.items)
+}
+
+/// Reads a file of a local PV's directory.
+pub fn read(dir: &Path, file: &str) -> Result<Vec<u8>> {
+    std::fs::read(dir.join(file)).with_context(|| format!("reading {}", dir.join(file).display()))
+}
+
+/// The resourceVersion of every object of these kinds in `ns`, for proving nothing changed.
+pub async fn resource_versions(client: &Client, ns: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let discovery = Discovery::new(client.clone()).run().await?;
+    for (group, kind) in [
+        ("apps", "Deployment"),
+        ("apps", "StatefulSet"),
+        ("apps", "ReplicaSet"),
+        ("apps", "DaemonSet"),
+        ("", "Pod"),
+        ("", "PersistentVolumeClaim"),
+        ("batch", "CronJob"),
+    ] {
+        let gvk = kube::api::GroupVersionKind::gvk(group, "v1", kind);
+        let (resource, _): (ApiResource, _) = discovery.resolve_gvk(&gvk).context("kind not served")?;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        for obj in api.list(&ListParams::default()).await? {
+            out.insert(format!("{kind}/{}", obj.name_any()), obj.resource_version().unwrap_or_default());
+        }
+    }
+    Ok(out)
+}

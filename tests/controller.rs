@@ -1,0 +1,504 @@
+//! The controller against the real local cluster, running as refill's ServiceAccount
+//! with the RBAC of `manifests/rbac.yaml`, beside a simulated Velero node agent. Each
+//! test uses its own namespace both for the application and as Velero's namespace.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use refill::api::{
+    ConsumerKind, ConsumerPolicy, ConsumerState, DataRestore, DataRestoreSpec, Phase,
+    PodVolumeRestore, VolumePhase, VolumePluginRestore,
+};
+use refill::labels;
+use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle};
+use refill_e2e::node_agent::NodeAgentHandle;
+use refill_e2e::{TestEnv, run_test, wait_for};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A test's world: refill installed, data directories, and handles to stop things.
+struct Scene {
+    env: TestEnv,
+    client: Client,
+    ns: String,
+    snapshots: PathBuf,
+    scratch: PathBuf,
+}
+
+impl Scene {
+    async fn new(env: TestEnv) -> Result<Self> {
+        let ns = env.namespace().to_string();
+        fixture::install_refill(&env.client, &ns).await?;
+        let scratch = env.cluster.scratch_dir(&ns)?;
+        let snapshots = scratch.join("snapshots");
+        std::fs::create_dir_all(&snapshots)?;
+        Ok(Scene { client: env.client.clone(), env, ns, snapshots, scratch })
+    }
+
+    async fn controller(&self) -> Result<ControllerHandle> {
+        ControllerHandle::start(self.env.cluster, &self.ns).await
+    }
+
+    fn node_agent(&self) -> NodeAgentHandle {
+        fixture::node_agent(&self.client, &self.ns, &self.snapshots)
+    }
+
+    /// A local PV on `node` holding `files`, and a claim `name` bound to it.
+    async fn volume(&self, name: &str, node: &str, files: &[(&str, &[u8])]) -> Result<PathBuf> {
+        let dir = self.scratch.join("pv").join(name);
+        let pv = format!("{}-{name}", self.ns);
+        fixture::local_pv(&self.client, &pv, node, &dir, &self.env.ns.labels()).await?;
+        for (file, data) in files {
+            std::fs::write(dir.join(file), data)?;
+        }
+        fixture::pvc(&self.client, &self.ns, name, Some(&pv), &[]).await?;
+        Ok(dir)
+    }
+
+    fn backed_up<'a>(&'a self, pvc: &'a str, pod: &'a str, files: &[(&'a str, &[u8])]) -> BackedUpVolume<'a> {
+        BackedUpVolume {
+            namespace: &self.ns,
+            pvc,
+            pod,
+            volume: "data",
+            snapshot_id: format!("{}-{pvc}", self.ns),
+            files: files.iter().map(|(p, d)| (*p, d.to_vec())).collect(),
+        }
+    }
+
+    async fn backup(&self, name: &str, volumes: &[BackedUpVolume<'_>]) -> Result<()> {
+        fixture::backup(&self.client, &self.ns, name, &self.snapshots, volumes).await?;
+        Ok(())
+    }
+
+    fn spec(&self, backup: &str, pvcs: &[&str]) -> DataRestoreSpec {
+        DataRestoreSpec {
+            backup_name: Some(backup.into()),
+            pvcs: pvcs.iter().map(|p| format!("{}/{p}", self.ns)).collect(),
+            ..Default::default()
+        }
+    }
+
+    async fn restore(&self, name: &str, spec: DataRestoreSpec) -> Result<DataRestore> {
+        fixture::data_restore(&self.client, &self.ns, name, spec).await
+    }
+
+    async fn finished(&self, name: &str) -> Result<DataRestore> {
+        fixture::wait_finished(&self.client, &self.ns, name, TIMEOUT).await
+    }
+
+    async fn replicas(&self, deployment: &str) -> Result<(i32, Option<String>)> {
+        let d = Api::<Deployment>::namespaced(self.client.clone(), &self.ns).get(deployment).await?;
+        Ok((
+            d.spec.and_then(|s| s.replicas).unwrap_or(1),
+            d.metadata.annotations.unwrap_or_default().get(labels::QUIESCED_BY).cloned(),
+        ))
+    }
+
+    async fn assert_no_stand_ins(&self) -> Result<()> {
+        wait_for("stand-in pods gone", TIMEOUT, || async {
+            Ok(fixture::stand_in_pods(&self.client, &self.ns).await?.is_empty().then_some(()))
+        })
+        .await
+    }
+
+    async fn wait_volume(&self, name: &str, phase: VolumePhase) -> Result<DataRestore> {
+        let api: Api<DataRestore> = Api::namespaced(self.client.clone(), &self.ns);
+        wait_for(format!("a volume of {name} to reach {phase:?}"), TIMEOUT, || async {
+            let dr = api.get(name).await?;
+            let reached = dr.status.as_ref().is_some_and(|s| s.volumes.iter().any(|v| v.phase == phase));
+            Ok(reached.then_some(dr))
+        })
+        .await
+    }
+
+    async fn pvrs(&self) -> Result<Vec<PodVolumeRestore>> {
+        Ok(Api::<PodVolumeRestore>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await?
+            .items)
+    }
+}
+
+fn phase(dr: &DataRestore) -> Phase {
+    dr.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+const GOOD_DB: &[u8] = b"orders: 1042\ncustomers: 77\n";
+const GOOD_CONF: &[u8] = b"mode: primary\n";
+
+#[tokio::test]
+async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()> {
+    run_test("dr-deploy", |env| async move {
+        let s = Scene::new(env).await?;
+        let dir = s.volume("data", "node-b", &[("app.db", GOOD_DB), ("app.conf", GOOD_CONF)]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
+        let pods = fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("data", &pods[0].name_any(), &[("app.db", GOOD_DB), ("app.conf", GOOD_CONF)])]).await?;
+        std::fs::write(dir.join("app.db"), b"garbage")?;
+        std::fs::remove_file(dir.join("app.conf"))?;
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+
+        ensure!(fixture::read(&dir, "app.db")? == GOOD_DB, "app.db not restored");
+        ensure!(fixture::read(&dir, "app.conf")? == GOOD_CONF, "app.conf not restored");
+        ensure!(!dir.join(".velero").exists(), "the done marker was left behind");
+        ensure!(s.replicas("web").await? == (2, None), "replicas not restored: {:?}", s.replicas("web").await?);
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.assert_no_stand_ins().await?;
+
+        let volume = &status.volumes[0];
+        ensure!(volume.phase == VolumePhase::Completed && volume.node.as_deref() == Some("node-b"), "{volume:#?}");
+        ensure!(volume.bytes_done == volume.total_bytes && volume.total_bytes == (GOOD_DB.len() + GOOD_CONF.len()) as i64, "{volume:#?}");
+        let consumer = &status.consumers[0];
+        ensure!(consumer.kind == ConsumerKind::Deployment && consumer.replicas == Some(2) && consumer.state == ConsumerState::Resumed, "{consumer:#?}");
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        ensure!(ready.status == "True", "{ready:#?}");
+
+        let pvrs = s.pvrs().await?;
+        ensure!(pvrs.len() == 1, "one PodVolumeRestore expected, got {}", pvrs.len());
+        let owner = &pvrs[0].metadata.owner_references.as_ref().unwrap()[0];
+        ensure!(owner.kind == "DataRestore" && Some(&owner.uid) == dr.metadata.uid.as_ref());
+        ensure!(pvrs[0].labels().get(labels::RESTORE_UID) == dr.metadata.uid.as_ref());
+        let vprs = Api::<VolumePluginRestore>::namespaced(s.client.clone(), &s.ns).list(&ListParams::default()).await?;
+        let vpr_status = vprs.items[0].status.clone().unwrap();
+        ensure!(vpr_status.phase.as_deref() == Some("Completed"), "{vpr_status:#?}");
+        ensure!(vpr_status.progress.unwrap().bytes_done == volume.total_bytes);
+        ensure!(vpr_status.plugin_specific.get("node").map(String::as_str) == Some("node-b"));
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> Result<()> {
+    run_test("dr-sts", |env| async move {
+        let s = Scene::new(env).await?;
+        let mut dirs = Vec::new();
+        for (i, node) in ["node-a", "node-b", "node-c"].iter().enumerate() {
+            let claim = format!("data-db-{i}");
+            dirs.push(s.volume(&claim, node, &[("row", format!("good {i}").as_bytes())]).await?);
+        }
+        fixture::statefulset(&s.client, &s.ns, "db", 3).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "db", 3, TIMEOUT).await?;
+        let claims: Vec<String> = (0..3).map(|i| format!("data-db-{i}")).collect();
+        let pods: Vec<String> = (0..3).map(|i| format!("db-{i}")).collect();
+        let contents: Vec<Vec<u8>> = (0..3).map(|i| format!("good {i}").into_bytes()).collect();
+        let volumes: Vec<BackedUpVolume> = (0..3)
+            .map(|i| s.backed_up(&claims[i], &pods[i], &[("row", contents[i].as_slice())]))
+            .collect();
+        s.backup("b1", &volumes).await?;
+        for dir in &dirs {
+            std::fs::write(dir.join("row"), b"bad")?;
+        }
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        // One at a time: the StatefulSet must stay down until its last claim is done.
+        let mut spec = s.spec("b1", &[]);
+        spec.included_namespaces = vec![s.ns.clone()];
+        spec.parallel = Some(1);
+        s.restore("r1", spec).await?;
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+        for (i, dir) in dirs.iter().enumerate() {
+            ensure!(fixture::read(dir, "row")? == contents[i], "claim {i} not restored");
+        }
+        ensure!(status.consumers.len() == 1, "{:#?}", status.consumers);
+        ensure!(status.consumers[0].pvcs.len() == 3 && status.consumers[0].replicas == Some(3));
+        let sts = Api::<StatefulSet>::namespaced(s.client.clone(), &s.ns).get("db").await?;
+        ensure!(sts.spec.unwrap().replicas == Some(3));
+        fixture::wait_ready_pods(&s.client, &s.ns, "db", 3, TIMEOUT).await?;
+        s.assert_no_stand_ins().await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
+    run_test("dr-rwx", |env| async move {
+        let s = Scene::new(env).await?;
+        let dir = s.volume("shared", "node-c", &[("index.html", b"<h1>good</h1>")]).await?;
+        fixture::deployment(&s.client, &s.ns, "front", 2, &["shared"]).await?;
+        fixture::deployment(&s.client, &s.ns, "back", 1, &["shared"]).await?;
+        let pods = fixture::wait_ready_pods(&s.client, &s.ns, "front", 2, TIMEOUT).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "back", 1, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("shared", &pods[0].name_any(), &[("index.html", b"<h1>good</h1>")])]).await?;
+        std::fs::write(dir.join("index.html"), b"defaced")?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        s.restore("r1", s.spec("b1", &["shared"])).await?;
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "index.html")? == b"<h1>good</h1>");
+        let consumers = dr.status.unwrap().consumers;
+        ensure!(consumers.len() == 2, "{consumers:#?}");
+        ensure!(s.replicas("front").await? == (2, None) && s.replicas("back").await? == (1, None));
+        fixture::wait_ready_pods(&s.client, &s.ns, "front", 2, TIMEOUT).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "back", 1, TIMEOUT).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn unbound_wait_for_first_consumer_claim_binds_on_a_candidate() -> Result<()> {
+    run_test("dr-wffc", |env| async move {
+        let s = Scene::new(env).await?;
+        // Two free local PVs, on node-a and node-c; the claim is unbound.
+        let dir_a = s.scratch.join("pv/a");
+        let dir_c = s.scratch.join("pv/c");
+        fixture::local_pv(&s.client, &format!("{}-a", s.ns), "node-a", &dir_a, &s.env.ns.labels()).await?;
+        fixture::local_pv(&s.client, &format!("{}-c", s.ns), "node-c", &dir_c, &s.env.ns.labels()).await?;
+        fixture::pvc(&s.client, &s.ns, "fresh", None, &[]).await?;
+        s.backup("b1", &[s.backed_up("fresh", "old-pod", &[("seed.txt", b"seeded")])]).await?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let mut spec = s.spec("b1", &["fresh"]);
+        spec.candidate_nodes.insert(format!("{}/fresh", s.ns), vec!["node-c".into()]);
+        s.restore("r1", spec).await?;
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        let volume = &dr.status.as_ref().unwrap().volumes[0];
+        ensure!(volume.node.as_deref() == Some("node-c"), "{volume:#?}");
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), &s.ns).get("fresh").await?;
+        let bound = pvc.spec.unwrap().volume_name.unwrap_or_default();
+        ensure!(bound == format!("{}-c", s.ns), "bound to {bound}");
+        ensure!(fixture::read(&dir_c, "seed.txt")? == b"seeded");
+        ensure!(!dir_a.join("seed.txt").exists());
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_failed_volume_gives_partially_failed_with_consumers_back() -> Result<()> {
+    run_test("dr-partial", |env| async move {
+        let s = Scene::new(env).await?;
+        let good = s.volume("good", "node-a", &[("f", b"old")]).await?;
+        s.volume("lost", "node-b", &[("f", b"old")]).await?;
+        fixture::deployment(&s.client, &s.ns, "a", 1, &["good"]).await?;
+        fixture::deployment(&s.client, &s.ns, "b", 2, &["lost"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "b", 2, TIMEOUT).await?;
+        let mut lost = s.backed_up("lost", "b-0", &[("f", b"new")]);
+        s.backup("b1", &[s.backed_up("good", "a-0", &[("f", b"new")])]).await?;
+        // A snapshot the repository does not have: the node agent fails the restore.
+        lost.snapshot_id = format!("{}-missing", s.ns);
+        fixture::backup(&s.client, &s.ns, "b2", &s.scratch.join("elsewhere"), &[lost]).await?;
+        std::fs::remove_dir_all(s.scratch.join("elsewhere"))?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        s.restore("r1", s.spec("b1", &["good"])).await?;
+        s.restore("r2", s.spec("b2", &["lost"])).await?;
+        let ok = s.finished("r1").await?;
+        ensure!(phase(&ok) == Phase::Completed);
+        ensure!(fixture::read(&good, "f")? == b"new");
+        let failed = s.finished("r2").await?;
+        ensure!(phase(&failed) == Phase::Failed, "{:#?}", failed.status);
+        let status = failed.status.unwrap();
+        ensure!(status.volumes[0].message.as_deref().unwrap_or_default().contains("not found"), "{status:#?}");
+        ensure!(s.replicas("b").await? == (2, None));
+        fixture::wait_ready_pods(&s.client, &s.ns, "b", 2, TIMEOUT).await?;
+        s.assert_no_stand_ins().await?;
+
+        // Both in one request: PartiallyFailed.
+        let mut both = s.spec("b1", &["good"]);
+        both.pvcs.clear();
+        both.included_namespaces = vec![s.ns.clone()];
+        let mut pvb_missing = s.backed_up("lost", "b-0", &[("f", b"new")]);
+        pvb_missing.snapshot_id = format!("{}-missing-too", s.ns);
+        fixture::backup(&s.client, &s.ns, "b3", &s.scratch.join("elsewhere"), &[s.backed_up("good", "a-0", &[("f", b"newer")]), pvb_missing]).await?;
+        std::fs::remove_dir_all(s.scratch.join("elsewhere").join(format!("{}-missing-too", s.ns)))?;
+        both.backup_name = Some("b3".into());
+        // b3's good snapshot lives in the other directory; copy it where the agent reads.
+        std::fs::create_dir_all(s.snapshots.join(format!("{}-good", s.ns)))?;
+        std::fs::write(s.snapshots.join(format!("{}-good", s.ns)).join("f"), b"newer")?;
+        s.restore("r3", both).await?;
+        let partial = s.finished("r3").await?;
+        ensure!(phase(&partial) == Phase::PartiallyFailed, "{:#?}", partial.status);
+        ensure!(fixture::read(&good, "f")? == b"newer");
+        ensure!(s.replicas("a").await? == (1, None) && s.replicas("b").await? == (2, None));
+        let stalled = partial.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Stalled").unwrap();
+        ensure!(stalled.status == "True");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_controller_killed_mid_restore_resumes_without_duplicates() -> Result<()> {
+    run_test("dr-restart", |env| async move {
+        let s = Scene::new(env).await?;
+        let dir = s.volume("data", "node-a", &[("f", b"bad")]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 3, &["data"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 3, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"good")])]).await?;
+
+        // No node agent yet: the restore stops at Restoring, with everything stopped.
+        let controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        controller.kill().await;
+        ensure!(s.replicas("web").await?.0 == 0, "consumer should be stopped while refill is down");
+        let (_, record) = s.replicas("web").await?;
+        ensure!(record.is_some(), "the scale-down must carry its durable record");
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "f")? == b"good");
+        ensure!(s.pvrs().await?.len() == 1, "duplicate PodVolumeRestores");
+        ensure!(s.replicas("web").await? == (3, None));
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 3, TIMEOUT).await?;
+        s.assert_no_stand_ins().await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_consumer_scaled_up_mid_restore_stops_the_volume_and_names_who() -> Result<()> {
+    run_test("dr-rescale", |env| async move {
+        let s = Scene::new(env).await?;
+        let dir = s.volume("data", "node-a", &[("f", b"live")]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])]).await?;
+        let _controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+
+        let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
+        let params = PatchParams { field_manager: Some("gitops-sync".into()), ..Default::default() };
+        deployments.patch("web", &params, &Patch::Merge(json!({"spec": {"replicas": 2}}))).await?;
+
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Failed, "{:#?}", dr.status);
+        let message = dr.status.as_ref().unwrap().volumes[0].message.clone().unwrap_or_default();
+        ensure!(message.contains("scaled to 2 by gitops-sync"), "{message}");
+        let pvrs = s.pvrs().await?;
+        ensure!(pvrs.len() == 1 && pvrs[0].spec.cancel == Some(true), "the PodVolumeRestore must be canceled");
+        ensure!(fixture::read(&dir, "f")? == b"live", "nothing may be written under a running consumer");
+        s.assert_no_stand_ins().await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        ensure!(s.replicas("web").await?.1.is_none(), "the record must be cleared");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn detach_stops_a_bare_pod_and_a_daemonset_and_brings_them_back() -> Result<()> {
+    run_test("dr-detach", |env| async move {
+        let s = Scene::new(env).await?;
+        let solo = s.volume("solo", "node-a", &[("f", b"bad")]).await?;
+        let logs = s.volume("logs", "node-b", &[("f", b"bad")]).await?;
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "solo", "namespace": s.ns, "labels": {"app": "solo"}},
+            "spec": fixture::pod_template("solo", &["solo"])["spec"],
+        }))?;
+        Api::<Pod>::namespaced(s.client.clone(), &s.ns).create(&PostParams::default(), &pod).await?;
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "agent", "namespace": s.ns},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {
+                    "metadata": {"labels": {"app": "agent"}},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": "node-b"},
+                        "containers": [{"name": "a", "image": "registry.local/agent:1"}],
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "logs"}}],
+                    }
+                }
+            }
+        }))?;
+        Api::<DaemonSet>::namespaced(s.client.clone(), &s.ns).create(&PostParams::default(), &ds).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "solo", 1, TIMEOUT).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "agent", 1, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("solo", "solo", &[("f", b"good solo")]), s.backed_up("logs", "agent-x", &[("f", b"good logs")])]).await?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let mut spec = s.spec("b1", &["solo", "logs"]);
+        spec.consumers = ConsumerPolicy::Detach;
+        s.restore("r1", spec).await?;
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&solo, "f")? == b"good solo" && fixture::read(&logs, "f")? == b"good logs");
+        let back = fixture::wait_ready_pods(&s.client, &s.ns, "solo", 1, TIMEOUT).await?;
+        ensure!(back[0].metadata.uid != pod.metadata.uid || pod.metadata.uid.is_none());
+        fixture::wait_ready_pods(&s.client, &s.ns, "agent", 1, TIMEOUT).await?;
+        let ds = Api::<DaemonSet>::namespaced(s.client.clone(), &s.ns).get("agent").await?;
+        let selector = ds.spec.unwrap().template.spec.unwrap().node_selector.unwrap_or_default();
+        ensure!(selector.len() == 1 && selector["kubernetes.io/hostname"] == "node-b", "{selector:?}");
+        let kinds: Vec<ConsumerKind> = dr.status.unwrap().consumers.iter().map(|c| c.kind).collect();
+        ensure!(kinds.contains(&ConsumerKind::Pod) && kinds.contains(&ConsumerKind::DaemonSet), "{kinds:?}");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
+    run_test("dr-bad", |env| async move {
+        let s = Scene::new(env).await?;
+        s.volume("data", "node-a", &[("f", b"x")]).await?;
+        s.volume("extra", "node-a", &[("f", b"x")]).await?;
+        fixture::pvc(&s.client, &s.ns, "unbound", None, &[]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        let bare: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "bare", "namespace": s.ns, "labels": {"app": "bare"}},
+            "spec": fixture::pod_template("bare", &["extra"])["spec"],
+        }))?;
+        Api::<Pod>::namespaced(s.client.clone(), &s.ns).create(&PostParams::default(), &bare).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "bare", 1, TIMEOUT).await?;
+        s.backup("b1", &[
+            s.backed_up("data", "web-0", &[("f", b"y")]),
+            s.backed_up("extra", "bare", &[("f", b"y")]),
+            s.backed_up("unbound", "gone", &[("f", b"y")]),
+        ]).await?;
+        let _controller = s.controller().await?;
+        let before = fixture::resource_versions(&s.client, &s.ns).await?;
+
+        let cases: [(&str, DataRestoreSpec, &str); 4] = [
+            ("unknown", s.spec("nope", &["data"]), "backup \"nope\" not found"),
+            ("not-in-backup", s.spec("b1", &["nothing-here"]), "is not in backup \"b1\""),
+            ("no-candidates", s.spec("b1", &["unbound"]), "candidateNodes"),
+            ("bare-pod", s.spec("b1", &["extra"]), "cannot be scaled down; use consumers: Detach"),
+        ];
+        for (name, spec, expected) in cases {
+            s.restore(name, spec).await?;
+            let dr = s.finished(name).await?;
+            let status = dr.status.unwrap();
+            ensure!(status.phase == Phase::Failed, "{name}: {status:#?}");
+            ensure!(status.errors.iter().any(|e| e.contains(expected)), "{name}: expected '{expected}' in {:?}", status.errors);
+            let stalled = status.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+            ensure!(stalled.status == "True" && stalled.message.contains(expected), "{stalled:?}");
+            ensure!(status.volumes.is_empty() && status.consumers.is_empty());
+        }
+        let after = fixture::resource_versions(&s.client, &s.ns).await?;
+        ensure!(before == after, "objects changed:\nbefore {before:#?}\nafter {after:#?}");
+        ensure!(s.pvrs().await?.is_empty());
+        ensure!(fixture::stand_in_pods(&s.client, &s.ns).await?.is_empty());
+        let pvs: Vec<PersistentVolume> = Api::<PersistentVolume>::all(s.client.clone()).list(&ListParams::default()).await?.items;
+        ensure!(!pvs.is_empty());
+        Ok(())
+    })
+    .await
+}
