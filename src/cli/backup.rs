@@ -179,8 +179,18 @@ async fn describe(ctx: &Ctx, name: &str, format: Option<OutputFormat>) -> Result
         .filter(|p| belongs_to(p, &backup))
         .map(volume)
         .collect();
+    // PVCs first, then pod volumes refill cannot restore.
     volumes.sort_by(|a, b| {
-        (&a.namespace, &a.pvc, &a.pod, &a.volume).cmp(&(&b.namespace, &b.pvc, &b.pod, &b.volume))
+        let key = |v: &BackupVolume| {
+            (
+                v.namespace.clone(),
+                v.pvc.is_none(),
+                v.pvc.clone(),
+                v.pod.clone(),
+                v.volume.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
     });
     if let Some(format) = format {
         let doc = BackupVolumes {

@@ -92,7 +92,7 @@ pub fn render(
         match &dr.status {
             Some(s) => format!("{:?}", s.phase),
             None => {
-                "- (no controller has picked it up yet; is `refill controller` running?)".into()
+                "- (no controller has picked it up yet; is `refill controller` running for this namespace?)".into()
             }
         },
     );

@@ -134,6 +134,7 @@ mod tests {
             backup_name: "nightly".into(),
             volumes: vec![PlannedVolume {
                 pvc: "shop/data-db-0".into(),
+                pvc_uid: None,
                 pod_volume_backup: "nightly-x7k2p".into(),
                 volume: "data".into(),
                 snapshot_id: "3f2a9c".into(),

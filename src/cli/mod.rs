@@ -36,6 +36,8 @@ use std::io::Write;
 pub use args::{AFTER_HELP, BackupCommand, GlobalArgs, RestoreCommand};
 pub use errors::{CliError, EXIT_ERROR, EXIT_OK};
 
+pub use client::USER_AGENT;
+
 use client::Ctx;
 
 /// Runs `refill restore ...`; returns the exit code.

@@ -49,7 +49,7 @@ mod tests {
     fn lists_and_objects_render_without_managed_fields() {
         let object =
             json!({"kind": "DataRestore", "metadata": {"name": "r", "managedFields": [{}]}});
-        let yaml = render(&list(&[object.clone()]), OutputFormat::Yaml).unwrap();
+        let yaml = render(&list(std::slice::from_ref(&object)), OutputFormat::Yaml).unwrap();
         assert!(yaml.contains("kind: List"), "{yaml}");
         assert!(yaml.contains("name: r"), "{yaml}");
         assert!(!yaml.contains("managedFields"), "{yaml}");

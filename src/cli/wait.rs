@@ -95,10 +95,11 @@ pub fn no_controller(name: &str, namespace: &str, after: Duration) -> CliError {
     CliError::with_code(
         EXIT_NO_CONTROLLER,
         format!(
-            "No refill controller has picked up restore \"{name}\" after {}. Is one running? \
-             Start one with `refill controller`, or install it from the manifests/ directory \
-             of refill's repository. The restore stays in namespace \"{namespace}\" and starts \
-             once a controller runs; remove it with: refill restore delete {name} -n {namespace}",
+            "No refill controller has picked up restore \"{name}\" after {}. Is one running \
+             for namespace \"{namespace}\"? Start one with `refill controller -n {namespace}`, \
+             or deploy it with `kubectl apply -f manifests/` from refill's repository. The \
+             restore stays and starts once a controller runs; remove it with: \
+             refill restore delete {name} -n {namespace}",
             humantime::format_duration(after)
         ),
     )
@@ -245,13 +246,13 @@ mod tests {
         assert_eq!(err.code, EXIT_NO_CONTROLLER);
         assert!(
             err.message.starts_with(
-                "No refill controller has picked up restore \"r1\" after 10s. Is one running?"
+                "No refill controller has picked up restore \"r1\" after 10s. Is one running for namespace \"velero\"?"
             ),
             "{}",
             err.message
         );
         assert!(
-            err.message.contains("`refill controller`"),
+            err.message.contains("`refill controller -n velero`"),
             "{}",
             err.message
         );

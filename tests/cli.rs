@@ -1,0 +1,956 @@
+//! The `refill` binary against the local cluster: what a person typing the commands
+//! sees, and what it leaves behind. Each test uses its own namespace as Velero's
+//! namespace (`-n`), with Backups and PodVolumeBackups made up as Velero writes them.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use refill::api::{Backup, DataRestore, PodVolumeBackup};
+use refill::labels;
+use refill_e2e::{TestEnv, dns_label, run_test, wait_for};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What one run of the binary gave.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self) -> Result<Self> {
+        ensure!(self.code == 0, "refill exited {}: {self:#?}", self.code);
+        Ok(self)
+    }
+}
+
+/// Runs the binary with the test's kubeconfig, the test namespace as Velero's.
+async fn refill(env: &TestEnv, args: &[&str]) -> Result<Run> {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
+        .arg("--kubeconfig")
+        .arg(&env.cluster.kubeconfig)
+        .args(["-n", env.namespace()])
+        .args(args)
+        .env_remove("REFILL_NAMESPACE")
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running refill")?;
+    Ok(Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+/// refill's CRDs and Velero's (as Velero ships them), applied once per test process.
+async fn install_crds(client: &Client) -> Result<()> {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_try_init(|| async {
+        refill_e2e::node_agent::install_velero_crds(client).await?;
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in refill::crds::refill_crds() {
+            let name = crd.name_any();
+            api.patch(
+                &name,
+                &PatchParams::apply("refill-tests").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .with_context(|| format!("applying CRD {name}"))?;
+            wait_for(format!("CRD {name} established"), TIMEOUT, || async {
+                let crd = api.get(&name).await?;
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(established.then_some(()))
+            })
+            .await?;
+        }
+        anyhow::Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// One pod volume in a made-up backup.
+struct Volume<'a> {
+    pod: &'a str,
+    volume: &'a str,
+    /// None for a pod volume that is not a PVC.
+    pvc: Option<&'a str>,
+    snapshot: &'a str,
+    bytes: i64,
+}
+
+/// A Completed Velero Backup in the test namespace with one Completed
+/// PodVolumeBackup per volume, labelled and annotated as Velero does.
+async fn make_backup(env: &TestEnv, name: &str, volumes: &[Volume<'_>]) -> Result<Backup> {
+    let ns = env.namespace();
+    let backups = env.api::<Backup>();
+    let backup: Backup = serde_json::from_value(json!({
+        "apiVersion": "velero.io/v1",
+        "kind": "Backup",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": { "includedNamespaces": [ns], "storageLocation": "default" }
+    }))?;
+    backups.create(&PostParams::default(), &backup).await?;
+    let backup = backups
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": {
+                "phase": "Completed",
+                "startTimestamp": "2026-01-01T01:00:00Z",
+                "completionTimestamp": "2026-01-01T01:05:00Z"
+            } })),
+        )
+        .await?;
+    let uid = backup.uid().unwrap_or_default();
+    let pvbs = env.api::<PodVolumeBackup>();
+    for (i, v) in volumes.iter().enumerate() {
+        let pvb_name = format!("{}-{i}", dns_label(name, 50));
+        let mut annotations = BTreeMap::new();
+        if let Some(pvc) = v.pvc {
+            annotations.insert(labels::PVC_NAME_ANNOTATION, pvc);
+        }
+        let pvb: PodVolumeBackup = serde_json::from_value(json!({
+            "apiVersion": "velero.io/v1",
+            "kind": "PodVolumeBackup",
+            "metadata": {
+                "name": pvb_name,
+                "namespace": ns,
+                "labels": {
+                    labels::BACKUP_NAME: labels::label_value(name),
+                    labels::BACKUP_UID: uid,
+                },
+                "annotations": annotations,
+            },
+            "spec": {
+                "node": "node-a",
+                "pod": { "kind": "Pod", "namespace": ns, "name": v.pod },
+                "volume": v.volume,
+                "backupStorageLocation": "default",
+                "repoIdentifier": format!("s3:http://minio/velero/kopia/{ns}"),
+                "uploaderType": "kopia",
+                "tags": { "backup": name, "ns": ns, "pod": v.pod, "volume": v.volume }
+            }
+        }))?;
+        pvbs.create(&PostParams::default(), &pvb).await?;
+        pvbs.patch_status(
+            &pvb_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": {
+                "phase": "Completed",
+                "snapshotID": v.snapshot,
+                "path": format!("/host_pods/uid/volumes/{}", v.volume),
+                "progress": { "totalBytes": v.bytes, "bytesDone": v.bytes },
+                "completionTimestamp": "2026-01-01T01:04:00Z"
+            } })),
+        )
+        .await?;
+    }
+    Ok(backup)
+}
+
+/// A PVC statically bound to a local PV on `node`.
+async fn bound_claim(env: &TestEnv, name: &str, node: &str) -> Result<()> {
+    let ns = env.namespace();
+    let pv = format!("{ns}-{name}");
+    let path = env.cluster.scratch_dir(&format!("{ns}/{name}"))?;
+    env.api_all::<PersistentVolume>()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": { "name": pv, "labels": env.ns.labels() },
+                "spec": {
+                    "capacity": { "storage": "1Gi" },
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "local": { "path": path },
+                    "claimRef": { "namespace": ns, "name": name },
+                    "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [{
+                        "key": "kubernetes.io/hostname", "operator": "In", "values": [node]
+                    }] }] } }
+                }
+            }))?,
+        )
+        .await?;
+    env.create::<PersistentVolumeClaim>(json!({
+        "metadata": { "name": name, "labels": { "app": "web" } },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "volumeName": pv,
+            "resources": { "requests": { "storage": "1Gi" } }
+        }
+    }))
+    .await?;
+    let claims = env.api::<PersistentVolumeClaim>();
+    wait_for(format!("claim {name} bound"), TIMEOUT, || async {
+        let claim = claims.get(name).await?;
+        let phase = claim.status.and_then(|s| s.phase);
+        Ok((phase.as_deref() == Some("Bound")).then_some(()))
+    })
+    .await
+}
+
+/// A Deployment of `replicas` pods mounting `claim`, waited for until all are ready.
+async fn deployment(env: &TestEnv, name: &str, claim: &str, replicas: i32) -> Result<()> {
+    env.create::<Deployment>(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "containers": [{
+                        "name": "app",
+                        "image": "registry.invalid/app:1",
+                        "volumeMounts": [{ "name": "data", "mountPath": "/data" }]
+                    }],
+                    "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }]
+                }
+            }
+        }
+    }))
+    .await?;
+    let deployments = env.api::<Deployment>();
+    wait_for(format!("deployment {name} ready"), TIMEOUT, || async {
+        let d = deployments.get(name).await?;
+        let status = d.status.clone().unwrap_or_default();
+        let settled = status.observed_generation == d.metadata.generation
+            && status.ready_replicas == Some(replicas)
+            && status.updated_replicas == Some(replicas)
+            && status.available_replicas == Some(replicas);
+        Ok(settled.then_some(()))
+    })
+    .await
+}
+
+async fn add_versions<K>(
+    api: Api<K>,
+    kind: &str,
+    lp: &ListParams,
+    out: &mut BTreeMap<String, String>,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    for object in api.list(lp).await? {
+        let version = object.resource_version().unwrap_or_default();
+        out.insert(format!("{kind}/{}", object.name_any()), version);
+    }
+    Ok(())
+}
+
+/// The resourceVersion of every object a restore could touch, by `Kind/name`.
+async fn versions(env: &TestEnv) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let all = ListParams::default();
+    add_versions(env.api::<Deployment>(), "Deployment", &all, &mut out).await?;
+    add_versions(env.api::<ReplicaSet>(), "ReplicaSet", &all, &mut out).await?;
+    add_versions(env.api::<Pod>(), "Pod", &all, &mut out).await?;
+    add_versions(
+        env.api::<PersistentVolumeClaim>(),
+        "PersistentVolumeClaim",
+        &all,
+        &mut out,
+    )
+    .await?;
+    add_versions(env.api::<DataRestore>(), "DataRestore", &all, &mut out).await?;
+    add_versions(env.api::<Backup>(), "Backup", &all, &mut out).await?;
+    add_versions(
+        env.api::<PodVolumeBackup>(),
+        "PodVolumeBackup",
+        &all,
+        &mut out,
+    )
+    .await?;
+    let mine = ListParams::default().labels(&format!(
+        "{}={}",
+        refill_e2e::TEST_NAMESPACE_LABEL,
+        env.namespace()
+    ));
+    add_versions(
+        env.api_all::<PersistentVolume>(),
+        "PersistentVolume",
+        &mine,
+        &mut out,
+    )
+    .await?;
+    Ok(out)
+}
+
+/// The CLI's requests about the test namespace, from the apiserver's audit log.
+fn cli_requests(env: &TestEnv) -> Result<Vec<Value>> {
+    let log = std::fs::read_to_string(env.cluster.audit_log_path())?;
+    Ok(log
+        .lines()
+        .filter(|l| l.contains(refill::cli::USER_AGENT))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["userAgent"] == refill::cli::USER_AGENT)
+        .filter(|e| {
+            e["objectRef"]["namespace"] == env.namespace() || e["objectRef"]["namespace"].is_null()
+        })
+        .collect())
+}
+
+const SNAPSHOT: &str = "3f2a9c1e8b7d4a60";
+
+#[tokio::test]
+async fn backup_describe_lists_the_file_system_backed_volumes() -> Result<()> {
+    run_test("cli-backup-describe", |env| async move {
+        install_crds(&env.client).await?;
+        // Longer than a label value may be: Velero shortens it on the PodVolumeBackups.
+        let name = format!("nightly-{}", "0123456789".repeat(7));
+        make_backup(
+            &env,
+            &name,
+            &[
+                Volume {
+                    pod: "db-0",
+                    volume: "data",
+                    pvc: Some("data-db-0"),
+                    snapshot: SNAPSHOT,
+                    bytes: 1_258_291,
+                },
+                Volume {
+                    pod: "db-1",
+                    volume: "data",
+                    pvc: Some("data-db-1"),
+                    snapshot: "77aa",
+                    bytes: 2048,
+                },
+                Volume {
+                    pod: "db-0",
+                    volume: "scratch",
+                    pvc: None,
+                    snapshot: "99bb",
+                    bytes: 10,
+                },
+            ],
+        )
+        .await?;
+        // Another backup's volumes are not this one's.
+        make_backup(
+            &env,
+            "other",
+            &[Volume {
+                pod: "x",
+                volume: "v",
+                pvc: Some("x"),
+                snapshot: "1",
+                bytes: 1,
+            }],
+        )
+        .await?;
+
+        let run = refill(&env, &["backup", "describe", &name]).await?.ok()?;
+        let out = &run.stdout;
+        assert!(out.contains("Phase:                 Completed"), "{out}");
+        assert!(
+            out.contains("File-system-backed volumes: 3, 2 restorable by refill"),
+            "{out}"
+        );
+        assert!(out.contains("data-db-0"), "{out}");
+        assert!(out.contains(SNAPSHOT), "{out}");
+        assert!(out.contains("1.2 MiB"), "{out}");
+        assert!(
+            out.contains("data-db-1") && out.contains("2.0 KiB"),
+            "{out}"
+        );
+        let scratch = out
+            .lines()
+            .find(|l| l.contains("scratch"))
+            .context("no scratch line")?;
+        assert!(scratch.contains("no: not a PVC"), "{out}");
+        assert!(
+            !out.contains("   x   "),
+            "volume of another backup shown: {out}"
+        );
+        let ns = env.namespace();
+        assert!(
+            out.contains(&format!("--from-backup {name} --pvc {ns}/data-db-0")),
+            "{out}"
+        );
+
+        let run = refill(&env, &["backup", "describe", &name, "-o", "json"])
+            .await?
+            .ok()?;
+        let doc: Value = serde_json::from_str(&run.stdout)?;
+        let volumes = doc["volumes"].as_array().context("no volumes")?;
+        assert_eq!(volumes.len(), 3, "{doc:#}");
+        assert_eq!(volumes[0]["pvc"], "data-db-0", "{doc:#}");
+        assert_eq!(volumes[0]["snapshotID"], SNAPSHOT);
+        assert_eq!(volumes[0]["totalBytes"], 1_258_291);
+
+        let run = refill(&env, &["backup", "get"]).await?.ok()?;
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&name))
+            .context("backup not listed")?;
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(columns[1..3], ["Completed", "3"], "{}", run.stdout);
+        let other = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("other "))
+            .context("other not listed")?;
+        assert_eq!(other.split_whitespace().nth(2), Some("1"), "{}", run.stdout);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_unknown_backup_is_a_clear_error() -> Result<()> {
+    run_test("cli-unknown-backup", |env| async move {
+        install_crds(&env.client).await?;
+        let ns = env.namespace().to_string();
+        let expected = format!(
+            "error: backup \"nope\" not found in namespace \"{ns}\"; list backups with: refill backup get\n"
+        );
+        for extra in [&["--dry-run"][..], &[], &["--wait"]] {
+            let mut args = vec!["restore", "create", "r1", "--from-backup", "nope", "--pvc", "shop/data"];
+            args.extend_from_slice(extra);
+            let run = refill(&env, &args).await?;
+            assert_eq!(run.code, 1, "{extra:?}: {run:#?}");
+            assert_eq!(run.stderr, expected, "{extra:?}");
+            assert_eq!(run.stdout, "", "{extra:?}");
+        }
+        let left = env.api::<DataRestore>().list(&ListParams::default()).await?;
+        assert!(left.items.is_empty(), "a DataRestore was created: {left:?}");
+
+        let run = refill(&env, &["backup", "describe", "nope"]).await?;
+        assert_eq!(run.code, 1);
+        assert_eq!(run.stderr, expected);
+        let run = refill(&env, &["restore", "describe", "nope"]).await?;
+        assert_eq!(run.code, 1);
+        assert_eq!(
+            run.stderr,
+            format!("error: restore \"nope\" not found in namespace \"{ns}\"; list restores with: refill restore get\n")
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
+    run_test("cli-dry-run", |env| async move {
+        install_crds(&env.client).await?;
+        let ns = env.namespace().to_string();
+        bound_claim(&env, "data", "node-b").await?;
+        deployment(&env, "web", "data", 2).await?;
+        make_backup(
+            &env,
+            "nightly",
+            &[Volume {
+                pod: "web-abc",
+                volume: "data",
+                pvc: Some("data"),
+                snapshot: SNAPSHOT,
+                bytes: 1_258_291,
+            }],
+        )
+        .await?;
+
+        let before = versions(&env).await?;
+        let pvc = format!("{ns}/data");
+        let run = refill(
+            &env,
+            &[
+                "restore",
+                "create",
+                "r1",
+                "--from-backup",
+                "nightly",
+                "--pvc",
+                &pvc,
+                "--dry-run",
+            ],
+        )
+        .await?
+        .ok()?;
+        let out = &run.stdout;
+        assert!(out.starts_with("Dry run: nothing was changed."), "{out}");
+        let volume = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&pvc))
+            .context("PVC not in plan")?;
+        assert!(volume.contains(SNAPSHOT), "{out}");
+        assert!(volume.contains("1.2 MiB"), "{out}");
+        assert!(
+            volume.contains("node-b"),
+            "stand-in placement missing: {out}"
+        );
+        let consumer = out
+            .lines()
+            .find(|l| l.contains("Deployment"))
+            .context("no consumer in plan")?;
+        assert!(consumer.contains(&format!("{ns}/web")), "{out}");
+        assert!(consumer.contains("scale 2 → 0"), "{out}");
+
+        // -o yaml prints the DataRestore that would be created, and still creates nothing.
+        let run = refill(
+            &env,
+            &[
+                "restore",
+                "create",
+                "r1",
+                "--from-backup",
+                "nightly",
+                "--pvc",
+                &pvc,
+                "--dry-run",
+                "-o",
+                "yaml",
+            ],
+        )
+        .await?
+        .ok()?;
+        let object: DataRestore = serde_yaml::from_str(&run.stdout)?;
+        assert_eq!(object.spec.pvcs, vec![pvc.clone()]);
+
+        // A request validation refuses is refused with the controller's words.
+        let run = refill(
+            &env,
+            &[
+                "restore",
+                "create",
+                "r2",
+                "--from-backup",
+                "nightly",
+                "--pvc",
+                &format!("{ns}/missing"),
+                "--dry-run",
+            ],
+        )
+        .await?;
+        assert_eq!(run.code, 1, "{run:#?}");
+        assert!(
+            run.stderr
+                .starts_with("error: restore \"r2\" would be refused: "),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(&format!("{ns}/missing")),
+            "{}",
+            run.stderr
+        );
+
+        let after = versions(&env).await?;
+        assert_eq!(before, after, "the dry run changed objects");
+        assert!(
+            !after.keys().any(|k| k.starts_with("DataRestore/")),
+            "{after:?}"
+        );
+
+        let requests = wait_for("the CLI's requests in the audit log", TIMEOUT, || async {
+            let requests = cli_requests(&env)?;
+            Ok((!requests.is_empty()).then_some(requests))
+        })
+        .await?;
+        let writes: Vec<&Value> = requests
+            .iter()
+            .filter(|e| !matches!(e["verb"].as_str(), Some("get" | "list" | "watch")))
+            .collect();
+        assert!(writes.is_empty(), "the dry run wrote: {writes:#?}");
+
+        let run = refill(&env, &["restore", "get"]).await?.ok()?;
+        assert_eq!(run.stdout, "");
+        assert_eq!(
+            run.stderr,
+            format!("No restores found in namespace \"{ns}\".\n")
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn completions_and_usage_errors_need_no_cluster() -> Result<()> {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
+            .args(["completion", shell])
+            .output()
+            .await?;
+        let script = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{shell}: {output:?}");
+        assert!(
+            script.contains("refill") && script.contains("restore"),
+            "{shell}: {script}"
+        );
+    }
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
+        .args(["restore", "create", "r1", "--pvc", "a/b"])
+        .output()
+        .await?;
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--from-backup"),
+        "{output:?}"
+    );
+
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
+        .arg("--help")
+        .output()
+        .await?;
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        help.contains("Exit codes:") && help.contains("kubectl-refill"),
+        "{help}"
+    );
+    Ok(())
+}
+
+/// Runs `body` with a refill controller (in this process) and the simulated node
+/// agent serving the test namespace, snapshots read from `snapshots`. Afterwards,
+/// whatever the outcome, the DataRestores are deleted while the controller still
+/// runs, so that no finalizer holds the namespace back.
+async fn with_controller<F, Fut>(env: &TestEnv, snapshots: &std::path::Path, body: F) -> Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let config = refill::controller::Config {
+        namespace: env.namespace().to_string(),
+        ..Default::default()
+    };
+    let controller = tokio::spawn(refill::controller::run(env.client.clone(), config));
+    let mut agent_config = refill_e2e::node_agent::NodeAgentConfig::new(snapshots);
+    agent_config.velero_namespace = env.namespace().to_string();
+    // Slow enough that progress is reported more than once.
+    agent_config.bytes_per_second = Some(SIZE as u64);
+    let agent = refill_e2e::node_agent::spawn(env.client.clone(), agent_config);
+
+    let outcome = body().await;
+
+    let restores = env.api::<DataRestore>();
+    let _ = restores
+        .delete_collection(&Default::default(), &ListParams::default())
+        .await;
+    let gone = wait_for("DataRestores gone", Duration::from_secs(30), || async {
+        Ok(restores
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await;
+    if gone.is_err() {
+        for dr in restores.list(&ListParams::default()).await? {
+            let strip = Patch::Merge(json!({ "metadata": { "finalizers": null } }));
+            restores
+                .patch(&dr.name_any(), &PatchParams::default(), &strip)
+                .await?;
+        }
+    }
+    controller.abort();
+    agent.stop().await;
+    outcome.and(gone)
+}
+
+/// Size of the snapshot the restore tests put back: 1.2 MiB.
+const SIZE: usize = 1_258_291;
+
+#[tokio::test]
+async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_story() -> Result<()>
+{
+    run_test("cli-wait", |env| async move {
+        install_crds(&env.client).await?;
+        let ns = env.namespace().to_string();
+        bound_claim(&env, "data", "node-b").await?;
+        deployment(&env, "web", "data", 2).await?;
+        let snapshots = env.cluster.scratch_dir(&format!("{ns}/snapshots"))?;
+        let content = vec![b'x'; SIZE];
+        refill_e2e::node_agent::write_snapshot(
+            &snapshots,
+            SNAPSHOT,
+            &[("restored.bin", &content)],
+        )?;
+        make_backup(
+            &env,
+            "nightly",
+            &[Volume {
+                pod: "web-abc",
+                volume: "data",
+                pvc: Some("data"),
+                snapshot: SNAPSHOT,
+                bytes: SIZE as i64,
+            }],
+        )
+        .await?;
+        with_controller(&env, &snapshots, || async {
+            let pvc = format!("{ns}/data");
+            let run = refill(
+                &env,
+                &[
+                    "restore",
+                    "create",
+                    "r1",
+                    "--from-backup",
+                    "nightly",
+                    "--pvc",
+                    &pvc,
+                    "--timeout",
+                    "3m",
+                    "--wait",
+                ],
+            )
+            .await?;
+            assert_eq!(run.code, 0, "{run:#?}");
+            assert!(
+                run.stdout
+                    .starts_with("restore \"r1\" Completed: 1 volume(s), 1.2 MiB"),
+                "{run:#?}"
+            );
+            // Not a terminal here: plain lines, one per phase change.
+            let err = &run.stderr;
+            assert!(
+                err.contains(&format!("restore \"r1\" created in namespace \"{ns}\"")),
+                "{err}"
+            );
+            assert!(
+                err.contains("restore r1: Restoring from backup nightly, 1 volume(s)"),
+                "{err}"
+            );
+            assert!(
+                err.contains(&format!("  {pvc}: Restoring on node-b")),
+                "{err}"
+            );
+            assert!(
+                err.contains(&format!("  {pvc}: Completed, 1.2 MiB")),
+                "{err}"
+            );
+            assert!(err.contains("restore r1: Completed"), "{err}");
+            assert!(
+                !err.contains('\r') && !err.contains('\u{1b}'),
+                "terminal control codes in a pipe: {err:?}"
+            );
+
+            let data = env
+                .cluster
+                .scratch_dir(&format!("{ns}/data"))?
+                .join("restored.bin");
+            assert_eq!(
+                std::fs::read(&data)?.len(),
+                SIZE,
+                "data not restored into {}",
+                data.display()
+            );
+            let web = env.api::<Deployment>().get("web").await?;
+            assert_eq!(
+                web.spec.and_then(|s| s.replicas),
+                Some(2),
+                "consumer not brought back"
+            );
+
+            let run = refill(&env, &["restore", "get"]).await?.ok()?;
+            let line = run
+                .stdout
+                .lines()
+                .find(|l| l.starts_with("r1 "))
+                .context("r1 not listed")?;
+            let columns: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(
+                columns[..4],
+                ["r1", "nightly", "Completed", "1/1"],
+                "{}",
+                run.stdout
+            );
+
+            let run = refill(&env, &["restore", "describe", "r1"]).await?.ok()?;
+            let out = &run.stdout;
+            assert!(out.contains("Phase:       Completed"), "{out}");
+            let volume = out
+                .lines()
+                .find(|l| l.trim_start().starts_with(&pvc))
+                .context("no volume row")?;
+            assert!(
+                volume.contains("Completed") && volume.contains("node-b"),
+                "{out}"
+            );
+            assert!(volume.contains("1.2 MiB/1.2 MiB"), "{out}");
+            let consumer = out
+                .lines()
+                .find(|l| l.contains("Deployment"))
+                .context("no consumer row")?;
+            assert!(
+                consumer.contains(&format!("{ns}/web")) && consumer.contains(" 2 "),
+                "{out}"
+            );
+            assert!(consumer.contains("Resumed"), "{out}");
+            let events = out
+                .split("\nEvents:\n")
+                .nth(1)
+                .context("no events section")?;
+            assert!(
+                !events.starts_with("  none"),
+                "no events of the DataRestore: {out}"
+            );
+
+            let run = refill(&env, &["restore", "describe", "r1", "--details"])
+                .await?
+                .ok()?;
+            let plugin = run
+                .stdout
+                .split("Volume plugin restores:\n")
+                .nth(1)
+                .context("no VPR section")?;
+            assert!(
+                plugin.lines().next().is_some_and(|l| l.contains("NAME")),
+                "{}",
+                run.stdout
+            );
+            assert!(
+                plugin.contains(&pvc) && plugin.contains(SNAPSHOT),
+                "{}",
+                run.stdout
+            );
+
+            let run = refill(&env, &["restore", "describe", "r1", "-o", "json"])
+                .await?
+                .ok()?;
+            let object: DataRestore = serde_json::from_str(&run.stdout)?;
+            assert_eq!(
+                object.status.map(|s| s.phase),
+                Some(refill::api::Phase::Completed)
+            );
+
+            let run = refill(&env, &["restore", "delete", "r1", "--wait"])
+                .await?
+                .ok()?;
+            assert!(run.stdout.ends_with("restore \"r1\" deleted\n"), "{run:#?}");
+            let left = env.api::<DataRestore>().get_opt("r1").await?;
+            assert!(left.is_none(), "still there: {left:?}");
+            Ok(())
+        })
+        .await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_failed_restore_exits_3_and_names_the_volume() -> Result<()> {
+    run_test("cli-fails", |env| async move {
+        install_crds(&env.client).await?;
+        let ns = env.namespace().to_string();
+        bound_claim(&env, "data", "node-a").await?;
+        // No snapshot directory: the node agent fails the PodVolumeRestore.
+        let snapshots = env.cluster.scratch_dir(&format!("{ns}/snapshots"))?;
+        make_backup(
+            &env,
+            "nightly",
+            &[Volume {
+                pod: "web-abc",
+                volume: "data",
+                pvc: Some("data"),
+                snapshot: "gone",
+                bytes: 10,
+            }],
+        )
+        .await?;
+        with_controller(&env, &snapshots, || async {
+            let pvc = format!("{ns}/data");
+            let run = refill(
+                &env,
+                &[
+                    "restore",
+                    "create",
+                    "r1",
+                    "--from-backup",
+                    "nightly",
+                    "--pvc",
+                    &pvc,
+                    "--timeout",
+                    "3m",
+                    "--wait",
+                ],
+            )
+            .await?;
+            assert_eq!(run.code, 3, "{run:#?}");
+            assert!(
+                run.stderr
+                    .contains("error: restore \"r1\" ended Failed: 0 of 1 volume(s) restored"),
+                "{run:#?}"
+            );
+            assert!(
+                run.stderr.contains(&format!("  {pvc}: Failed: ")),
+                "{run:#?}"
+            );
+            assert!(run.stderr.contains("snapshot gone not found"), "{run:#?}");
+            assert!(
+                run.stderr
+                    .contains(&format!("see: refill restore describe r1 -n {ns}")),
+                "{run:#?}"
+            );
+
+            // The controller's finalizer holds it until the rollback is done.
+            let run = refill(&env, &["restore", "delete", "r1", "--wait"])
+                .await?
+                .ok()?;
+            assert!(run.stdout.ends_with("restore \"r1\" deleted\n"), "{run:#?}");
+            Ok(())
+        })
+        .await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn without_a_controller_wait_says_so_instead_of_hanging() -> Result<()> {
+    run_test("cli-no-controller", |env| async move {
+        install_crds(&env.client).await?;
+        let ns = env.namespace().to_string();
+        make_backup(&env, "nightly", &[]).await?;
+        let started = std::time::Instant::now();
+        let run = refill(
+            &env,
+            &["restore", "create", "r1", "--from-backup", "nightly", "--pvc", "a/b", "--wait", "--pickup-timeout", "2s"],
+        )
+        .await?;
+        assert_eq!(run.code, 4, "{run:#?}");
+        assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+        assert!(
+            run.stderr.contains(&format!(
+                "error: No refill controller has picked up restore \"r1\" after 2s. Is one running for namespace \"{ns}\"? Start one with `refill controller -n {ns}`"
+            )),
+            "{run:#?}"
+        );
+
+        // The restore stays, and says what it waits for.
+        let run = refill(&env, &["restore", "get", "r1"]).await?.ok()?;
+        let line = run.stdout.lines().nth(1).context("no row")?;
+        assert_eq!(line.split_whitespace().take(4).collect::<Vec<_>>(), ["r1", "nightly", "-", "-"], "{}", run.stdout);
+        let run = refill(&env, &["restore", "describe", "r1"]).await?.ok()?;
+        assert!(run.stdout.contains("no controller has picked it up yet"), "{}", run.stdout);
+
+        // Without a controller there is no finalizer: it goes at once.
+        let run = refill(&env, &["restore", "delete", "r1"]).await?.ok()?;
+        assert_eq!(run.stdout, "restore \"r1\" deleted\n");
+        Ok(())
+    })
+    .await
+}
