@@ -100,9 +100,13 @@ impl Context {
 
     pub fn restores_for_pod(&self, pod: &Pod) -> Vec<ObjectRef<DataRestore>> {
         if let Some(key) = pod.annotations().get(labels::DATA_RESTORE_ANNOTATION) {
-            if let Some((ns, name)) = key.split_once('/') {
-                return vec![ObjectRef::new(name).within(ns)];
-            }
+            // Another controller's stand-in (another Velero namespace) is not ours.
+            return match key.split_once('/') {
+                Some((ns, name)) if ns == self.config.namespace => {
+                    vec![ObjectRef::new(name).within(ns)]
+                }
+                _ => Vec::new(),
+            };
         }
         let ns = pod.namespace().unwrap_or_default();
         let claims = self.claims.lock().expect("claims lock");

@@ -202,12 +202,23 @@ fn security_of(pod: &Pod) -> ConsumerSecurity {
     }
 }
 
+/// A bare pod is deleted to stop it, so its manifest is recorded before.
+fn pod_manifest(planned: &plan::PlannedConsumer, pods: &[Pod]) -> Option<String> {
+    (planned.kind == ConsumerKind::Pod)
+        .then(|| pods.iter().find(|p| p.name_any() == planned.name))
+        .flatten()
+        .and_then(|p| serde_json::to_string(&consumers::recreatable_pod(p)).ok())
+}
+
 fn merge_consumer(status: &mut DataRestoreStatus, planned: plan::PlannedConsumer, pods: &[Pod]) {
     let existing = status.consumers.iter_mut().find(|c| {
         c.kind == planned.kind && c.namespace == planned.namespace && c.name == planned.name
     });
     match existing {
         Some(record) => {
+            if record.original.is_none() {
+                record.original = pod_manifest(&planned, pods);
+            }
             for pvc in planned.pvcs {
                 if !record.pvcs.contains(&pvc) {
                     record.pvcs.push(pvc);
@@ -219,11 +230,7 @@ fn merge_consumer(status: &mut DataRestoreStatus, planned: plan::PlannedConsumer
             }
         }
         None => {
-            // A bare pod is deleted to stop it, so its manifest must be recorded first.
-            let original = (planned.kind == ConsumerKind::Pod)
-                .then(|| pods.iter().find(|p| p.name_any() == planned.name))
-                .flatten()
-                .and_then(|p| serde_json::to_string(&consumers::recreatable_pod(p)).ok());
+            let original = pod_manifest(&planned, pods);
             status.consumers.push(ConsumerRecord {
                 kind: planned.kind,
                 namespace: planned.namespace,
