@@ -98,7 +98,10 @@ mod tests {
     #[test]
     fn derived_names_are_stable_valid_and_distinct() {
         let a = stand_in_pod_name("uid-1", "shop/data-web-0");
-        assert!(a.starts_with("refill-data-web-0-") && !a.contains('/'), "{a}");
+        assert!(
+            a.starts_with("refill-data-web-0-") && !a.contains('/'),
+            "{a}"
+        );
         assert_eq!(a, stand_in_pod_name("uid-1", "shop/data-web-0"));
         assert_ne!(a, stand_in_pod_name("uid-2", "shop/data-web-0"));
         let long = stand_in_pod_name("uid-1", &"p".repeat(200));

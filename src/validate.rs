@@ -102,23 +102,20 @@ async fn gather(client: &Client, dr: &DataRestore) -> Result<Facts, ValidateErro
     for (key, _) in &selected {
         let pvc = &facts.pvcs[key];
         let spec = pvc.spec.clone().unwrap_or_default();
-        if let Some(pv) = spec.volume_name.as_deref() {
-            if let Some(pv) = Api::<PersistentVolume>::all(client.clone())
+        if let Some(pv) = spec.volume_name.as_deref()
+            && let Some(pv) = Api::<PersistentVolume>::all(client.clone())
                 .get_opt(pv)
                 .await?
-            {
-                facts.pvs.insert(pv.name_any(), pv);
-            }
+        {
+            facts.pvs.insert(pv.name_any(), pv);
         }
-        if let Some(class) = spec.storage_class_name.as_deref() {
-            if !facts.storage_classes.contains_key(class) {
-                if let Some(sc) = Api::<StorageClass>::all(client.clone())
-                    .get_opt(class)
-                    .await?
-                {
-                    facts.storage_classes.insert(class.to_string(), sc);
-                }
-            }
+        if let Some(class) = spec.storage_class_name.as_deref()
+            && !facts.storage_classes.contains_key(class)
+            && let Some(sc) = Api::<StorageClass>::all(client.clone())
+                .get_opt(class)
+                .await?
+        {
+            facts.storage_classes.insert(class.to_string(), sc);
         }
         let (ns, name) = key
             .split_once('/')

@@ -38,7 +38,13 @@ impl Scene {
         let scratch = env.cluster.scratch_dir(&ns)?;
         let snapshots = scratch.join("snapshots");
         std::fs::create_dir_all(&snapshots)?;
-        Ok(Scene { client: env.client.clone(), env, ns, snapshots, scratch })
+        Ok(Scene {
+            client: env.client.clone(),
+            env,
+            ns,
+            snapshots,
+            scratch,
+        })
     }
 
     async fn controller(&self) -> Result<ControllerHandle> {
@@ -61,7 +67,12 @@ impl Scene {
         Ok(dir)
     }
 
-    fn backed_up<'a>(&'a self, pvc: &'a str, pod: &'a str, files: &[(&'a str, &[u8])]) -> BackedUpVolume<'a> {
+    fn backed_up<'a>(
+        &'a self,
+        pvc: &'a str,
+        pod: &'a str,
+        files: &[(&'a str, &[u8])],
+    ) -> BackedUpVolume<'a> {
         BackedUpVolume {
             namespace: &self.ns,
             pvc,
@@ -94,35 +105,53 @@ impl Scene {
     }
 
     async fn replicas(&self, deployment: &str) -> Result<(i32, Option<String>)> {
-        let d = Api::<Deployment>::namespaced(self.client.clone(), &self.ns).get(deployment).await?;
+        let d = Api::<Deployment>::namespaced(self.client.clone(), &self.ns)
+            .get(deployment)
+            .await?;
         Ok((
             d.spec.and_then(|s| s.replicas).unwrap_or(1),
-            d.metadata.annotations.unwrap_or_default().get(labels::QUIESCED_BY).cloned(),
+            d.metadata
+                .annotations
+                .unwrap_or_default()
+                .get(labels::QUIESCED_BY)
+                .cloned(),
         ))
     }
 
     async fn assert_no_stand_ins(&self) -> Result<()> {
         wait_for("stand-in pods gone", TIMEOUT, || async {
-            Ok(fixture::stand_in_pods(&self.client, &self.ns).await?.is_empty().then_some(()))
+            Ok(fixture::stand_in_pods(&self.client, &self.ns)
+                .await?
+                .is_empty()
+                .then_some(()))
         })
         .await
     }
 
     async fn wait_volume(&self, name: &str, phase: VolumePhase) -> Result<DataRestore> {
         let api: Api<DataRestore> = Api::namespaced(self.client.clone(), &self.ns);
-        wait_for(format!("a volume of {name} to reach {phase:?}"), TIMEOUT, || async {
-            let dr = api.get(name).await?;
-            let reached = dr.status.as_ref().is_some_and(|s| s.volumes.iter().any(|v| v.phase == phase));
-            Ok(reached.then_some(dr))
-        })
+        wait_for(
+            format!("a volume of {name} to reach {phase:?}"),
+            TIMEOUT,
+            || async {
+                let dr = api.get(name).await?;
+                let reached = dr
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.volumes.iter().any(|v| v.phase == phase));
+                Ok(reached.then_some(dr))
+            },
+        )
         .await
     }
 
     async fn pvrs(&self) -> Result<Vec<PodVolumeRestore>> {
-        Ok(Api::<PodVolumeRestore>::namespaced(self.client.clone(), &self.ns)
-            .list(&ListParams::default())
-            .await?
-            .items)
+        Ok(
+            Api::<PodVolumeRestore>::namespaced(self.client.clone(), &self.ns)
+                .list(&ListParams::default())
+                .await?
+                .items,
+        )
     }
 }
 
@@ -137,10 +166,24 @@ const GOOD_CONF: &[u8] = b"mode: primary\n";
 async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()> {
     run_test("dr-deploy", |env| async move {
         let s = Scene::new(env).await?;
-        let dir = s.volume("data", "node-b", &[("app.db", GOOD_DB), ("app.conf", GOOD_CONF)]).await?;
+        let dir = s
+            .volume(
+                "data",
+                "node-b",
+                &[("app.db", GOOD_DB), ("app.conf", GOOD_CONF)],
+            )
+            .await?;
         fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
         let pods = fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", &pods[0].name_any(), &[("app.db", GOOD_DB), ("app.conf", GOOD_CONF)])]).await?;
+        s.backup(
+            "b1",
+            &[s.backed_up(
+                "data",
+                &pods[0].name_any(),
+                &[("app.db", GOOD_DB), ("app.conf", GOOD_CONF)],
+            )],
+        )
+        .await?;
         std::fs::write(dir.join("app.db"), b"garbage")?;
         std::fs::remove_file(dir.join("app.conf"))?;
 
@@ -151,29 +194,67 @@ async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()
         let status = dr.status.clone().unwrap();
         ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
 
-        ensure!(fixture::read(&dir, "app.db")? == GOOD_DB, "app.db not restored");
-        ensure!(fixture::read(&dir, "app.conf")? == GOOD_CONF, "app.conf not restored");
-        ensure!(!dir.join(".velero").exists(), "the done marker was left behind");
-        ensure!(s.replicas("web").await? == (2, None), "replicas not restored: {:?}", s.replicas("web").await?);
+        ensure!(
+            fixture::read(&dir, "app.db")? == GOOD_DB,
+            "app.db not restored"
+        );
+        ensure!(
+            fixture::read(&dir, "app.conf")? == GOOD_CONF,
+            "app.conf not restored"
+        );
+        ensure!(
+            !dir.join(".velero").exists(),
+            "the done marker was left behind"
+        );
+        ensure!(
+            s.replicas("web").await? == (2, None),
+            "replicas not restored: {:?}",
+            s.replicas("web").await?
+        );
         fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
         s.assert_no_stand_ins().await?;
 
         let volume = &status.volumes[0];
-        ensure!(volume.phase == VolumePhase::Completed && volume.node.as_deref() == Some("node-b"), "{volume:#?}");
-        ensure!(volume.bytes_done == volume.total_bytes && volume.total_bytes == (GOOD_DB.len() + GOOD_CONF.len()) as i64, "{volume:#?}");
+        ensure!(
+            volume.phase == VolumePhase::Completed && volume.node.as_deref() == Some("node-b"),
+            "{volume:#?}"
+        );
+        ensure!(
+            volume.bytes_done == volume.total_bytes
+                && volume.total_bytes == (GOOD_DB.len() + GOOD_CONF.len()) as i64,
+            "{volume:#?}"
+        );
         let consumer = &status.consumers[0];
-        ensure!(consumer.kind == ConsumerKind::Deployment && consumer.replicas == Some(2) && consumer.state == ConsumerState::Resumed, "{consumer:#?}");
-        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        ensure!(
+            consumer.kind == ConsumerKind::Deployment
+                && consumer.replicas == Some(2)
+                && consumer.state == ConsumerState::Resumed,
+            "{consumer:#?}"
+        );
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
         ensure!(ready.status == "True", "{ready:#?}");
 
         let pvrs = s.pvrs().await?;
-        ensure!(pvrs.len() == 1, "one PodVolumeRestore expected, got {}", pvrs.len());
+        ensure!(
+            pvrs.len() == 1,
+            "one PodVolumeRestore expected, got {}",
+            pvrs.len()
+        );
         let owner = &pvrs[0].metadata.owner_references.as_ref().unwrap()[0];
         ensure!(owner.kind == "DataRestore" && Some(&owner.uid) == dr.metadata.uid.as_ref());
         ensure!(pvrs[0].labels().get(labels::RESTORE_UID) == dr.metadata.uid.as_ref());
-        let vprs = Api::<VolumePluginRestore>::namespaced(s.client.clone(), &s.ns).list(&ListParams::default()).await?;
+        let vprs = Api::<VolumePluginRestore>::namespaced(s.client.clone(), &s.ns)
+            .list(&ListParams::default())
+            .await?;
         let vpr_status = vprs.items[0].status.clone().unwrap();
-        ensure!(vpr_status.phase.as_deref() == Some("Completed"), "{vpr_status:#?}");
+        ensure!(
+            vpr_status.phase.as_deref() == Some("Completed"),
+            "{vpr_status:#?}"
+        );
         ensure!(vpr_status.progress.unwrap().bytes_done == volume.total_bytes);
         ensure!(vpr_status.plugin_specific.get("node").map(String::as_str) == Some("node-b"));
         Ok(())
@@ -188,7 +269,10 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
         let mut dirs = Vec::new();
         for (i, node) in ["node-a", "node-b", "node-c"].iter().enumerate() {
             let claim = format!("data-db-{i}");
-            dirs.push(s.volume(&claim, node, &[("row", format!("good {i}").as_bytes())]).await?);
+            dirs.push(
+                s.volume(&claim, node, &[("row", format!("good {i}").as_bytes())])
+                    .await?,
+            );
         }
         fixture::statefulset(&s.client, &s.ns, "db", 3).await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "db", 3, TIMEOUT).await?;
@@ -213,11 +297,16 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
         let status = dr.status.clone().unwrap();
         ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
         for (i, dir) in dirs.iter().enumerate() {
-            ensure!(fixture::read(dir, "row")? == contents[i], "claim {i} not restored");
+            ensure!(
+                fixture::read(dir, "row")? == contents[i],
+                "claim {i} not restored"
+            );
         }
         ensure!(status.consumers.len() == 1, "{:#?}", status.consumers);
         ensure!(status.consumers[0].pvcs.len() == 3 && status.consumers[0].replicas == Some(3));
-        let sts = Api::<StatefulSet>::namespaced(s.client.clone(), &s.ns).get("db").await?;
+        let sts = Api::<StatefulSet>::namespaced(s.client.clone(), &s.ns)
+            .get("db")
+            .await?;
         ensure!(sts.spec.unwrap().replicas == Some(3));
         fixture::wait_ready_pods(&s.client, &s.ns, "db", 3, TIMEOUT).await?;
         s.assert_no_stand_ins().await?;
@@ -230,12 +319,22 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
 async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
     run_test("dr-rwx", |env| async move {
         let s = Scene::new(env).await?;
-        let dir = s.volume("shared", "node-c", &[("index.html", b"<h1>good</h1>")]).await?;
+        let dir = s
+            .volume("shared", "node-c", &[("index.html", b"<h1>good</h1>")])
+            .await?;
         fixture::deployment(&s.client, &s.ns, "front", 2, &["shared"]).await?;
         fixture::deployment(&s.client, &s.ns, "back", 1, &["shared"]).await?;
         let pods = fixture::wait_ready_pods(&s.client, &s.ns, "front", 2, TIMEOUT).await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "back", 1, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("shared", &pods[0].name_any(), &[("index.html", b"<h1>good</h1>")])]).await?;
+        s.backup(
+            "b1",
+            &[s.backed_up(
+                "shared",
+                &pods[0].name_any(),
+                &[("index.html", b"<h1>good</h1>")],
+            )],
+        )
+        .await?;
         std::fs::write(dir.join("index.html"), b"defaced")?;
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
@@ -260,20 +359,41 @@ async fn unbound_wait_for_first_consumer_claim_binds_on_a_candidate() -> Result<
         // Two free local PVs, on node-a and node-c; the claim is unbound.
         let dir_a = s.scratch.join("pv/a");
         let dir_c = s.scratch.join("pv/c");
-        fixture::local_pv(&s.client, &format!("{}-a", s.ns), "node-a", &dir_a, &s.env.ns.labels()).await?;
-        fixture::local_pv(&s.client, &format!("{}-c", s.ns), "node-c", &dir_c, &s.env.ns.labels()).await?;
+        fixture::local_pv(
+            &s.client,
+            &format!("{}-a", s.ns),
+            "node-a",
+            &dir_a,
+            &s.env.ns.labels(),
+        )
+        .await?;
+        fixture::local_pv(
+            &s.client,
+            &format!("{}-c", s.ns),
+            "node-c",
+            &dir_c,
+            &s.env.ns.labels(),
+        )
+        .await?;
         fixture::pvc(&s.client, &s.ns, "fresh", None, &[]).await?;
-        s.backup("b1", &[s.backed_up("fresh", "old-pod", &[("seed.txt", b"seeded")])]).await?;
+        s.backup(
+            "b1",
+            &[s.backed_up("fresh", "old-pod", &[("seed.txt", b"seeded")])],
+        )
+        .await?;
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
         let mut spec = s.spec("b1", &["fresh"]);
-        spec.candidate_nodes.insert(format!("{}/fresh", s.ns), vec!["node-c".into()]);
+        spec.candidate_nodes
+            .insert(format!("{}/fresh", s.ns), vec!["node-c".into()]);
         s.restore("r1", spec).await?;
         let dr = s.finished("r1").await?;
         ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
         let volume = &dr.status.as_ref().unwrap().volumes[0];
         ensure!(volume.node.as_deref() == Some("node-c"), "{volume:#?}");
-        let pvc = Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), &s.ns).get("fresh").await?;
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), &s.ns)
+            .get("fresh")
+            .await?;
         let bound = pvc.spec.unwrap().volume_name.unwrap_or_default();
         ensure!(bound == format!("{}-c", s.ns), "bound to {bound}");
         ensure!(fixture::read(&dir_c, "seed.txt")? == b"seeded");
@@ -293,10 +413,18 @@ async fn a_failed_volume_gives_partially_failed_with_consumers_back() -> Result<
         fixture::deployment(&s.client, &s.ns, "b", 2, &["lost"]).await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "b", 2, TIMEOUT).await?;
         let mut lost = s.backed_up("lost", "b-0", &[("f", b"new")]);
-        s.backup("b1", &[s.backed_up("good", "a-0", &[("f", b"new")])]).await?;
+        s.backup("b1", &[s.backed_up("good", "a-0", &[("f", b"new")])])
+            .await?;
         // A snapshot the repository does not have: the node agent fails the restore.
         lost.snapshot_id = format!("{}-missing", s.ns);
-        fixture::backup(&s.client, &s.ns, "b2", &s.scratch.join("elsewhere"), &[lost]).await?;
+        fixture::backup(
+            &s.client,
+            &s.ns,
+            "b2",
+            &s.scratch.join("elsewhere"),
+            &[lost],
+        )
+        .await?;
         std::fs::remove_dir_all(s.scratch.join("elsewhere"))?;
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
@@ -308,7 +436,14 @@ async fn a_failed_volume_gives_partially_failed_with_consumers_back() -> Result<
         let failed = s.finished("r2").await?;
         ensure!(phase(&failed) == Phase::Failed, "{:#?}", failed.status);
         let status = failed.status.unwrap();
-        ensure!(status.volumes[0].message.as_deref().unwrap_or_default().contains("not found"), "{status:#?}");
+        ensure!(
+            status.volumes[0]
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("not found"),
+            "{status:#?}"
+        );
         ensure!(s.replicas("b").await? == (2, None));
         fixture::wait_ready_pods(&s.client, &s.ns, "b", 2, TIMEOUT).await?;
         s.assert_no_stand_ins().await?;
@@ -319,18 +454,42 @@ async fn a_failed_volume_gives_partially_failed_with_consumers_back() -> Result<
         both.included_namespaces = vec![s.ns.clone()];
         let mut pvb_missing = s.backed_up("lost", "b-0", &[("f", b"new")]);
         pvb_missing.snapshot_id = format!("{}-missing-too", s.ns);
-        fixture::backup(&s.client, &s.ns, "b3", &s.scratch.join("elsewhere"), &[s.backed_up("good", "a-0", &[("f", b"newer")]), pvb_missing]).await?;
-        std::fs::remove_dir_all(s.scratch.join("elsewhere").join(format!("{}-missing-too", s.ns)))?;
+        fixture::backup(
+            &s.client,
+            &s.ns,
+            "b3",
+            &s.scratch.join("elsewhere"),
+            &[s.backed_up("good", "a-0", &[("f", b"newer")]), pvb_missing],
+        )
+        .await?;
+        std::fs::remove_dir_all(
+            s.scratch
+                .join("elsewhere")
+                .join(format!("{}-missing-too", s.ns)),
+        )?;
         both.backup_name = Some("b3".into());
         // b3's good snapshot lives in the other directory; copy it where the agent reads.
         std::fs::create_dir_all(s.snapshots.join(format!("{}-good", s.ns)))?;
-        std::fs::write(s.snapshots.join(format!("{}-good", s.ns)).join("f"), b"newer")?;
+        std::fs::write(
+            s.snapshots.join(format!("{}-good", s.ns)).join("f"),
+            b"newer",
+        )?;
         s.restore("r3", both).await?;
         let partial = s.finished("r3").await?;
-        ensure!(phase(&partial) == Phase::PartiallyFailed, "{:#?}", partial.status);
+        ensure!(
+            phase(&partial) == Phase::PartiallyFailed,
+            "{:#?}",
+            partial.status
+        );
         ensure!(fixture::read(&good, "f")? == b"newer");
         ensure!(s.replicas("a").await? == (1, None) && s.replicas("b").await? == (2, None));
-        let stalled = partial.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Stalled").unwrap();
+        let stalled = partial
+            .status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Stalled")
+            .unwrap();
         ensure!(stalled.status == "True");
         Ok(())
     })
@@ -344,16 +503,23 @@ async fn a_controller_killed_mid_restore_resumes_without_duplicates() -> Result<
         let dir = s.volume("data", "node-a", &[("f", b"bad")]).await?;
         fixture::deployment(&s.client, &s.ns, "web", 3, &["data"]).await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "web", 3, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"good")])]).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"good")])])
+            .await?;
 
         // No node agent yet: the restore stops at Restoring, with everything stopped.
         let controller = s.controller().await?;
         s.restore("r1", s.spec("b1", &["data"])).await?;
         s.wait_volume("r1", VolumePhase::Restoring).await?;
         controller.kill().await;
-        ensure!(s.replicas("web").await?.0 == 0, "consumer should be stopped while refill is down");
+        ensure!(
+            s.replicas("web").await?.0 == 0,
+            "consumer should be stopped while refill is down"
+        );
         let (_, record) = s.replicas("web").await?;
-        ensure!(record.is_some(), "the scale-down must carry its durable record");
+        ensure!(
+            record.is_some(),
+            "the scale-down must carry its durable record"
+        );
 
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
@@ -376,25 +542,47 @@ async fn a_consumer_scaled_up_mid_restore_stops_the_volume_and_names_who() -> Re
         let dir = s.volume("data", "node-a", &[("f", b"live")]).await?;
         fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])]).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
+            .await?;
         let _controller = s.controller().await?;
         s.restore("r1", s.spec("b1", &["data"])).await?;
         s.wait_volume("r1", VolumePhase::Restoring).await?;
 
         let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
-        let params = PatchParams { field_manager: Some("gitops-sync".into()), ..Default::default() };
-        deployments.patch("web", &params, &Patch::Merge(json!({"spec": {"replicas": 2}}))).await?;
+        let params = PatchParams {
+            field_manager: Some("gitops-sync".into()),
+            ..Default::default()
+        };
+        deployments
+            .patch(
+                "web",
+                &params,
+                &Patch::Merge(json!({"spec": {"replicas": 2}})),
+            )
+            .await?;
 
         let dr = s.finished("r1").await?;
         ensure!(phase(&dr) == Phase::Failed, "{:#?}", dr.status);
-        let message = dr.status.as_ref().unwrap().volumes[0].message.clone().unwrap_or_default();
+        let message = dr.status.as_ref().unwrap().volumes[0]
+            .message
+            .clone()
+            .unwrap_or_default();
         ensure!(message.contains("scaled to 2 by gitops-sync"), "{message}");
         let pvrs = s.pvrs().await?;
-        ensure!(pvrs.len() == 1 && pvrs[0].spec.cancel == Some(true), "the PodVolumeRestore must be canceled");
-        ensure!(fixture::read(&dir, "f")? == b"live", "nothing may be written under a running consumer");
+        ensure!(
+            pvrs.len() == 1 && pvrs[0].spec.cancel == Some(true),
+            "the PodVolumeRestore must be canceled"
+        );
+        ensure!(
+            fixture::read(&dir, "f")? == b"live",
+            "nothing may be written under a running consumer"
+        );
         s.assert_no_stand_ins().await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        ensure!(s.replicas("web").await?.1.is_none(), "the record must be cleared");
+        ensure!(
+            s.replicas("web").await?.1.is_none(),
+            "the record must be cleared"
+        );
         Ok(())
     })
     .await
@@ -466,37 +654,76 @@ async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
             "metadata": {"name": "bare", "namespace": s.ns, "labels": {"app": "bare"}},
             "spec": fixture::pod_template("bare", &["extra"])["spec"],
         }))?;
-        Api::<Pod>::namespaced(s.client.clone(), &s.ns).create(&PostParams::default(), &bare).await?;
+        Api::<Pod>::namespaced(s.client.clone(), &s.ns)
+            .create(&PostParams::default(), &bare)
+            .await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "bare", 1, TIMEOUT).await?;
-        s.backup("b1", &[
-            s.backed_up("data", "web-0", &[("f", b"y")]),
-            s.backed_up("extra", "bare", &[("f", b"y")]),
-            s.backed_up("unbound", "gone", &[("f", b"y")]),
-        ]).await?;
+        s.backup(
+            "b1",
+            &[
+                s.backed_up("data", "web-0", &[("f", b"y")]),
+                s.backed_up("extra", "bare", &[("f", b"y")]),
+                s.backed_up("unbound", "gone", &[("f", b"y")]),
+            ],
+        )
+        .await?;
         let _controller = s.controller().await?;
         let before = fixture::resource_versions(&s.client, &s.ns).await?;
 
         let cases: [(&str, DataRestoreSpec, &str); 4] = [
-            ("unknown", s.spec("nope", &["data"]), "backup \"nope\" not found"),
-            ("not-in-backup", s.spec("b1", &["nothing-here"]), "is not in backup \"b1\""),
-            ("no-candidates", s.spec("b1", &["unbound"]), "candidateNodes"),
-            ("bare-pod", s.spec("b1", &["extra"]), "cannot be scaled down; use consumers: Detach"),
+            (
+                "unknown",
+                s.spec("nope", &["data"]),
+                "backup \"nope\" not found",
+            ),
+            (
+                "not-in-backup",
+                s.spec("b1", &["nothing-here"]),
+                "is not in backup \"b1\"",
+            ),
+            (
+                "no-candidates",
+                s.spec("b1", &["unbound"]),
+                "candidateNodes",
+            ),
+            (
+                "bare-pod",
+                s.spec("b1", &["extra"]),
+                "cannot be scaled down; use consumers: Detach",
+            ),
         ];
         for (name, spec, expected) in cases {
             s.restore(name, spec).await?;
             let dr = s.finished(name).await?;
             let status = dr.status.unwrap();
             ensure!(status.phase == Phase::Failed, "{name}: {status:#?}");
-            ensure!(status.errors.iter().any(|e| e.contains(expected)), "{name}: expected '{expected}' in {:?}", status.errors);
-            let stalled = status.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
-            ensure!(stalled.status == "True" && stalled.message.contains(expected), "{stalled:?}");
+            ensure!(
+                status.errors.iter().any(|e| e.contains(expected)),
+                "{name}: expected '{expected}' in {:?}",
+                status.errors
+            );
+            let stalled = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Stalled")
+                .unwrap();
+            ensure!(
+                stalled.status == "True" && stalled.message.contains(expected),
+                "{stalled:?}"
+            );
             ensure!(status.volumes.is_empty() && status.consumers.is_empty());
         }
         let after = fixture::resource_versions(&s.client, &s.ns).await?;
-        ensure!(before == after, "objects changed:\nbefore {before:#?}\nafter {after:#?}");
+        ensure!(
+            before == after,
+            "objects changed:\nbefore {before:#?}\nafter {after:#?}"
+        );
         ensure!(s.pvrs().await?.is_empty());
         ensure!(fixture::stand_in_pods(&s.client, &s.ns).await?.is_empty());
-        let pvs: Vec<PersistentVolume> = Api::<PersistentVolume>::all(s.client.clone()).list(&ListParams::default()).await?.items;
+        let pvs: Vec<PersistentVolume> = Api::<PersistentVolume>::all(s.client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
         ensure!(!pvs.is_empty());
         Ok(())
     })

@@ -50,13 +50,18 @@ async fn apply_yaml(client: &Client, yaml: &str, velero_namespace: &str) -> Resu
         if obj.metadata.namespace.as_deref() == Some("velero") {
             obj.metadata.namespace = Some(velero_namespace.to_string());
         }
-        let types = obj.types.clone().context("manifest without apiVersion/kind")?;
+        let types = obj
+            .types
+            .clone()
+            .context("manifest without apiVersion/kind")?;
         let gvk = kube::api::GroupVersionKind::try_from(&types)?;
         let (resource, caps) = discovery
             .resolve_gvk(&gvk)
             .with_context(|| format!("the cluster does not serve {gvk:?}"))?;
         let api: Api<DynamicObject> = match (&obj.metadata.namespace, caps.scope) {
-            (Some(ns), kube::discovery::Scope::Namespaced) => Api::namespaced_with(client.clone(), ns, &resource),
+            (Some(ns), kube::discovery::Scope::Namespaced) => {
+                Api::namespaced_with(client.clone(), ns, &resource)
+            }
             _ => Api::all_with(client.clone(), &resource),
         };
         api.patch(&obj.name_any(), &apply_params(), &Patch::Apply(&obj))
@@ -71,7 +76,8 @@ async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
     let mut names = Vec::new();
     for document in serde_yaml::Deserializer::from_str(yaml) {
         let crd = CustomResourceDefinition::deserialize(document)?;
-        crds.patch(&crd.name_any(), &apply_params(), &Patch::Apply(&crd)).await?;
+        crds.patch(&crd.name_any(), &apply_params(), &Patch::Apply(&crd))
+            .await?;
         names.push(crd.name_any());
     }
     for name in names {
@@ -118,7 +124,9 @@ impl ControllerHandle {
             )
             .with_test_writer()
             .try_init();
-        let mut config = cluster.service_account_config(CONTROLLER_SA.0, CONTROLLER_SA.1).await?;
+        let mut config = cluster
+            .service_account_config(CONTROLLER_SA.0, CONTROLLER_SA.1)
+            .await?;
         config.headers.push((
             http::header::USER_AGENT,
             http::HeaderValue::from_static(refill::controller::USER_AGENT),
@@ -180,11 +188,19 @@ pub async fn local_pv(
             ]}]}},
         }
     }))?;
-    Ok(Api::<PersistentVolume>::all(client.clone()).create(&PostParams::default(), &pv).await?)
+    Ok(Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &pv)
+        .await?)
 }
 
 /// A claim on the fixtures' StorageClass; with `volume` it is bound to that PV ahead.
-pub async fn pvc(client: &Client, ns: &str, name: &str, volume: Option<&str>, labels: &[(&str, &str)]) -> Result<PersistentVolumeClaim> {
+pub async fn pvc(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    volume: Option<&str>,
+    labels: &[(&str, &str)],
+) -> Result<PersistentVolumeClaim> {
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
     let mut spec = json!({
         "accessModes": ["ReadWriteOnce"],
@@ -199,7 +215,9 @@ pub async fn pvc(client: &Client, ns: &str, name: &str, volume: Option<&str>, la
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": spec,
     }))?;
-    Ok(Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns).create(&PostParams::default(), &pvc).await?)
+    Ok(Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pvc)
+        .await?)
 }
 
 /// A pod template that mounts `claims` (volume `data-N`, or `data` for one claim).
@@ -224,10 +242,20 @@ pub fn pod_template(app: &str, claims: &[&str]) -> serde_json::Value {
 }
 
 fn volume_name(count: usize, i: usize) -> String {
-    if count == 1 { "data".into() } else { format!("data-{i}") }
+    if count == 1 {
+        "data".into()
+    } else {
+        format!("data-{i}")
+    }
 }
 
-pub async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, claims: &[&str]) -> Result<Deployment> {
+pub async fn deployment(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    claims: &[&str],
+) -> Result<Deployment> {
     let d: Deployment = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": ns},
@@ -237,14 +265,22 @@ pub async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, cl
             "template": pod_template(name, claims),
         }
     }))?;
-    Ok(Api::<Deployment>::namespaced(client.clone(), ns).create(&PostParams::default(), &d).await?)
+    Ok(Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &d)
+        .await?)
 }
 
 /// A StatefulSet with one claim per replica (`data-<name>-<i>`), bound to the PVs the
 /// caller made.
-pub async fn statefulset(client: &Client, ns: &str, name: &str, replicas: i32) -> Result<StatefulSet> {
+pub async fn statefulset(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+) -> Result<StatefulSet> {
     let mut template = pod_template(name, &[]);
-    template["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    template["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "data", "mountPath": "/data"}]);
     let s: StatefulSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": {"name": name, "namespace": ns},
@@ -260,7 +296,9 @@ pub async fn statefulset(client: &Client, ns: &str, name: &str, replicas: i32) -
             }],
         }
     }))?;
-    Ok(Api::<StatefulSet>::namespaced(client.clone(), ns).create(&PostParams::default(), &s).await?)
+    Ok(Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await?)
 }
 
 /// One backed-up volume: the PVC, the pod that mounted it, and the snapshot's files.
@@ -292,7 +330,11 @@ pub async fn backup(
         ..Default::default()
     };
     let created = backups
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
         .await
         .map(|_| created)?;
     let uid = created.uid().unwrap_or_default();
@@ -323,30 +365,52 @@ pub async fn backup(
             (labels::BACKUP_NAME.to_string(), labels::label_value(name)),
             (labels::BACKUP_UID.to_string(), uid.clone()),
         ]));
-        pvb.metadata.annotations = Some(BTreeMap::from([(labels::PVC_NAME_ANNOTATION.to_string(), v.pvc.to_string())]));
+        pvb.metadata.annotations = Some(BTreeMap::from([(
+            labels::PVC_NAME_ANNOTATION.to_string(),
+            v.pvc.to_string(),
+        )]));
         pvbs.create(&PostParams::default(), &pvb).await?;
         let status = PodVolumeBackupStatus {
             phase: Some(PodVolumePhase::Completed),
             snapshot_id: Some(v.snapshot_id.clone()),
-            progress: Some(Progress { total_bytes: total, bytes_done: total }),
+            progress: Some(Progress {
+                total_bytes: total,
+                bytes_done: total,
+            }),
             ..Default::default()
         };
-        pvbs.patch_status(&pvb_name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
-            .await?;
+        pvbs.patch_status(
+            &pvb_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await?;
     }
     Ok(created)
 }
 
 /// Creates a DataRestore.
-pub async fn data_restore(client: &Client, velero_namespace: &str, name: &str, spec: DataRestoreSpec) -> Result<DataRestore> {
+pub async fn data_restore(
+    client: &Client,
+    velero_namespace: &str,
+    name: &str,
+    spec: DataRestoreSpec,
+) -> Result<DataRestore> {
     let dr = DataRestore::new(name, spec);
-    Ok(Api::<DataRestore>::namespaced(client.clone(), velero_namespace)
-        .create(&PostParams::default(), &dr)
-        .await?)
+    Ok(
+        Api::<DataRestore>::namespaced(client.clone(), velero_namespace)
+            .create(&PostParams::default(), &dr)
+            .await?,
+    )
 }
 
 /// Waits until the DataRestore reaches a final phase and returns it.
-pub async fn wait_finished(client: &Client, velero_namespace: &str, name: &str, timeout: Duration) -> Result<DataRestore> {
+pub async fn wait_finished(
+    client: &Client,
+    velero_namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<DataRestore> {
     let api: Api<DataRestore> = Api::namespaced(client.clone(), velero_namespace);
     wait_for(format!("DataRestore {name} to finish"), timeout, || async {
         let dr = api.get(name).await?;
@@ -357,19 +421,31 @@ pub async fn wait_finished(client: &Client, velero_namespace: &str, name: &str, 
 }
 
 /// Waits until the DataRestore reaches `phase`.
-pub async fn wait_phase(client: &Client, velero_namespace: &str, name: &str, phase: Phase, timeout: Duration) -> Result<DataRestore> {
+pub async fn wait_phase(
+    client: &Client,
+    velero_namespace: &str,
+    name: &str,
+    phase: Phase,
+    timeout: Duration,
+) -> Result<DataRestore> {
     let api: Api<DataRestore> = Api::namespaced(client.clone(), velero_namespace);
-    wait_for(format!("DataRestore {name} to reach {phase:?}"), timeout, || async {
-        let dr = api.get(name).await?;
-        Ok((dr.status.as_ref().map(|s| s.phase) == Some(phase)).then_some(dr))
-    })
+    wait_for(
+        format!("DataRestore {name} to reach {phase:?}"),
+        timeout,
+        || async {
+            let dr = api.get(name).await?;
+            Ok((dr.status.as_ref().map(|s| s.phase) == Some(phase)).then_some(dr))
+        },
+    )
     .await
 }
 
 /// Pods in `ns` with label `app=<app>` that are Ready.
 pub async fn ready_pods(client: &Client, ns: &str, app: &str) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let list = pods.list(&ListParams::default().labels(&format!("app={app}"))).await?;
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?;
     Ok(list
         .items
         .into_iter()
@@ -378,7 +454,13 @@ pub async fn ready_pods(client: &Client, ns: &str, app: &str) -> Result<Vec<Pod>
 }
 
 /// Waits until exactly `count` pods of `app` are Ready.
-pub async fn wait_ready_pods(client: &Client, ns: &str, app: &str, count: usize, timeout: Duration) -> Result<Vec<Pod>> {
+pub async fn wait_ready_pods(
+    client: &Client,
+    ns: &str,
+    app: &str,
+    count: usize,
+    timeout: Duration,
+) -> Result<Vec<Pod>> {
     wait_for(format!("{count} ready pods of {app}"), timeout, || async {
         let pods = ready_pods(client, ns, app).await?;
         Ok((pods.len() == count).then_some(pods))
@@ -390,7 +472,10 @@ pub async fn wait_ready_pods(client: &Client, ns: &str, app: &str, count: usize,
 pub async fn stand_in_pods(client: &Client, ns: &str) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let selector = format!("{}={}", labels::ROLE, labels::ROLE_STAND_IN);
-    Ok(pods.list(&ListParams::default().labels(&selector)).await?.items)
+    Ok(pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items)
 }
 
 /// Reads a file of a local PV's directory.
@@ -412,10 +497,14 @@ pub async fn resource_versions(client: &Client, ns: &str) -> Result<BTreeMap<Str
         ("batch", "CronJob"),
     ] {
         let gvk = kube::api::GroupVersionKind::gvk(group, "v1", kind);
-        let (resource, _): (ApiResource, _) = discovery.resolve_gvk(&gvk).context("kind not served")?;
+        let (resource, _): (ApiResource, _) =
+            discovery.resolve_gvk(&gvk).context("kind not served")?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
         for obj in api.list(&ListParams::default()).await? {
-            out.insert(format!("{kind}/{}", obj.name_any()), obj.resource_version().unwrap_or_default());
+            out.insert(
+                format!("{kind}/{}", obj.name_any()),
+                obj.resource_version().unwrap_or_default(),
+            );
         }
     }
     Ok(out)

@@ -201,12 +201,12 @@ pub async fn resume(client: &Client, uid: &str, record: &mut ConsumerRecord) -> 
         }
         ConsumerKind::Job => {}
         kind => {
-            if let Some(obj) = api.get_opt(&record.name).await? {
-                if stopped_by_us(&obj, uid) {
-                    let patch = resume_patch(kind, record, &obj);
-                    api.patch(&record.name, &params(), &Patch::Merge(patch))
-                        .await?;
-                }
+            if let Some(obj) = api.get_opt(&record.name).await?
+                && stopped_by_us(&obj, uid)
+            {
+                let patch = resume_patch(kind, record, &obj);
+                api.patch(&record.name, &params(), &Patch::Merge(patch))
+                    .await?;
             }
         }
     }

@@ -585,21 +585,22 @@ async fn advance_volume(
     }
 
     if status.volumes[i].phase.is_terminal() {
-        if let Some(found) = seen.pvrs.get(&pvr_name) {
-            if !found.phase().is_terminal() && found.spec.cancel != Some(true) {
-                cancel_pvr(ctx, found).await?;
-            }
+        if let Some(found) = seen.pvrs.get(&pvr_name)
+            && !found.phase().is_terminal()
+            && found.spec.cancel != Some(true)
+        {
+            cancel_pvr(ctx, found).await?;
         }
-        if let Some(pod) = seen.stand_ins.get(&(ns.to_string(), stand_in_name.clone())) {
-            if pod.metadata.deletion_timestamp.is_none() {
-                match Api::<Pod>::namespaced(ctx.client.clone(), ns)
-                    .delete(&stand_in_name, &DeleteParams::default())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if is_conflict(&e, 404) => {}
-                    Err(e) => return Err(e.into()),
-                }
+        if let Some(pod) = seen.stand_ins.get(&(ns.to_string(), stand_in_name.clone()))
+            && pod.metadata.deletion_timestamp.is_none()
+        {
+            match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+                .delete(&stand_in_name, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_conflict(&e, 404) => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }

@@ -141,11 +141,7 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
 
-    let selected = match select_volumes(spec, &backup_name, &facts.pod_volume_backups, &facts.pvcs)
-    {
-        Ok(selected) => selected,
-        Err(invalid) => return Err(invalid),
-    };
+    let selected = select_volumes(spec, &backup_name, &facts.pod_volume_backups, &facts.pvcs)?;
 
     let mut volumes = Vec::new();
     for (pvc_key, pvb) in &selected {

@@ -125,10 +125,11 @@ mod tests {
     }
 
     fn classes() -> BTreeMap<String, StorageClass> {
-        let mut wffc = StorageClass::default();
-        wffc.volume_binding_mode = Some("WaitForFirstConsumer".into());
-        let mut immediate = StorageClass::default();
-        immediate.volume_binding_mode = Some("Immediate".into());
+        let class = |mode: &str| StorageClass {
+            volume_binding_mode: Some(mode.into()),
+            ..Default::default()
+        };
+        let (wffc, immediate) = (class("WaitForFirstConsumer"), class("Immediate"));
         [("local".to_string(), wffc), ("fast".to_string(), immediate)].into()
     }
 

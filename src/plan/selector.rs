@@ -22,10 +22,10 @@ pub fn label_selector_matches(
     selector: &LabelSelector,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, String> {
-    if let Some(match_labels) = &selector.match_labels {
-        if match_labels.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-            return Ok(false);
-        }
+    if let Some(match_labels) = &selector.match_labels
+        && match_labels.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return Ok(false);
     }
     for expr in selector.match_expressions.iter().flatten() {
         let value = labels.get(&expr.key);
