@@ -729,3 +729,96 @@ async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
     })
     .await
 }
+
+#[tokio::test]
+async fn cancel_and_delete_roll_back_through_the_same_finish() -> Result<()> {
+    run_test("dr-cancel", |env| async move {
+        let s = Scene::new(env).await?;
+        s.volume("data", "node-a", &[("f", b"live")]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
+            .await?;
+        let _controller = s.controller().await?;
+        let api: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
+
+        // No node agent: both requests stop at Restoring until told otherwise.
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        api.patch(
+            "r1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await?;
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Canceled, "{:#?}", dr.status);
+        ensure!(s.pvrs().await?.iter().all(|p| p.spec.cancel == Some(true)));
+        s.assert_no_stand_ins().await?;
+        ensure!(s.replicas("web").await? == (2, None));
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+
+        s.restore("r2", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r2", VolumePhase::Restoring).await?;
+        ensure!(s.replicas("web").await?.0 == 0);
+        api.delete("r2", &Default::default()).await?;
+        wait_for("r2 to be gone", TIMEOUT, || async {
+            Ok(api.get_opt("r2").await?.is_none().then_some(()))
+        })
+        .await?;
+        s.assert_no_stand_ins().await?;
+        ensure!(
+            s.replicas("web").await? == (2, None),
+            "deletion must bring consumers back"
+        );
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_schedule_means_its_newest_completed_backup() -> Result<()> {
+    run_test("dr-schedule", |env| async move {
+        let s = Scene::new(env).await?;
+        let dir = s.volume("data", "node-a", &[("f", b"stale")]).await?;
+        let backups: Api<refill::api::Backup> = Api::namespaced(s.client.clone(), &s.ns);
+        for (name, content, phase, at) in [
+            ("nightly-1", "monday", "Completed", "2026-11-01T02:00:00Z"),
+            ("nightly-2", "tuesday", "Completed", "2026-11-02T02:00:00Z"),
+            ("nightly-3", "wednesday", "Failed", "2026-11-03T02:00:00Z"),
+        ] {
+            let mut volume = s.backed_up("data", "web-0", &[("f", content.as_bytes())]);
+            volume.snapshot_id = format!("{}-{name}", s.ns);
+            fixture::backup(&s.client, &s.ns, name, &s.snapshots, &[volume]).await?;
+            backups
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"labels": {labels::SCHEDULE_NAME: "nightly"}}}),
+                    ),
+                )
+                .await?;
+            backups
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"phase": phase, "completionTimestamp": at}})),
+                )
+                .await?;
+        }
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let mut spec = s.spec("unused", &["data"]);
+        spec.backup_name = None;
+        spec.schedule_name = Some("nightly".into());
+        s.restore("standby-refresh", spec).await?;
+        let dr = s.finished("standby-refresh").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(dr.status.unwrap().backup_name.as_deref() == Some("nightly-2"));
+        ensure!(fixture::read(&dir, "f")? == b"tuesday");
+        Ok(())
+    })
+    .await
+}

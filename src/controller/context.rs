@@ -43,6 +43,8 @@ pub struct Context {
     claims: Mutex<HashMap<(String, String), ObjectRef<DataRestore>>>,
     /// Last status write per restore UID, for throttling progress.
     last_write: Mutex<HashMap<String, Instant>>,
+    /// Last safety check per volume.
+    last_check: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -57,6 +59,7 @@ impl Context {
             config,
             claims: Mutex::default(),
             last_write: Mutex::default(),
+            last_check: Mutex::default(),
         }
     }
 
@@ -94,7 +97,14 @@ impl Context {
             .expect("claims lock")
             .retain(|_, owner| *owner != me);
         if let Some(uid) = dr.uid() {
-            self.last_write.lock().expect("write lock").remove(&uid);
+            self.last_write
+                .lock()
+                .expect("write lock")
+                .retain(|k, _| !k.starts_with(&uid));
+            self.last_check
+                .lock()
+                .expect("check lock")
+                .retain(|k, _| !k.starts_with(&uid));
         }
     }
 
@@ -127,6 +137,18 @@ impl Context {
             .get(uid)
             .copied()?;
         self.config.progress_interval.checked_sub(last.elapsed())
+    }
+
+    /// Whether the periodic check keyed `key` is due, counting it as done when it is.
+    pub fn check_due(&self, key: &str) -> bool {
+        let mut checks = self.last_check.lock().expect("check lock");
+        let due = checks
+            .get(key)
+            .is_none_or(|last| last.elapsed() >= self.config.recheck_interval);
+        if due {
+            checks.insert(key.to_string(), Instant::now());
+        }
+        due
     }
 
     pub fn wrote(&self, uid: &str) {

@@ -488,13 +488,6 @@ async fn advance_volume(
                     Err(e) if is_conflict(&e, 409) => {}
                     Err(e) => return Err(e.into()),
                 }
-                ctx.event(
-                    dr,
-                    false,
-                    "StandInCreated",
-                    format!("stand-in pod {ns}/{stand_in_name} mounts {pvc}"),
-                )
-                .await;
             }
             let volume = &mut status.volumes[i];
             volume.stand_in_pod = Some(stand_in_name.clone());
@@ -571,7 +564,10 @@ async fn advance_volume(
                     ctx.event(dr, true, "VolumeFailed", format!("{pvc}: {message}"))
                         .await;
                 }
-                _ => {
+                // Progress events come often; the look at consumers (a few reads) is
+                // done once per recheck interval, which bounds how long a restarted
+                // consumer can go unnoticed.
+                _ if ctx.check_due(&format!("{uid}/{pvc}")) => {
                     if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
                         cancel_pvr(ctx, &found).await?;
                         end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
@@ -579,6 +575,7 @@ async fn advance_volume(
                         ctx.event(dr, true, "ConsumerRestarted", problem).await;
                     }
                 }
+                _ => {}
             }
         }
         _ => {}
@@ -692,9 +689,14 @@ async fn create_pod_volume_restore(
         false,
         "PodVolumeRestoreCreated",
         format!(
-            "PodVolumeRestore {name} restores {} from snapshot {}",
+            "PodVolumeRestore {name} restores {} from snapshot {} through stand-in pod {} on {}",
             volume.pvc,
-            volume.snapshot_id.clone().unwrap_or_default()
+            volume.snapshot_id.clone().unwrap_or_default(),
+            pod.name_any(),
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default(),
         ),
     )
     .await;
