@@ -621,6 +621,37 @@ async fn completions_and_usage_errors_need_no_cluster() -> Result<()> {
         help.contains("Exit codes:") && help.contains("kubectl-refill"),
         "{help}"
     );
+
+    // Nothing listens on port 1: the error says where it tried and what to check.
+    let dir = std::env::temp_dir().join(format!("refill-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+",
+    )?;
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["backup", "get"])
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr.starts_with("error: cannot reach the Kubernetes API at https://127.0.0.1:1/: ")
+            && stderr.contains(
+                "Is the cluster up, and is KUBECONFIG (or --kubeconfig/--context) right?"
+            ),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -765,6 +796,14 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
                 web.spec.and_then(|s| s.replicas),
                 Some(2),
                 "consumer not brought back"
+            );
+
+            // Following a restore that has ended returns at once.
+            let run = refill(&env, &["restore", "wait", "r1"]).await?.ok()?;
+            assert!(
+                run.stdout
+                    .starts_with("restore \"r1\" Completed: 1 volume(s), 1.2 MiB"),
+                "{run:#?}"
             );
 
             let run = refill(&env, &["restore", "get"]).await?.ok()?;

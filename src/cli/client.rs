@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Api, Client, Config, Resource};
 
 use super::args::GlobalArgs;
@@ -37,25 +37,17 @@ impl Ctx {
                         root_cause(&e)
                     ))
                 })?;
+                let where_ = path.display().to_string();
                 Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .map_err(|e| {
-                        CliError::new(format!(
-                            "cannot use the kubeconfig {}: {}",
-                            path.display(),
-                            root_cause(&e)
-                        ))
-                    })?
+                    .map_err(|e| kubeconfig_error(&e, &where_))?
             }
-            None if global.context.is_some() => {
-                Config::from_kubeconfig(&options).await.map_err(|e| {
-                    CliError::new(format!("cannot use your kubeconfig: {}", root_cause(&e)))
-                })?
-            }
+            None if global.context.is_some() => Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| kubeconfig_error(&e, "your kubeconfig"))?,
             None => Config::infer().await.map_err(|e| {
                 CliError::new(format!(
-                    "no Kubernetes configuration found ({}); set KUBECONFIG or pass --kubeconfig",
-                    root_cause(&e)
+                    "no Kubernetes configuration found; set KUBECONFIG or pass --kubeconfig ({e})"
                 ))
             })?,
         };
@@ -90,5 +82,15 @@ impl Ctx {
     /// Words a kube error about `target`.
     pub fn error(&self, err: &kube::Error, target: Target<'_>) -> CliError {
         kube_error(err, target, &self.server)
+    }
+}
+
+/// A kubeconfig that cannot be used, with the unknown context named plainly.
+fn kubeconfig_error(e: &KubeconfigError, which: &str) -> CliError {
+    match e {
+        KubeconfigError::LoadContext(context) => CliError::new(format!(
+            "context \"{context}\" not found in {which}; list contexts with: kubectl config get-contexts"
+        )),
+        other => CliError::new(format!("cannot use {which}: {}", root_cause(other))),
     }
 }

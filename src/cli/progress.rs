@@ -148,7 +148,7 @@ pub struct Bars {
 }
 
 const OVERALL_TEMPLATE: &str =
-    "{prefix:.bold} [{bar:30.green/white}] {bytes:>10}/{total_bytes:<10} {elapsed:>4} {wide_msg}";
+    "{prefix:.bold} [{bar:24.green/white}] {bytes:>9}/{total_bytes:<9} {elapsed:>4} {wide_msg}";
 
 impl Bars {
     pub fn new(name: &str) -> Self {
@@ -172,7 +172,7 @@ impl Bars {
         }
         let bar = self.multi.add(ProgressBar::new(0));
         bar.set_style(style(
-            "  {prefix} [{bar:28.cyan/blue}] {bytes:>10}/{total_bytes:<10} {wide_msg}",
+            "  {prefix} [{bar:20.cyan/blue}] {bytes:>9}/{total_bytes:<9} {wide_msg}",
         ));
         self.volumes.insert(pvc.to_string(), bar.clone());
         self.width = self.width.max(pvc.len());
