@@ -651,6 +651,21 @@ current-context: x
             ),
         "{stderr}"
     );
+
+    // Linked as kubectl-refill, it is a kubectl plugin and works the same.
+    let plugin = dir.join("kubectl-refill");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_refill"), &plugin)?;
+    let output = tokio::process::Command::new(&plugin)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["restore", "get"])
+        .output()
+        .await?;
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("cannot reach the Kubernetes API"),
+        "{output:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
