@@ -742,9 +742,36 @@ async fn cancel_and_delete_roll_back_through_the_same_finish() -> Result<()> {
         let _controller = s.controller().await?;
         let api: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
 
+        // Velero's restore-helper settings, which the stand-in must honour.
+        let helper_config: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fs-restore-action-config", "namespace": s.ns, "labels": {
+                "velero.io/plugin-config": "", "velero.io/pod-volume-restore": "RestoreItemAction"}},
+            "data": {"image": "registry.local/velero:v1.17.1", "cpuLimit": "0", "memRequest": "64Mi"},
+        }))?;
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(s.client.clone(), &s.ns)
+            .create(&PostParams::default(), &helper_config)
+            .await?;
+
         // No node agent: both requests stop at Restoring until told otherwise.
-        s.restore("r1", s.spec("b1", &["data"])).await?;
-        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        let r1 = s.restore("r1", s.spec("b1", &["data"])).await?;
+        let dr = s.wait_volume("r1", VolumePhase::Restoring).await?;
+        let stand_in_name = dr.status.unwrap().volumes[0].stand_in_pod.clone().unwrap();
+        let stand_in = Api::<Pod>::namespaced(s.client.clone(), &s.ns).get(&stand_in_name).await?;
+        let spec = stand_in.spec.unwrap();
+        ensure!(spec.node_name.as_deref() == Some("node-a"), "the scheduler places the stand-in by the PV");
+        ensure!(spec.security_context.and_then(|c| c.fs_group) == Some(1001), "the consumer's fsGroup is kept");
+        let wait = &spec.init_containers.unwrap()[0];
+        ensure!(wait.name == "restore-wait", "restore-wait must come first");
+        ensure!(wait.image.as_deref() == Some("registry.local/velero:v1.17.1"), "{:?}", wait.image);
+        ensure!(wait.command == Some(vec!["/velero-restore-helper".to_string()]));
+        ensure!(wait.args == Some(vec![r1.metadata.uid.clone().unwrap()]), "the argument is the owner's UID");
+        ensure!(wait.volume_mounts.as_ref().unwrap()[0].mount_path == "/restores/data");
+        let resources = wait.resources.clone().unwrap();
+        ensure!(!resources.limits.unwrap_or_default().contains_key("cpu"), "cpuLimit 0 means unbounded");
+        ensure!(resources.requests.unwrap()["memory"].0 == "64Mi");
+        let env: Vec<String> = wait.env.clone().unwrap().into_iter().map(|e| e.name).collect();
+        ensure!(env == ["POD_NAMESPACE", "POD_NAME"]);
         api.patch(
             "r1",
             &PatchParams::default(),
