@@ -2,10 +2,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, ReplicationController};
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
 use crate::api::ConsumerKind;
@@ -130,28 +130,20 @@ pub async fn replicas_of(
     kind: ConsumerKind,
     name: &str,
 ) -> kube::Result<Option<i32>> {
-    let c = client.clone();
-    Ok(match kind {
-        ConsumerKind::Deployment => Api::<Deployment>::namespaced(c, namespace)
-            .get_opt(name)
-            .await?
-            .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1)),
-        ConsumerKind::StatefulSet => Api::<StatefulSet>::namespaced(c, namespace)
-            .get_opt(name)
-            .await?
-            .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1)),
-        ConsumerKind::ReplicaSet => Api::<ReplicaSet>::namespaced(c, namespace)
-            .get_opt(name)
-            .await?
-            .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1)),
-        ConsumerKind::ReplicationController => {
-            Api::<ReplicationController>::namespaced(c, namespace)
-                .get_opt(name)
-                .await?
-                .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1))
-        }
-        _ => None,
-    })
+    if !kind.is_scalable() {
+        return Ok(None);
+    }
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
+    Ok(api.get_opt(name).await?.map(|obj| replicas(&obj)))
+}
+
+/// `spec.replicas` of a scalable workload (Kubernetes' default is 1).
+pub fn replicas(obj: &DynamicObject) -> i32 {
+    obj.data["spec"]["replicas"]
+        .as_i64()
+        .map(|r| r as i32)
+        .unwrap_or(1)
 }
 
 /// Namespaces that hold the PVCs named by `keys` (`namespace/name`).

@@ -109,7 +109,7 @@ async fn gather(client: &Client, dr: &DataRestore) -> Result<Facts, ValidateErro
         {
             facts.pvs.insert(pv.name_any(), pv);
         }
-        if let Some(class) = spec.storage_class_name.as_deref()
+        if let Some(class) = spec.storage_class_name.as_deref().filter(|c| !c.is_empty())
             && !facts.storage_classes.contains_key(class)
             && let Some(sc) = Api::<StorageClass>::all(client.clone())
                 .get_opt(class)

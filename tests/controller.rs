@@ -356,26 +356,18 @@ async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
 async fn unbound_wait_for_first_consumer_claim_binds_on_a_candidate() -> Result<()> {
     run_test("dr-wffc", |env| async move {
         let s = Scene::new(env).await?;
-        // Two free local PVs, on node-a and node-c; the claim is unbound.
+        // Two free local PVs, on node-a and node-c, in a class of this test's own, so the
+        // unbound claim cannot take another test's volume.
+        let class = format!("{}-local", s.ns);
+        let labels = s.env.ns.labels();
+        fixture::storage_class(&s.client, &class, &labels).await?;
         let dir_a = s.scratch.join("pv/a");
         let dir_c = s.scratch.join("pv/c");
-        fixture::local_pv(
-            &s.client,
-            &format!("{}-a", s.ns),
-            "node-a",
-            &dir_a,
-            &s.env.ns.labels(),
-        )
-        .await?;
-        fixture::local_pv(
-            &s.client,
-            &format!("{}-c", s.ns),
-            "node-c",
-            &dir_c,
-            &s.env.ns.labels(),
-        )
-        .await?;
-        fixture::pvc(&s.client, &s.ns, "fresh", None, &[]).await?;
+        let pv_a = format!("{}-a", s.ns);
+        let pv_c = format!("{}-c", s.ns);
+        fixture::local_pv_of_class(&s.client, &pv_a, "node-a", &dir_a, &labels, &class).await?;
+        fixture::local_pv_of_class(&s.client, &pv_c, "node-c", &dir_c, &labels, &class).await?;
+        fixture::pvc_of_class(&s.client, &s.ns, "fresh", None, &[], &class).await?;
         s.backup(
             "b1",
             &[s.backed_up("fresh", "old-pod", &[("seed.txt", b"seeded")])],
@@ -646,7 +638,9 @@ async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
         let s = Scene::new(env).await?;
         s.volume("data", "node-a", &[("f", b"x")]).await?;
         s.volume("extra", "node-a", &[("f", b"x")]).await?;
-        fixture::pvc(&s.client, &s.ns, "unbound", None, &[]).await?;
+        let class = format!("{}-local", s.ns);
+        fixture::storage_class(&s.client, &class, &s.env.ns.labels()).await?;
+        fixture::pvc_of_class(&s.client, &s.ns, "unbound", None, &[], &class).await?;
         fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
         let bare: Pod = serde_json::from_value(json!({

@@ -108,6 +108,25 @@ pub async fn install_refill(client: &Client, velero_namespace: &str) -> Result<(
     Ok(())
 }
 
+/// A StorageClass like [`STORAGE_CLASS`] under another name: unbound claims of one test
+/// can then bind only to that test's volumes.
+pub async fn storage_class(
+    client: &Client,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<()> {
+    let sc: StorageClass = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": name, "labels": labels},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    Api::<StorageClass>::all(client.clone())
+        .patch(name, &apply_params(), &Patch::Apply(&sc))
+        .await?;
+    Ok(())
+}
+
 /// A refill controller running in this process as refill's ServiceAccount, so RBAC
 /// applies exactly as in a cluster. Dropping it stops the controller, as a kill would.
 pub struct ControllerHandle {
@@ -173,6 +192,18 @@ pub async fn local_pv(
     dir: &Path,
     labels: &BTreeMap<String, String>,
 ) -> Result<PersistentVolume> {
+    local_pv_of_class(client, name, node, dir, labels, STORAGE_CLASS).await
+}
+
+/// [`local_pv`] in the StorageClass `class`.
+pub async fn local_pv_of_class(
+    client: &Client,
+    name: &str,
+    node: &str,
+    dir: &Path,
+    labels: &BTreeMap<String, String>,
+    class: &str,
+) -> Result<PersistentVolume> {
     std::fs::create_dir_all(dir)?;
     let pv: PersistentVolume = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
@@ -181,7 +212,7 @@ pub async fn local_pv(
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": STORAGE_CLASS,
+            "storageClassName": class,
             "local": {"path": dir.to_string_lossy()},
             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
@@ -201,10 +232,22 @@ pub async fn pvc(
     volume: Option<&str>,
     labels: &[(&str, &str)],
 ) -> Result<PersistentVolumeClaim> {
+    pvc_of_class(client, ns, name, volume, labels, STORAGE_CLASS).await
+}
+
+/// [`pvc`] in the StorageClass `class`.
+pub async fn pvc_of_class(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    volume: Option<&str>,
+    labels: &[(&str, &str)],
+    class: &str,
+) -> Result<PersistentVolumeClaim> {
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
     let mut spec = json!({
         "accessModes": ["ReadWriteOnce"],
-        "storageClassName": STORAGE_CLASS,
+        "storageClassName": class,
         "resources": {"requests": {"storage": "1Gi"}},
     });
     if let Some(volume) = volume {

@@ -276,6 +276,20 @@ pub enum ConsumerKind {
 }
 
 impl ConsumerKind {
+    /// Where the API serves this kind, for generic reads and patches.
+    pub fn api_resource(self) -> kube::api::ApiResource {
+        let (group, version) = match self {
+            ConsumerKind::Deployment
+            | ConsumerKind::StatefulSet
+            | ConsumerKind::ReplicaSet
+            | ConsumerKind::DaemonSet => ("apps", "v1"),
+            ConsumerKind::CronJob | ConsumerKind::Job => ("batch", "v1"),
+            ConsumerKind::ReplicationController | ConsumerKind::Pod => ("", "v1"),
+        };
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, &format!("{self:?}"));
+        kube::api::ApiResource::from_gvk(&gvk)
+    }
+
     pub fn is_scalable(self) -> bool {
         matches!(
             self,

@@ -6,32 +6,23 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
 use crate::labels;
+use crate::observe::replicas;
 
 /// A node-selector key no node carries: a DaemonSet asked to run only there runs nowhere.
 pub const PARKED_KEY: &str = "refill.dev/parked-by";
 
-fn resource(kind: ConsumerKind) -> ApiResource {
-    let (group, version) = match kind {
-        ConsumerKind::Deployment
-        | ConsumerKind::StatefulSet
-        | ConsumerKind::ReplicaSet
-        | ConsumerKind::DaemonSet => ("apps", "v1"),
-        ConsumerKind::CronJob | ConsumerKind::Job => ("batch", "v1"),
-        ConsumerKind::ReplicationController | ConsumerKind::Pod => ("", "v1"),
-    };
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &format!("{kind:?}")))
-}
-
 fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), &record.namespace, &resource(record.kind))
+    Api::namespaced_with(
+        client.clone(),
+        &record.namespace,
+        &record.kind.api_resource(),
+    )
 }
 
 fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
@@ -40,13 +31,6 @@ fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
         .as_ref()?
         .get(key)
         .map(String::as_str)
-}
-
-fn replicas(obj: &DynamicObject) -> i32 {
-    obj.data["spec"]["replicas"]
-        .as_i64()
-        .map(|r| r as i32)
-        .unwrap_or(1)
 }
 
 pub fn scale_down_patch(uid: &str, original: i32) -> Value {
@@ -309,7 +293,8 @@ mod tests {
     }
 
     fn object(data: Value, annotations: &[(&str, &str)]) -> DynamicObject {
-        let mut obj = DynamicObject::new("web", &resource(ConsumerKind::Deployment)).data(data);
+        let mut obj =
+            DynamicObject::new("web", &ConsumerKind::Deployment.api_resource()).data(data);
         obj.metadata.annotations = Some(
             annotations
                 .iter()

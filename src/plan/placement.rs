@@ -11,10 +11,14 @@ fn storage_class_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
     pvc.spec.as_ref()?.storage_class_name.as_deref()
 }
 
+/// The PV the claim is bound to, or pre-bound to: once `spec.volumeName` is set the
+/// volume is chosen, even while the binder has not caught up.
 fn bound_volume(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    let bound = pvc.status.as_ref()?.phase.as_deref() == Some("Bound");
-    let volume = pvc.spec.as_ref()?.volume_name.as_deref()?;
-    bound.then_some(volume)
+    pvc.spec
+        .as_ref()?
+        .volume_name
+        .as_deref()
+        .filter(|v| !v.is_empty())
 }
 
 /// The values of node-affinity terms on `kubernetes.io/hostname`, which is how local
@@ -178,6 +182,15 @@ mod tests {
             }
         );
         assert!(warning.is_none());
+    }
+
+    #[test]
+    fn a_pre_bound_claim_counts_as_bound() {
+        let mut claim = pvc("local", Some("pv-1"));
+        claim.status = None;
+        let pvs = [("pv-1".to_string(), local_pv("node-a"))].into();
+        let (placement, _) = placement("ns/db", &claim, &pvs, &classes(), None, &nodes()).unwrap();
+        assert!(matches!(placement, Placement::BoundTo { .. }));
     }
 
     #[test]
