@@ -310,6 +310,23 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
         ensure!(sts.spec.unwrap().replicas == Some(3));
         fixture::wait_ready_pods(&s.client, &s.ns, "db", 3, TIMEOUT).await?;
         s.assert_no_stand_ins().await?;
+        // One event per volume, each naming its claim.
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), &s.ns)
+                .list(&ListParams::default())
+                .await?;
+        let mut restored: Vec<String> = events
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("VolumeRestored"))
+            .filter_map(|e| e.note.clone())
+            .collect();
+        restored.sort();
+        let expected: Vec<String> = claims
+            .iter()
+            .map(|c| format!("{}/{c} restored", s.ns))
+            .collect();
+        ensure!(restored == expected, "{restored:?}");
         Ok(())
     })
     .await

@@ -5,13 +5,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use tracing::debug;
 
-use crate::api::DataRestore;
+use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
 
 #[derive(Debug, Clone)]
@@ -65,6 +65,19 @@ impl Context {
 
     /// Publishes an Event on the DataRestore; a lost event is not worth failing for.
     pub async fn event(&self, dr: &DataRestore, warning: bool, reason: &str, note: String) {
+        self.event_about(dr, warning, reason, note, None).await
+    }
+
+    /// Like [`Context::event`], about one volume or consumer: `related` keeps events of
+    /// different objects apart, where the recorder would otherwise fold them into one.
+    pub async fn event_about(
+        &self,
+        dr: &DataRestore,
+        warning: bool,
+        reason: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
         let event = Event {
             type_: if warning {
                 EventType::Warning
@@ -74,7 +87,7 @@ impl Context {
             reason: reason.into(),
             note: Some(note),
             action: reason.into(),
-            secondary: None,
+            secondary: related,
         };
         if let Err(e) = self.recorder.publish(&event, &dr.object_ref(&())).await {
             debug!("event not published: {e}");
@@ -137,6 +150,30 @@ impl Context {
             .get(uid)
             .copied()?;
         self.config.progress_interval.checked_sub(last.elapsed())
+    }
+
+    /// A reference to a PVC given as `namespace/name`, for events.
+    pub fn pvc_ref(key: &str) -> Option<ObjectReference> {
+        let (namespace, name) = key.split_once('/')?;
+        Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        })
+    }
+
+    /// A reference to a consumer, for events.
+    pub fn consumer_ref(record: &ConsumerRecord) -> Option<ObjectReference> {
+        let resource = record.kind.api_resource();
+        Some(ObjectReference {
+            api_version: Some(resource.api_version),
+            kind: Some(resource.kind),
+            namespace: Some(record.namespace.clone()),
+            name: Some(record.name.clone()),
+            ..Default::default()
+        })
     }
 
     /// Whether the periodic check keyed `key` is due, counting it as done when it is.

@@ -13,11 +13,10 @@ mod status;
 mod step;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::controller::{self, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::{info, warn};
@@ -99,7 +98,9 @@ pub async fn run_with_readiness(
         .watches(pods, watcher::Config::default(), move |pod| {
             mapper_ctx.restores_for_pod(&pod)
         })
-        .with_config(controller::Config::default().debounce(Duration::from_millis(200)))
+        // No debounce: kube-runtime's pushes a waiting reconcile back on every event, so
+        // steady progress from many volumes would starve it. Events that arrive while a
+        // pass runs are folded into one next pass anyway.
         .shutdown_on_signal()
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {

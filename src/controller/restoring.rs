@@ -376,7 +376,14 @@ async fn settle_consumers(
                     Some(n) if record.kind.is_scalable() => format!("scaled {what} from {n} to 0"),
                     _ => format!("stopped {what}"),
                 };
-                ctx.event(dr, false, "QuiescedConsumer", note).await;
+                ctx.event_about(
+                    dr,
+                    false,
+                    "QuiescedConsumer",
+                    note,
+                    Context::consumer_ref(record),
+                )
+                .await;
             }
             ConsumerStep::Resume => {
                 consumers::resume(&ctx.client, uid, record).await?;
@@ -384,12 +391,26 @@ async fn settle_consumers(
                     Some(n) if record.kind.is_scalable() => format!("scaled {what} back to {n}"),
                     _ => format!("started {what} again"),
                 };
-                ctx.event(dr, false, "ResumedConsumer", note).await;
+                ctx.event_about(
+                    dr,
+                    false,
+                    "ResumedConsumer",
+                    note,
+                    Context::consumer_ref(record),
+                )
+                .await;
             }
             ConsumerStep::KeepStopped => {
                 record.state = ConsumerState::KeptStopped;
                 let note = format!("left {what} stopped after a failure (onFailure: KeepStopped)");
-                ctx.event(dr, true, "KeptConsumerStopped", note).await;
+                ctx.event_about(
+                    dr,
+                    true,
+                    "KeptConsumerStopped",
+                    note,
+                    Context::consumer_ref(record),
+                )
+                .await;
             }
         }
     }
@@ -545,7 +566,8 @@ async fn advance_volume(
                 PodVolumePhase::Completed => {
                     volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
                     end(volume, VolumePhase::Completed, "restored".into());
-                    ctx.event(dr, false, "VolumeRestored", format!("{pvc} restored"))
+                    let note = format!("{pvc} restored");
+                    ctx.event_about(dr, false, "VolumeRestored", note, Context::pvc_ref(&pvc))
                         .await;
                 }
                 PodVolumePhase::Failed | PodVolumePhase::Canceled => {
@@ -561,7 +583,8 @@ async fn advance_volume(
                     );
                     end(volume, phase, message.clone());
                     status.errors.push(format!("{pvc}: {message}"));
-                    ctx.event(dr, true, "VolumeFailed", format!("{pvc}: {message}"))
+                    let note = format!("{pvc}: {message}");
+                    ctx.event_about(dr, true, "VolumeFailed", note, Context::pvc_ref(&pvc))
                         .await;
                 }
                 // Progress events come often; the look at consumers (a few reads) is
@@ -572,7 +595,9 @@ async fn advance_volume(
                         cancel_pvr(ctx, &found).await?;
                         end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
                         status.errors.push(problem.clone());
-                        ctx.event(dr, true, "ConsumerRestarted", problem).await;
+                        let related = Context::pvc_ref(&pvc);
+                        ctx.event_about(dr, true, "ConsumerRestarted", problem, related)
+                            .await;
                     }
                 }
                 _ => {}
@@ -684,7 +709,7 @@ async fn create_pod_volume_restore(
         Err(e) if is_conflict(&e, 409) => {}
         Err(e) => return Err(e.into()),
     }
-    ctx.event(
+    ctx.event_about(
         dr,
         false,
         "PodVolumeRestoreCreated",
@@ -698,6 +723,7 @@ async fn create_pod_volume_restore(
                 .and_then(|s| s.node_name.clone())
                 .unwrap_or_default(),
         ),
+        Context::pvc_ref(&volume.pvc),
     )
     .await;
     Ok(())
