@@ -59,11 +59,11 @@ impl Scene {
     async fn volume(&self, name: &str, node: &str, files: &[(&str, &[u8])]) -> Result<PathBuf> {
         let dir = self.scratch.join("pv").join(name);
         let pv = format!("{}-{name}", self.ns);
-        fixture::local_pv(&self.client, &pv, node, &dir, &self.env.ns.labels()).await?;
+        let labels = self.env.ns.labels();
+        fixture::bound_local_volume(&self.client, &self.ns, name, &pv, node, &dir, &labels).await?;
         for (file, data) in files {
             std::fs::write(dir.join(file), data)?;
         }
-        fixture::pvc(&self.client, &self.ns, name, Some(&pv), &[]).await?;
         Ok(dir)
     }
 

@@ -263,6 +263,26 @@ pub async fn pvc_of_class(
         .await?)
 }
 
+/// A local PV on `node` reserved for the claim `ns/name` (through its claimRef), and
+/// that claim: the binder pairs them at once, where a claim naming its volume would
+/// wait for the binder's periodic resync.
+pub async fn bound_local_volume(
+    client: &Client,
+    ns: &str,
+    claim: &str,
+    pv: &str,
+    node: &str,
+    dir: &Path,
+    labels: &BTreeMap<String, String>,
+) -> Result<PersistentVolumeClaim> {
+    local_pv(client, pv, node, dir, labels).await?;
+    let reserve = json!({"spec": {"claimRef": {"namespace": ns, "name": claim}}});
+    Api::<PersistentVolume>::all(client.clone())
+        .patch(pv, &PatchParams::default(), &Patch::Merge(reserve))
+        .await?;
+    pvc(client, ns, claim, None, &[]).await
+}
+
 /// A pod template that mounts `claims` (volume `data-N`, or `data` for one claim).
 pub fn pod_template(app: &str, claims: &[&str]) -> serde_json::Value {
     let volumes: Vec<_> = claims
