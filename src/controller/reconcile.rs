@@ -78,9 +78,12 @@ async fn write_status(
     status: &DataRestoreStatus,
 ) -> Result<()> {
     // Server-side apply: fields refill stops setting (a cleared message) really go away.
+    // The resourceVersion makes a pass that started from a stale copy (its own last
+    // write not yet seen) fail with a conflict instead of writing old phases back.
     let body = json!({
         "apiVersion": crate::api::API_VERSION,
         "kind": "DataRestore",
+        "metadata": {"resourceVersion": dr.resource_version()},
         "status": status,
     });
     api.patch_status(

@@ -530,15 +530,18 @@ async fn advance_volume(
                 );
                 return Ok(());
             }
-            if !stand_in::restore_wait_running(&pod) {
-                return Ok(());
-            }
-            if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
-                end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
-                status.errors.push(problem);
-                return Ok(());
-            }
+            // A PodVolumeRestore from a pass whose record did not land (a crash, a lost
+            // status write) may be finished already, restore-wait gone with it: it is
+            // followed from here on, never waited for.
             if !seen.pvrs.contains_key(&pvr_name) {
+                if !stand_in::restore_wait_running(&pod) {
+                    return Ok(());
+                }
+                if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
+                    end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
+                    status.errors.push(problem);
+                    return Ok(());
+                }
                 create_pod_volume_restore(dr, ctx, status, i, &pvr_name, &pod).await?;
             }
             let volume = &mut status.volumes[i];
