@@ -7,8 +7,10 @@
 //! a controller killed at any point finds every record it needs after a restart.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -249,20 +251,25 @@ struct Observed {
     stand_ins: BTreeMap<(String, String), Pod>,
     pvrs: BTreeMap<String, PodVolumeRestore>,
     vprs: BTreeMap<String, VolumePluginRestore>,
-    pods_by_ns: BTreeMap<String, Vec<Pod>>,
+    /// Pods per namespace, listed when first needed in the pass.
+    pods_by_ns: tokio::sync::Mutex<BTreeMap<String, Arc<Vec<Pod>>>>,
 }
 
 impl Observed {
-    async fn pods(&mut self, ctx: &Context, ns: &str) -> Result<&[Pod]> {
-        if !self.pods_by_ns.contains_key(ns) {
-            let pods = observe::pods_in(&ctx.client, ns).await?;
-            self.pods_by_ns.insert(ns.to_string(), pods);
+    async fn pods(&self, ctx: &Context, ns: &str) -> Result<Arc<Vec<Pod>>> {
+        if let Some(pods) = self.pods_by_ns.lock().await.get(ns) {
+            return Ok(pods.clone());
         }
-        Ok(&self.pods_by_ns[ns])
+        let pods = Arc::new(observe::pods_in(&ctx.client, ns).await?);
+        self.pods_by_ns
+            .lock()
+            .await
+            .insert(ns.to_string(), pods.clone());
+        Ok(pods)
     }
 
     /// Pods other than this restore's stand-in that mount the claim.
-    async fn foreign_mounts(&mut self, ctx: &Context, pvc: &str, uid: &str) -> Result<Vec<String>> {
+    async fn foreign_mounts(&self, ctx: &Context, pvc: &str, uid: &str) -> Result<Vec<String>> {
         let (ns, claim) = split(pvc);
         Ok(self
             .pods(ctx, ns)
@@ -272,6 +279,42 @@ impl Observed {
             .map(|p| p.name_any())
             .collect())
     }
+}
+
+/// How many volumes or consumers one pass works on at once. Their steps are independent
+/// API calls, so running them side by side is what makes many volumes fast.
+const CONCURRENCY: usize = 16;
+
+/// Runs `work` for every index at once (bounded), applies each result with `apply`,
+/// and reports the first error after all have been applied: the effects of the others
+/// happened, so their records must not be lost.
+async fn for_each_concurrently<T, F, Fut>(
+    indices: impl IntoIterator<Item = usize>,
+    work: F,
+    mut apply: impl FnMut(usize, T),
+) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let results: Vec<(usize, Result<T>)> = futures::stream::iter(indices)
+        .map(|i| {
+            let fut = work(i);
+            async move { (i, fut.await) }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let mut first_error = None;
+    for (i, result) in results {
+        match result {
+            Ok(value) => apply(i, value),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Second half: act on the recorded state.
@@ -291,7 +334,7 @@ async fn act(
     let vprs = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ns)
         .list(&owned)
         .await?;
-    let mut seen = Observed {
+    let seen = Observed {
         stand_ins: stand_ins
             .items
             .into_iter()
@@ -299,14 +342,39 @@ async fn act(
             .collect(),
         pvrs: pvrs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
         vprs: vprs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
-        pods_by_ns: BTreeMap::new(),
+        pods_by_ns: Default::default(),
     };
 
     settle_consumers(dr, ctx, status, &uid).await?;
-    let mut helper: Option<HelperSource> = None;
-    for i in 0..status.volumes.len() {
-        advance_volume(dr, ctx, status, i, &mut seen, &mut helper).await?;
-    }
+    let helper = if status
+        .volumes
+        .iter()
+        .any(|v| v.phase == VolumePhase::Quiescing)
+    {
+        Some(restore_helper::read_source(&ctx.client, &ns).await?)
+    } else {
+        None
+    };
+    let snapshot = status.clone();
+    let mut errors = Vec::new();
+    let outcome = for_each_concurrently(
+        0..snapshot.volumes.len(),
+        |i| {
+            let mut volume = snapshot.volumes[i].clone();
+            let (snapshot, seen, helper) = (&snapshot, &seen, helper.as_ref());
+            async move {
+                let errors = advance_volume(dr, ctx, snapshot, &mut volume, seen, helper).await?;
+                Ok((volume, errors))
+            }
+        },
+        |i, (volume, new_errors)| {
+            status.volumes[i] = volume;
+            errors.extend(new_errors);
+        },
+    )
+    .await;
+    status.errors.extend(errors);
+    outcome?;
     // Volumes that ended in this pass may free their consumers at once.
     settle_consumers(dr, ctx, status, &uid).await?;
     for volume in &status.volumes {
@@ -364,69 +432,78 @@ async fn settle_consumers(
     status: &mut DataRestoreStatus,
     uid: &str,
 ) -> Result<()> {
-    for i in 0..status.consumers.len() {
-        let decision = consumer_step(status, i, dr.spec.on_failure);
-        let record = &mut status.consumers[i];
-        let what = format!("{:?} {}/{}", record.kind, record.namespace, record.name);
-        match decision {
-            ConsumerStep::Nothing => {}
-            ConsumerStep::Stop => {
-                consumers::stop(&ctx.client, uid, record).await?;
-                let note = match record.replicas {
-                    Some(n) if record.kind.is_scalable() => format!("scaled {what} from {n} to 0"),
-                    _ => format!("stopped {what}"),
-                };
-                ctx.event_about(
-                    dr,
-                    false,
-                    "QuiescedConsumer",
-                    note,
-                    Context::consumer_ref(record),
-                )
-                .await;
+    let decisions: Vec<(usize, ConsumerStep)> = (0..status.consumers.len())
+        .map(|i| (i, consumer_step(status, i, dr.spec.on_failure)))
+        .filter(|(_, step)| *step != ConsumerStep::Nothing)
+        .collect();
+    let steps: BTreeMap<usize, ConsumerStep> = decisions.iter().copied().collect();
+    let records = status.consumers.clone();
+    for_each_concurrently(
+        steps.keys().copied(),
+        |i| {
+            let mut record = records[i].clone();
+            let step = steps[&i];
+            async move {
+                settle_consumer(dr, ctx, uid, &mut record, step).await?;
+                Ok(record)
             }
-            ConsumerStep::Resume => {
-                consumers::resume(&ctx.client, uid, record).await?;
-                let note = match record.replicas {
-                    Some(n) if record.kind.is_scalable() => format!("scaled {what} back to {n}"),
-                    _ => format!("started {what} again"),
-                };
-                ctx.event_about(
-                    dr,
-                    false,
-                    "ResumedConsumer",
-                    note,
-                    Context::consumer_ref(record),
-                )
-                .await;
-            }
-            ConsumerStep::KeepStopped => {
-                record.state = ConsumerState::KeptStopped;
-                let note = format!("left {what} stopped after a failure (onFailure: KeepStopped)");
-                ctx.event_about(
-                    dr,
-                    true,
-                    "KeptConsumerStopped",
-                    note,
-                    Context::consumer_ref(record),
-                )
-                .await;
-            }
+        },
+        |i, record| status.consumers[i] = record,
+    )
+    .await
+}
+
+async fn settle_consumer(
+    dr: &DataRestore,
+    ctx: &Context,
+    uid: &str,
+    record: &mut ConsumerRecord,
+    step: ConsumerStep,
+) -> Result<()> {
+    let what = format!("{:?} {}/{}", record.kind, record.namespace, record.name);
+    let (warning, reason, note) = match step {
+        ConsumerStep::Nothing => return Ok(()),
+        ConsumerStep::Stop => {
+            consumers::stop(&ctx.client, uid, record).await?;
+            let note = match record.replicas {
+                Some(n) if record.kind.is_scalable() => format!("scaled {what} from {n} to 0"),
+                _ => format!("stopped {what}"),
+            };
+            (false, "QuiescedConsumer", note)
         }
-    }
+        ConsumerStep::Resume => {
+            consumers::resume(&ctx.client, uid, record).await?;
+            let note = match record.replicas {
+                Some(n) if record.kind.is_scalable() => format!("scaled {what} back to {n}"),
+                _ => format!("started {what} again"),
+            };
+            (false, "ResumedConsumer", note)
+        }
+        ConsumerStep::KeepStopped => {
+            record.state = ConsumerState::KeptStopped;
+            let note = format!("left {what} stopped after a failure (onFailure: KeepStopped)");
+            (true, "KeptConsumerStopped", note)
+        }
+    };
+    ctx.event_about(dr, warning, reason, note, Context::consumer_ref(record))
+        .await;
     Ok(())
 }
 
+/// Moves one volume on as far as it can go now. `status` is the pass's starting view
+/// (for consumers); the volume's own changes go into `volume`, and the errors to record
+/// are returned.
 async fn advance_volume(
     dr: &DataRestore,
     ctx: &Context,
-    status: &mut DataRestoreStatus,
-    i: usize,
-    seen: &mut Observed,
-    helper: &mut Option<HelperSource>,
-) -> Result<()> {
+    status: &DataRestoreStatus,
+    volume: &mut VolumeStatus,
+    seen: &Observed,
+    helper: Option<&HelperSource>,
+) -> Result<Vec<String>> {
+    let mut errors = Vec::new();
     let uid = dr.uid().unwrap_or_default();
-    let pvc = status.volumes[i].pvc.clone();
+    let pvc = volume.pvc.clone();
     let (ns, claim) = split(&pvc);
     let stand_in_name = labels::stand_in_pod_name(&uid, &pvc);
     let pvr_name = labels::pod_volume_restore_name(&dr.name_any(), &uid, &pvc);
@@ -435,14 +512,14 @@ async fn advance_volume(
         .get(&(ns.to_string(), stand_in_name.clone()))
         .cloned();
 
-    match status.volumes[i].phase {
+    match volume.phase {
         VolumePhase::Quiescing => {
             if !consumers_stopped(status, &pvc) {
-                return Ok(());
+                return Ok(errors);
             }
             let users = seen.foreign_mounts(ctx, &pvc, &uid).await?;
             if !users.is_empty() {
-                status.volumes[i].message = Some(format!(
+                volume.message = Some(format!(
                     "waiting for pods to release the volume: {}",
                     users.join(", ")
                 ));
@@ -451,34 +528,24 @@ async fn advance_volume(
                         "PVC {pvc} is in use by {} and consumers: Refuse",
                         users.join(", ")
                     );
-                    end(&mut status.volumes[i], VolumePhase::Failed, message);
+                    end(volume, VolumePhase::Failed, message);
                 }
-                return Ok(());
+                return Ok(errors);
             }
             if stand_in.is_none() {
-                if helper.is_none() {
-                    *helper = Some(
-                        restore_helper::read_source(
-                            &ctx.client,
-                            &dr.namespace().unwrap_or_default(),
-                        )
-                        .await?,
-                    );
-                }
-                let source = helper.as_ref().expect("just read");
-                let volume = &status.volumes[i];
-                let security = volume.consumer_security.as_ref();
+                let source = helper.expect("read at the start of a pass with volumes quiescing");
+                let security = volume.consumer_security.clone();
                 let container = match restore_helper::container(
                     &uid,
                     &volume.volume,
                     dr.spec.restore_helper.as_ref(),
                     source,
-                    security.and_then(|s| s.container.as_ref()),
+                    security.as_ref().and_then(|s| s.container.as_ref()),
                 ) {
                     Ok(c) => c,
                     Err(message) => {
-                        end(&mut status.volumes[i], VolumePhase::Failed, message);
-                        return Ok(());
+                        end(volume, VolumePhase::Failed, message);
+                        return Ok(errors);
                     }
                 };
                 let pod = stand_in::pod(StandIn {
@@ -493,7 +560,7 @@ async fn advance_volume(
                     ),
                     restore_uid: &uid,
                     candidate_nodes: &volume.candidate_nodes,
-                    security,
+                    security: security.as_ref(),
                     image: dr
                         .spec
                         .stand_in_image
@@ -510,7 +577,6 @@ async fn advance_volume(
                     Err(e) => return Err(e.into()),
                 }
             }
-            let volume = &mut status.volumes[i];
             volume.stand_in_pod = Some(stand_in_name.clone());
             volume.phase = VolumePhase::StartingStandIn;
             volume.message = None;
@@ -518,44 +584,42 @@ async fn advance_volume(
         VolumePhase::StartingStandIn => {
             let Some(pod) = stand_in else {
                 // Deleted by someone: go back one step, which creates it again.
-                status.volumes[i].phase = VolumePhase::Quiescing;
-                return Ok(());
+                volume.phase = VolumePhase::Quiescing;
+                return Ok(errors);
             };
-            status.volumes[i].node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            volume.node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
             if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
                 end(
-                    &mut status.volumes[i],
+                    volume,
                     VolumePhase::Failed,
                     format!("stand-in pod {stand_in_name} failed"),
                 );
-                return Ok(());
+                return Ok(errors);
             }
             // A PodVolumeRestore from a pass whose record did not land (a crash, a lost
             // status write) may be finished already, restore-wait gone with it: it is
             // followed from here on, never waited for.
             if !seen.pvrs.contains_key(&pvr_name) {
                 if !stand_in::restore_wait_running(&pod) {
-                    return Ok(());
+                    return Ok(errors);
                 }
                 if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
-                    end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
-                    status.errors.push(problem);
-                    return Ok(());
+                    end(volume, VolumePhase::Failed, problem.clone());
+                    errors.push(problem);
+                    return Ok(errors);
                 }
-                create_pod_volume_restore(dr, ctx, status, i, &pvr_name, &pod).await?;
+                create_pod_volume_restore(dr, ctx, status, volume, &pvr_name, &pod).await?;
             }
-            let volume = &mut status.volumes[i];
             volume.pod_volume_restore = Some(pvr_name.clone());
             volume.phase = VolumePhase::Restoring;
         }
         VolumePhase::Restoring => {
             let Some(found) = seen.pvrs.get(&pvr_name).cloned() else {
                 let message = format!("PodVolumeRestore {pvr_name} disappeared");
-                end(&mut status.volumes[i], VolumePhase::Failed, message);
-                return Ok(());
+                end(volume, VolumePhase::Failed, message);
+                return Ok(errors);
             };
             let pvr_status = found.status.clone().unwrap_or_default();
-            let volume = &mut status.volumes[i];
             if let Some(progress) = &pvr_status.progress {
                 volume.bytes_done = progress.bytes_done;
                 if progress.total_bytes > 0 {
@@ -585,7 +649,7 @@ async fn advance_volume(
                         pvr_status.message.unwrap_or_default()
                     );
                     end(volume, phase, message.clone());
-                    status.errors.push(format!("{pvc}: {message}"));
+                    errors.push(format!("{pvc}: {message}"));
                     let note = format!("{pvc}: {message}");
                     ctx.event_about(dr, true, "VolumeFailed", note, Context::pvc_ref(&pvc))
                         .await;
@@ -596,8 +660,8 @@ async fn advance_volume(
                 _ if ctx.check_due(&format!("{uid}/{pvc}")) => {
                     if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
                         cancel_pvr(ctx, &found).await?;
-                        end(&mut status.volumes[i], VolumePhase::Failed, problem.clone());
-                        status.errors.push(problem.clone());
+                        end(volume, VolumePhase::Failed, problem.clone());
+                        errors.push(problem.clone());
                         let related = Context::pvc_ref(&pvc);
                         ctx.event_about(dr, true, "ConsumerRestarted", problem, related)
                             .await;
@@ -609,7 +673,7 @@ async fn advance_volume(
         _ => {}
     }
 
-    if status.volumes[i].phase.is_terminal() {
+    if volume.phase.is_terminal() {
         if let Some(found) = seen.pvrs.get(&pvr_name)
             && !found.phase().is_terminal()
             && found.spec.cancel != Some(true)
@@ -629,7 +693,7 @@ async fn advance_volume(
             }
         }
     }
-    Ok(())
+    Ok(errors)
 }
 
 /// Someone started a stopped consumer, or another pod mounts the claim: refill must not
@@ -639,7 +703,7 @@ async fn interference(
     status: &DataRestoreStatus,
     pvc: &str,
     uid: &str,
-    seen: &mut Observed,
+    seen: &Observed,
 ) -> Result<Option<String>> {
     for record in status
         .consumers
@@ -681,12 +745,11 @@ async fn create_pod_volume_restore(
     dr: &DataRestore,
     ctx: &Context,
     status: &DataRestoreStatus,
-    i: usize,
+    volume: &VolumeStatus,
     name: &str,
     pod: &Pod,
 ) -> Result<()> {
     let ns = dr.namespace().unwrap_or_default();
-    let volume = &status.volumes[i];
     let pvb_name = volume.pod_volume_backup.clone().unwrap_or_default();
     let pvb = Api::<PodVolumeBackup>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&pvb_name)
