@@ -43,6 +43,8 @@ pub struct Context {
     claims: Mutex<HashMap<(String, String), ObjectRef<DataRestore>>>,
     /// Last status write per restore UID, for throttling progress.
     last_write: Mutex<HashMap<String, Instant>>,
+    /// resourceVersion of refill's last status write per restore UID.
+    last_version: Mutex<HashMap<String, String>>,
     /// Last safety check per volume.
     last_check: Mutex<HashMap<String, Instant>>,
 }
@@ -59,6 +61,7 @@ impl Context {
             config,
             claims: Mutex::default(),
             last_write: Mutex::default(),
+            last_version: Mutex::default(),
             last_check: Mutex::default(),
         }
     }
@@ -114,6 +117,7 @@ impl Context {
                 .lock()
                 .expect("write lock")
                 .retain(|k, _| !k.starts_with(&uid));
+            self.last_version.lock().expect("version lock").remove(&uid);
             self.last_check
                 .lock()
                 .expect("check lock")
@@ -188,10 +192,27 @@ impl Context {
         due
     }
 
-    pub fn wrote(&self, uid: &str) {
+    /// Notes a status write (for the progress throttle) and, for a DataRestore, the
+    /// resourceVersion it produced.
+    pub fn wrote(&self, uid: &str, version: Option<String>) {
         self.last_write
             .lock()
             .expect("write lock")
             .insert(uid.to_string(), Instant::now());
+        if let Some(version) = version {
+            self.last_version
+                .lock()
+                .expect("version lock")
+                .insert(uid.to_string(), version);
+        }
+    }
+
+    /// The resourceVersion of refill's last status write of this restore.
+    pub fn last_written(&self, uid: &str) -> Option<String> {
+        self.last_version
+            .lock()
+            .expect("version lock")
+            .get(uid)
+            .cloned()
     }
 }

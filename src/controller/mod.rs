@@ -39,6 +39,14 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What a step asks of the reconcile after its status is written.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Pass again at once, from the status just written (records before effects).
+    Again,
+    Then(kube::runtime::controller::Action),
+}
+
 /// The user agent of the controller's requests, so they can be told apart in audit logs.
 pub const USER_AGENT: &str = concat!("refill-controller/", env!("CARGO_PKG_VERSION"));
 

@@ -17,17 +17,28 @@ use crate::validate::{self, ValidateError};
 
 use super::status::{self, now};
 use super::step::parse_duration;
-use super::{Context, Error, Result, restoring};
+use super::{Context, Error, Next, Result, restoring};
 
 pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
     let api: Api<DataRestore> =
         Api::namespaced(ctx.client.clone(), &dr.namespace().unwrap_or_default());
+    let uid = dr.uid().unwrap_or_default();
+    // The watch cache may not hold refill's own last status write yet; acting on the
+    // older copy would redo steps and write old phases back. One read avoids that.
+    let mut dr = match ctx.last_written(&uid) {
+        Some(rv) if dr.resource_version().as_deref() != Some(rv.as_str()) => {
+            match api.get_opt(&dr.name_any()).await? {
+                Some(fresh) => fresh,
+                None => return Ok(Action::await_change()),
+            }
+        }
+        _ => (*dr).clone(),
+    };
     let deleting = dr.metadata.deletion_timestamp.is_some();
     let has_finalizer = dr.finalizers().iter().any(|f| f == FINALIZER);
-    let before = dr.status.clone().unwrap_or_default();
 
     if !has_finalizer {
-        if deleting || before.phase.is_terminal() {
+        if deleting || dr.status.as_ref().is_some_and(|s| s.phase.is_terminal()) {
             ctx.forget(&dr);
             return Ok(Action::await_change());
         }
@@ -44,39 +55,50 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
 
-    let mut status = before.clone();
-    let action = step(&dr, &ctx, &mut status, deleting).await?;
-    status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
-    status.observed_generation = dr.metadata.generation;
-    status.conditions = status::conditions(&status, dr.metadata.generation);
+    // A few passes in a row at most: each one that only recorded decisions is followed
+    // at once by one that acts on them.
+    for _ in 0..4 {
+        let before = dr.status.clone().unwrap_or_default();
+        let mut status = before.clone();
+        let next = step(&dr, &ctx, &mut status, deleting).await?;
+        status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
+        status.observed_generation = dr.metadata.generation;
+        status.conditions = status::conditions(&status, dr.metadata.generation);
 
-    let uid = dr.uid().unwrap_or_default();
-    let mut action = action;
-    if status != before {
-        let progress_only = status::only_progress_differs(&before, &status);
-        match ctx.progress_wait(&uid).filter(|_| progress_only) {
-            Some(wait) => action = Action::requeue(wait),
-            None => {
-                write_status(&api, &dr, &status).await?;
-                ctx.wrote(&uid);
+        let again = matches!(next, Next::Again);
+        let mut action = match next {
+            Next::Again => Action::requeue(Duration::ZERO),
+            Next::Then(action) => action,
+        };
+        if status != before {
+            let progress_only = status::only_progress_differs(&before, &status);
+            match ctx.progress_wait(&uid).filter(|_| progress_only) {
+                Some(wait) => action = Action::requeue(wait),
+                None => {
+                    dr = write_status(&api, &dr, &status).await?;
+                    ctx.wrote(&uid, dr.resource_version());
+                }
             }
         }
-    }
 
-    if status.phase.is_terminal() {
-        // Everything is rolled back by now; a finished restore needs no finalizer.
-        ctx.forget(&dr);
-        remove_finalizer(&api, &dr).await?;
-        return Ok(Action::await_change());
+        if status.phase.is_terminal() {
+            // Everything is rolled back by now; a finished restore needs no finalizer.
+            ctx.forget(&dr);
+            remove_finalizer(&api, &dr).await?;
+            return Ok(Action::await_change());
+        }
+        if !again {
+            return Ok(action);
+        }
     }
-    Ok(action)
+    Ok(Action::requeue(Duration::ZERO))
 }
 
 async fn write_status(
     api: &Api<DataRestore>,
     dr: &DataRestore,
     status: &DataRestoreStatus,
-) -> Result<()> {
+) -> Result<DataRestore> {
     // Server-side apply: fields refill stops setting (a cleared message) really go away.
     // The resourceVersion makes a pass that started from a stale copy (its own last
     // write not yet seen) fail with a conflict instead of writing old phases back.
@@ -91,8 +113,8 @@ async fn write_status(
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(body),
     )
-    .await?;
-    Ok(())
+    .await
+    .map_err(Error::from)
 }
 
 async fn remove_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> Result<()> {
@@ -118,7 +140,7 @@ async fn step(
     ctx: &Context,
     status: &mut DataRestoreStatus,
     deleting: bool,
-) -> Result<Action> {
+) -> Result<Next> {
     loop {
         match status.phase {
             Phase::New => {
@@ -129,14 +151,14 @@ async fn step(
                 if deleting || dr.spec.cancel {
                     status.phase = Phase::Canceled;
                     status.completion_time = Some(now());
-                    return Ok(Action::await_change());
+                    return Ok(Next::Then(Action::await_change()));
                 }
                 return validating(dr, ctx, status).await;
             }
             Phase::Restoring | Phase::Finalizing => {
                 return restoring::step(dr, ctx, status, deleting).await;
             }
-            _ => return Ok(Action::await_change()),
+            _ => return Ok(Next::Then(Action::await_change())),
         }
     }
 }
@@ -162,7 +184,7 @@ async fn validating(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
-) -> Result<Action> {
+) -> Result<Next> {
     let invalid = |status: &mut DataRestoreStatus, errors: Vec<String>| {
         status.phase = Phase::Failed;
         status.errors = errors;
@@ -173,7 +195,7 @@ async fn validating(
         invalid(status, errors);
         ctx.event(dr, true, "FailedValidation", status.errors.join("; "))
             .await;
-        return Ok(Action::await_change());
+        return Ok(Next::Then(Action::await_change()));
     }
     match validate::plan(&ctx.client, dr).await {
         Err(ValidateError::Invalid(e)) => {
@@ -181,7 +203,7 @@ async fn validating(
             invalid(status, e.errors);
             ctx.event(dr, true, "FailedValidation", status.errors.join("; "))
                 .await;
-            Ok(Action::await_change())
+            Ok(Next::Then(Action::await_change()))
         }
         Err(ValidateError::Kube(e)) => Err(Error::Kube(e)),
         Ok(plan) => {
@@ -225,7 +247,8 @@ async fn validating(
                 plan.backup_name
             );
             ctx.event(dr, false, "Validated", note).await;
-            Ok(Action::requeue(Duration::ZERO))
+            // Straight on to the first volumes, from the status just written.
+            Ok(Next::Again)
         }
     }
 }

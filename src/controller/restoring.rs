@@ -35,7 +35,7 @@ use super::status::{self, now};
 use super::step::{
     ConsumerStep, consumer_step, consumers_stopped, expired, free_slots, parse_duration,
 };
-use super::{Context, Error, Result};
+use super::{Context, Error, Next, Result};
 
 fn split(key: &str) -> (&str, &str) {
     key.split_once('/').expect("volume keys are namespace/name")
@@ -50,14 +50,14 @@ pub async fn step(
     ctx: &Context,
     status: &mut DataRestoreStatus,
     deleting: bool,
-) -> Result<Action> {
+) -> Result<Next> {
     let before = status.clone();
     record(dr, ctx, status, deleting).await?;
     if *status != before {
-        // Records first: the caller writes them, and the next pass acts on them.
-        return Ok(Action::requeue(Duration::ZERO));
+        // Records first: the caller writes them, then passes again to act on them.
+        return Ok(Next::Again);
     }
-    act(dr, ctx, status, deleting).await
+    act(dr, ctx, status, deleting).await.map(Next::Then)
 }
 
 /// First half: decisions and records only. No object but the DataRestore changes.
@@ -839,6 +839,6 @@ async fn sync_plugin_restore(
             &Patch::Apply(body),
         )
         .await?;
-    ctx.wrote(&format!("{}/{name}", dr.uid().unwrap_or_default()));
+    ctx.wrote(&format!("{}/{name}", dr.uid().unwrap_or_default()), None);
     Ok(())
 }
