@@ -1,0 +1,264 @@
+//! The benchmark: for each size N, N namespaces with one Deployment whose claim is in
+//! a Velero backup, restored once by one DataRestore (refill, its controller a separate
+//! process) and once by `e2e/bench/kubectl-restore.sh` (a second set of N namespaces,
+//! one claim at a time). The simulated node agent finishes every PodVolumeRestore at
+//! once, so what is measured is the orchestration around the data path.
+//!
+//! Both ways must leave the same end state, which is checked: every file as the
+//! backup holds it, byte for byte; replicas as before and Ready; no helper pod left.
+
+pub mod audit;
+pub mod baseline;
+pub mod controller;
+pub mod report;
+pub mod scene;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, Result, bail};
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client};
+use refill::api::{DataRestore, DataRestoreSpec, Phase};
+use refill_e2e::Cluster;
+use refill_e2e::fixture;
+use refill_e2e::node_agent::{self, NodeAgentConfig};
+
+use self::audit::Requests;
+use self::controller::{ControllerKind, ControllerProcess};
+use self::scene::{Scene, Side};
+
+/// How long any one restore (either way) may take before the run is given up.
+pub const RESTORE_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Numbers of PVCs, each its own run.
+    pub sizes: Vec<usize>,
+    /// The kubectl baseline runs in full up to this N; above it only its first
+    /// `baseline_sample` claims run, and the whole is extrapolated from them.
+    pub baseline_max: usize,
+    /// Claims the baseline restores where N is above `baseline_max`.
+    pub baseline_sample: usize,
+    /// Replicas of each Deployment.
+    pub replicas: i32,
+    /// How the controller runs: the `refill` binary, or this binary in its place.
+    pub controller: ControllerKind,
+    /// Where the markdown report goes (it is also printed).
+    pub results: Option<PathBuf>,
+    /// Where the measurements go as JSON.
+    pub json: Option<PathBuf>,
+    /// The command line to show in the report.
+    pub command: String,
+    /// Leave namespaces, volumes and files in place afterwards.
+    pub keep: bool,
+}
+
+/// Everything measured at one N.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Outcome {
+    pub n: usize,
+    pub replicas: i32,
+    /// Request (DataRestore created) to phase Completed.
+    pub refill_wall: Duration,
+    pub refill_phase: String,
+    pub baseline: Option<baseline::BaselineRun>,
+    /// The controller's requests from the DataRestore's creation until it was idle again.
+    pub requests: Requests,
+    /// Requests the controller made from its start until the DataRestore was created.
+    pub startup_requests: Requests,
+    /// Peak resident set of the controller process (VmHWM), bytes.
+    pub controller_peak_rss: Option<u64>,
+    pub controller_binary: String,
+    /// Moments of the refill run, seconds after the DataRestore was created.
+    pub timeline: Vec<(String, f64)>,
+    /// The machine's 1-minute load average as refill's restore began (other work
+    /// running beside the benchmark shows here).
+    pub load_average: f64,
+    /// Whose end state was checked and found right.
+    pub end_state_checked: Vec<String>,
+}
+
+impl Outcome {
+    pub fn baseline_wall(&self) -> Option<(Duration, bool)> {
+        self.baseline
+            .as_ref()
+            .map(|b| (b.total(self.n), b.extrapolated(self.n)))
+    }
+}
+
+/// Runs every size in turn, writes the report, and returns the measurements. Fails if
+/// either way leaves a wrong end state.
+pub async fn run(cluster: &Cluster, options: &Options) -> Result<Vec<Outcome>> {
+    let admin = cluster.admin_client().await?;
+    let mut outcomes = Vec::new();
+    for (i, &n) in options.sizes.iter().enumerate() {
+        eprintln!("[bench] N = {n}");
+        let last = i + 1 == options.sizes.len();
+        let outcome = run_size(cluster, &admin, options, n, !last)
+            .await
+            .with_context(|| format!("benchmark at N = {n}"))?;
+        eprintln!("{}", report::one_line(&outcome));
+        outcomes.push(outcome);
+    }
+    let text = report::markdown(options, &outcomes);
+    println!("{text}");
+    if let Some(path) = &options.results {
+        std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("[bench] wrote {}", path.display());
+    }
+    if let Some(path) = &options.json {
+        std::fs::write(path, serde_json::to_string_pretty(&outcomes)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(outcomes)
+}
+
+async fn run_size(
+    cluster: &Cluster,
+    admin: &Client,
+    options: &Options,
+    n: usize,
+    more_to_come: bool,
+) -> Result<Outcome> {
+    let baseline_claims = if n <= options.baseline_max {
+        n
+    } else {
+        options.baseline_sample.min(n)
+    };
+    let scene = Scene::create(cluster, admin, n, baseline_claims, options.replicas).await?;
+    let result = measure(cluster, admin, options, &scene, n).await;
+    if options.keep {
+        eprintln!(
+            "[bench] keeping everything of run {} (velero namespace {})",
+            scene.run_id, scene.velero_ns
+        );
+    } else if let Err(e) = scene.cleanup(admin, more_to_come).await {
+        eprintln!("[bench] cleanup of run {} failed: {e:#}", scene.run_id);
+    }
+    result
+}
+
+async fn measure(
+    cluster: &Cluster,
+    admin: &Client,
+    options: &Options,
+    scene: &Scene,
+    n: usize,
+) -> Result<Outcome> {
+    // The node agent restores at once and in parallel: the data path is not measured.
+    let mut agent_cfg = NodeAgentConfig::new(&scene.snapshots);
+    agent_cfg.velero_namespace = scene.velero_ns.clone();
+    agent_cfg.concurrency_per_node = 64;
+    let _agent = node_agent::spawn(admin.clone(), agent_cfg);
+
+    // --- refill -----------------------------------------------------------------
+    let started_at = SystemTime::now();
+    let audit_start = audit::Cursor::now(cluster)?;
+    let ctl = ControllerProcess::start(cluster, &options.controller, &scene.velero_ns, &scene.dir)
+        .await?;
+    let spec = DataRestoreSpec {
+        backup_name: Some(scene::BACKUP.into()),
+        included_namespaces: scene.namespaces(Side::Refill),
+        parallel: Some(n as u32),
+        ..Default::default()
+    };
+    let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &scene.velero_ns);
+    let finished = tokio::spawn(await_condition(
+        restores.clone(),
+        "bench",
+        |dr: Option<&DataRestore>| {
+            dr.and_then(|d| d.status.as_ref())
+                .is_some_and(|s| s.phase.is_terminal())
+        },
+    ));
+    let load_average = load_average();
+    let requested_at = SystemTime::now();
+    let t0 = Instant::now();
+    fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
+    let done = tokio::time::timeout(RESTORE_TIMEOUT, finished)
+        .await
+        .context("the DataRestore did not finish in time")???;
+    let refill_wall = t0.elapsed();
+    let completed_at = SystemTime::now();
+    let dr = done.context("the DataRestore vanished")?;
+    let status = dr.status.clone().unwrap_or_default();
+    eprintln!(
+        "[bench] refill: {:?} in {:.2}s",
+        status.phase,
+        refill_wall.as_secs_f64()
+    );
+    // Whatever the controller does after Completed (its finalizer) belongs to the run.
+    let credential = ctl.credential_id().to_string();
+    audit::wait_quiet(
+        cluster,
+        &credential,
+        Duration::from_secs(2),
+        Duration::from_secs(30),
+    )
+    .await?;
+    let peak_rss = ctl.peak_rss();
+    let idle_at = SystemTime::now();
+    let controller_binary = ctl.describe();
+    ctl.stop().await;
+    let events = audit_start.read_since(cluster)?;
+    let mine = audit::filter(&events, &credential);
+    let startup_requests = audit::count(&mine, started_at, requested_at);
+    let requests = audit::count(&mine, requested_at, idle_at);
+    let timeline = audit::timeline(&mine, requested_at, completed_at);
+    if status.phase != Phase::Completed {
+        bail!(
+            "refill's restore ended {:?}: {:?} (controller log: {})",
+            status.phase,
+            status.errors,
+            scene.dir.join("controller.log").display()
+        );
+    }
+    scene
+        .verify(admin, Side::Refill)
+        .await
+        .context("refill's end state")?;
+    eprintln!("[bench] refill's end state checked");
+    let mut end_state_checked = vec!["refill".to_string()];
+
+    // --- the kubectl script -----------------------------------------------------
+    let baseline = if scene.baseline_claims > 0 {
+        let run = baseline::run(cluster, scene).await?;
+        scene
+            .verify(admin, Side::Baseline)
+            .await
+            .context("the kubectl script's end state")?;
+        eprintln!(
+            "[bench] kubectl script: {} claims in {:.2}s; end state checked",
+            run.claims,
+            run.wall.as_secs_f64()
+        );
+        end_state_checked.push("kubectl script".to_string());
+        Some(run)
+    } else {
+        None
+    };
+
+    Ok(Outcome {
+        n,
+        replicas: options.replicas,
+        refill_wall,
+        refill_phase: format!("{:?}", status.phase),
+        baseline,
+        requests,
+        startup_requests,
+        controller_peak_rss: peak_rss,
+        controller_binary,
+        timeline,
+        end_state_checked,
+        load_average,
+    })
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}

@@ -1,0 +1,496 @@
+//! The benchmark's workload: per claim a namespace with a local PV holding a few files,
+//! its claim, and a Deployment mounting it; one Velero backup of all claims; then the
+//! files damaged so that a restore has something to put back. And the check that a
+//! restore put everything back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
+};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use refill::api::DataRestore;
+use refill::labels;
+use refill_e2e::fixture::{self, BackedUpVolume};
+use refill_e2e::{Cluster, NODES, RESTORE_WAIT_CONTAINER, is_pod_ready, wait_for};
+use serde_json::json;
+
+/// Label on every namespace and PV of one run, with the run's ID.
+pub const RUN_LABEL: &str = "refill-bench/run";
+/// The one Velero backup holding every claim of a run.
+pub const BACKUP: &str = "bench";
+/// Each namespace's claim and Deployment.
+pub const CLAIM: &str = "data";
+pub const APP: &str = "app";
+
+/// How many requests the setup sends at once.
+const SETUP_CONCURRENCY: usize = 16;
+const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Restored by refill.
+    Refill,
+    /// Restored by the kubectl script.
+    Baseline,
+}
+
+pub struct Scene {
+    pub run_id: String,
+    pub velero_ns: String,
+    /// Everything on disk of this run: PV directories, snapshots, logs.
+    pub dir: PathBuf,
+    pub snapshots: PathBuf,
+    pub n: usize,
+    pub baseline_claims: usize,
+    pub replicas: i32,
+}
+
+/// The files of one volume as the backup holds them.
+pub fn good_files(ns: &str) -> Vec<(&'static str, Vec<u8>)> {
+    let mut seed = ns.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    }) | 1;
+    let mut db = Vec::with_capacity(64 * 1024);
+    while db.len() < 64 * 1024 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        db.extend_from_slice(&seed.to_le_bytes());
+    }
+    vec![
+        ("app.db", db),
+        (
+            "app.conf",
+            format!("namespace: {ns}\nmode: primary\n").into_bytes(),
+        ),
+        (
+            "logs/current.log",
+            format!("{ns} started\n{ns} ready\n").into_bytes(),
+        ),
+    ]
+}
+
+impl Scene {
+    pub fn namespace(&self, side: Side, i: usize) -> String {
+        let tag = match side {
+            Side::Refill => 'r',
+            Side::Baseline => 'k',
+        };
+        format!("bench-{}-{tag}{i:03}", self.run_id)
+    }
+
+    pub fn count(&self, side: Side) -> usize {
+        match side {
+            Side::Refill => self.n,
+            Side::Baseline => self.baseline_claims,
+        }
+    }
+
+    pub fn namespaces(&self, side: Side) -> Vec<String> {
+        (0..self.count(side))
+            .map(|i| self.namespace(side, i))
+            .collect()
+    }
+
+    fn all_namespaces(&self) -> Vec<String> {
+        let mut all = self.namespaces(Side::Refill);
+        all.extend(self.namespaces(Side::Baseline));
+        all
+    }
+
+    pub fn volume_dir(&self, ns: &str) -> PathBuf {
+        self.dir.join("pv").join(ns)
+    }
+
+    fn run_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(RUN_LABEL.to_string(), self.run_id.clone())])
+    }
+
+    /// Sets everything up: refill installed for a Velero namespace of the run's own,
+    /// `n` namespaces for refill and `baseline_claims` for the kubectl script, each
+    /// with its Deployment Ready; a backup of all claims; the files damaged.
+    pub async fn create(
+        cluster: &Cluster,
+        admin: &Client,
+        n: usize,
+        baseline_claims: usize,
+        replicas: i32,
+    ) -> Result<Scene> {
+        let run_id = uuid::Uuid::new_v4().simple().to_string()[..6].to_string();
+        let velero_ns = format!("bench-{run_id}-velero");
+        let dir = cluster.scratch_dir(&velero_ns)?;
+        let snapshots = dir.join("snapshots");
+        std::fs::create_dir_all(&snapshots)?;
+        let scene = Scene {
+            run_id,
+            velero_ns,
+            dir,
+            snapshots,
+            n,
+            baseline_claims,
+            replicas,
+        };
+        eprintln!(
+            "[bench] setting up run {}: {} claims for refill, {} for the kubectl script",
+            scene.run_id, n, baseline_claims
+        );
+        let started = std::time::Instant::now();
+        scene.create_namespace(admin, &scene.velero_ns).await?;
+        fixture::install_refill(admin, &scene.velero_ns).await?;
+        eprintln!(
+            "[bench] refill installed after {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+
+        let all = scene.all_namespaces();
+        futures::stream::iter(all.iter().enumerate())
+            .map(|(i, ns)| scene.create_volume(admin, ns, NODES[i % NODES.len()]))
+            .buffer_unordered(SETUP_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
+        futures::stream::iter(&all)
+            .map(|ns| scene.create_app(admin, ns))
+            .buffer_unordered(SETUP_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
+        eprintln!(
+            "[bench] {} namespaces with their Deployments created after {:.1}s",
+            all.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let pods = scene.wait_apps_ready(admin, &all).await?;
+        eprintln!(
+            "[bench] all Deployments ready after {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+
+        let files: Vec<Vec<(&str, Vec<u8>)>> = all.iter().map(|ns| good_files(ns)).collect();
+        let volumes: Vec<BackedUpVolume> = all
+            .iter()
+            .zip(&files)
+            .map(|(ns, files)| BackedUpVolume {
+                namespace: ns,
+                pvc: CLAIM,
+                pod: &pods[ns],
+                volume: CLAIM,
+                snapshot_id: format!("{ns}-{CLAIM}"),
+                files: files.clone(),
+            })
+            .collect();
+        fixture::backup(admin, &scene.velero_ns, BACKUP, &scene.snapshots, &volumes).await?;
+        for ns in &all {
+            damage(&scene.volume_dir(ns))?;
+        }
+        eprintln!("[bench] set up in {:.1}s", started.elapsed().as_secs_f64());
+        Ok(scene)
+    }
+
+    async fn create_namespace(&self, admin: &Client, name: &str) -> Result<()> {
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some(self.run_labels()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(admin.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(())
+    }
+
+    async fn create_volume(&self, admin: &Client, ns: &str, node: &str) -> Result<()> {
+        self.create_namespace(admin, ns).await?;
+        let dir = self.volume_dir(ns);
+        fixture::local_pv(admin, ns, node, &dir, &self.run_labels()).await?;
+        write_files(&dir, &good_files(ns))?;
+        // A claim naming a PV the PV controller has not taken in yet stays unbound
+        // until a resync, seconds later: the claim comes once the PV is Available.
+        let volumes: Api<PersistentVolume> = Api::all(admin.clone());
+        wait_for(
+            format!("PV {ns} to be Available"),
+            SETUP_TIMEOUT,
+            || async {
+                let pv = volumes.get(ns).await?;
+                let phase = pv.status.and_then(|s| s.phase);
+                Ok((phase.as_deref() == Some("Available")).then_some(()))
+            },
+        )
+        .await
+    }
+
+    /// The claim, bound to the namespace's PV, and the Deployment.
+    async fn create_app(&self, admin: &Client, ns: &str) -> Result<()> {
+        fixture::pvc(admin, ns, CLAIM, Some(ns), &[]).await?;
+        // A pod whose claim is not bound yet fails scheduling, and the scheduler takes
+        // many seconds to try again: the Deployment comes once the claim is bound.
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), ns);
+        wait_for(
+            format!("claim {ns}/{CLAIM} to be bound"),
+            SETUP_TIMEOUT,
+            || async {
+                let claim = claims.get(CLAIM).await?;
+                let phase = claim.status.and_then(|s| s.phase);
+                Ok((phase.as_deref() == Some("Bound")).then_some(()))
+            },
+        )
+        .await?;
+        // Pod admission needs the namespace's default ServiceAccount.
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+        wait_for(
+            format!("serviceaccount {ns}/default"),
+            SETUP_TIMEOUT,
+            || async { Ok(accounts.get_opt("default").await?.map(|_| ())) },
+        )
+        .await?;
+        let mut template = fixture::pod_template(APP, &[CLAIM]);
+        template["metadata"]["labels"][RUN_LABEL] = json!(self.run_id);
+        let deployment: Deployment = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": APP, "namespace": ns},
+            "spec": {
+                "replicas": self.replicas,
+                "selector": {"matchLabels": {"app": APP}},
+                "template": template,
+            }
+        }))?;
+        Api::<Deployment>::namespaced(admin.clone(), ns)
+            .create(&PostParams::default(), &deployment)
+            .await
+            .with_context(|| format!("creating deployment {ns}/{APP}"))?;
+        Ok(())
+    }
+
+    /// Waits until every Deployment of the run has all its pods Ready; returns one pod
+    /// name per namespace.
+    async fn wait_apps_ready(
+        &self,
+        admin: &Client,
+        namespaces: &[String],
+    ) -> Result<BTreeMap<String, String>> {
+        let pods: Api<Pod> = Api::all(admin.clone());
+        let selector = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id));
+        let want = self.replicas.max(0) as usize;
+        wait_for(
+            format!("{} Deployments to be ready", namespaces.len()),
+            SETUP_TIMEOUT,
+            || async {
+                let mut ready: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for pod in pods.list(&selector).await? {
+                    if pod.metadata.deletion_timestamp.is_none() && is_pod_ready(&pod) {
+                        ready
+                            .entry(pod.namespace().unwrap_or_default())
+                            .or_default()
+                            .push(pod.name_any());
+                    }
+                }
+                let all = namespaces
+                    .iter()
+                    .all(|ns| ready.get(ns).map_or(0, Vec::len) == want);
+                Ok(all.then(|| {
+                    ready
+                        .into_iter()
+                        .filter_map(|(ns, names)| names.into_iter().next().map(|p| (ns, p)))
+                        .collect()
+                }))
+            },
+        )
+        .await
+    }
+
+    /// Checks the end state of one side: every file as backed up, replicas as before
+    /// and Ready, nothing of a restore left on the Deployment, no helper pod.
+    pub async fn verify(&self, admin: &Client, side: Side) -> Result<()> {
+        let namespaces = self.namespaces(side);
+        for ns in &namespaces {
+            let dir = self.volume_dir(ns);
+            for (file, content) in good_files(ns) {
+                let found = std::fs::read(dir.join(file))
+                    .with_context(|| format!("{ns}: {file} is missing"))?;
+                ensure!(
+                    found == content,
+                    "{ns}: {file} differs from the backup ({} bytes, backup has {})",
+                    found.len(),
+                    content.len()
+                );
+            }
+            ensure!(
+                !dir.join(".velero").exists(),
+                "{ns}: the restore's done marker .velero was left in the volume"
+            );
+            let deployment = Api::<Deployment>::namespaced(admin.clone(), ns)
+                .get(APP)
+                .await?;
+            let replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
+            ensure!(
+                replicas == Some(self.replicas),
+                "{ns}: deployment {APP} has {replicas:?} replicas, not {}",
+                self.replicas
+            );
+            let annotations = deployment.annotations();
+            for key in [labels::QUIESCED_BY, labels::ORIGINAL_REPLICAS] {
+                ensure!(
+                    !annotations.contains_key(key),
+                    "{ns}: deployment {APP} still carries {key}"
+                );
+            }
+        }
+        let want = self.replicas.max(0) as usize;
+        let pods: Api<Pod> = Api::all(admin.clone());
+        let selector = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id));
+        wait_for(
+            format!("the {} Deployments to be ready again", namespaces.len()),
+            Duration::from_secs(120),
+            || async {
+                let mut ready: BTreeMap<String, usize> = BTreeMap::new();
+                for pod in pods.list(&selector).await? {
+                    if pod.metadata.deletion_timestamp.is_none() && is_pod_ready(&pod) {
+                        *ready
+                            .entry(pod.namespace().unwrap_or_default())
+                            .or_default() += 1;
+                    }
+                }
+                Ok(namespaces
+                    .iter()
+                    .all(|ns| ready.get(ns).copied().unwrap_or(0) == want)
+                    .then_some(()))
+            },
+        )
+        .await?;
+        wait_for("no helper pods left", Duration::from_secs(60), || async {
+            let mut left = Vec::new();
+            for ns in &namespaces {
+                let list = Api::<Pod>::namespaced(admin.clone(), ns)
+                    .list(&ListParams::default())
+                    .await?;
+                left.extend(
+                    list.items
+                        .into_iter()
+                        .filter(is_helper)
+                        .map(|p| format!("{ns}/{}", p.name_any())),
+                );
+            }
+            if !left.is_empty() {
+                eprintln!("[bench] helper pods still there: {}", left.join(", "));
+            }
+            Ok(left.is_empty().then_some(()))
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes the run's namespaces, volumes and files. With `wait`, returns only once
+    /// the namespaces are gone, so that a next run does not share the machine with
+    /// their deletion.
+    pub async fn cleanup(&self, admin: &Client, wait: bool) -> Result<()> {
+        let started = std::time::Instant::now();
+        let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &self.velero_ns);
+        if let Ok(list) = restores.list(&ListParams::default()).await {
+            for dr in list {
+                if !dr.finalizers().is_empty() {
+                    let patch = json!({"metadata": {"finalizers": null}});
+                    let _ = restores
+                        .patch(
+                            &dr.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(patch),
+                        )
+                        .await;
+                }
+            }
+        }
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        let mut all = self.all_namespaces();
+        all.push(self.velero_ns.clone());
+        futures::stream::iter(&all)
+            .map(|ns| {
+                let namespaces = namespaces.clone();
+                async move {
+                    match namespaces.delete(ns, &DeleteParams::background()).await {
+                        Ok(_) => Ok(()),
+                        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .buffer_unordered(SETUP_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let selector = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id));
+        Api::<PersistentVolume>::all(admin.clone())
+            .delete_collection(&DeleteParams::background(), &selector)
+            .await?;
+        if wait {
+            wait_for(
+                format!("the {} namespaces of run {} to go", all.len(), self.run_id),
+                SETUP_TIMEOUT,
+                || async {
+                    let left = namespaces.list_metadata(&selector).await?.items.len();
+                    Ok((left == 0).then_some(()))
+                },
+            )
+            .await?;
+        }
+        std::fs::remove_dir_all(&self.dir)
+            .with_context(|| format!("removing {}", self.dir.display()))?;
+        eprintln!(
+            "[bench] run {} cleaned up in {:.1}s",
+            self.run_id,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+}
+
+/// A pod held or started for a restore: it has Velero's restore-wait init container.
+pub fn is_helper(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.name == RESTORE_WAIT_CONTAINER))
+}
+
+fn write_files(dir: &Path, files: &[(&str, Vec<u8>)]) -> Result<()> {
+    for (file, content) in files {
+        let path = dir.join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// What the restore must undo: a file overwritten, one deleted, one changed.
+fn damage(dir: &Path) -> Result<()> {
+    std::fs::write(dir.join("app.db"), b"garbage")?;
+    std::fs::remove_file(dir.join("app.conf"))?;
+    std::fs::write(dir.join("logs/current.log"), b"truncated")?;
+    if std::fs::read(dir.join("app.db"))? != b"garbage" {
+        bail!("could not damage {}", dir.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_namespace_has_its_own_files() {
+        let a = good_files("bench-x-r000");
+        let b = good_files("bench-x-r001");
+        assert_eq!(a[0].1.len(), 64 * 1024);
+        assert_ne!(a[0].1, b[0].1);
+        assert_eq!(a, good_files("bench-x-r000"));
+    }
+}
