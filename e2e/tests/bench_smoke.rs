@@ -1,7 +1,8 @@
 //! The benchmark at N = 3, so that it keeps working between full runs: refill and the
 //! kubectl script (`e2e/bench/kubectl-restore.sh`) each restore three PVCs, and the
 //! benchmark checks both end states (files byte for byte, replicas back and Ready, no
-//! helper pod left); it exits non-zero otherwise. Times are not asserted.
+//! helper pod left); it exits non-zero otherwise. The progress check runs too, with
+//! two PVCs. Times are not asserted.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
     let report = dir.join(format!("results-{}.md", std::process::id()));
     let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
         .arg("3")
+        .args(["--progress-pvcs", "2"])
         .arg("--json")
         .arg(&json)
         .arg("--results")
@@ -33,8 +35,8 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
         output.status
     );
 
-    let outcomes: serde_json::Value = serde_json::from_slice(&std::fs::read(&json)?)?;
-    let outcome = &outcomes[0];
+    let measured: serde_json::Value = serde_json::from_slice(&std::fs::read(&json)?)?;
+    let outcome = &measured["runs"][0];
     ensure!(outcome["n"] == 3, "{outcome:#}");
     ensure!(outcome["refill_phase"] == "Completed", "{outcome:#}");
     ensure!(
@@ -52,6 +54,11 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
     ensure!(
         outcome["controller_peak_rss"].as_u64().unwrap_or(0) > 0,
         "the controller's memory was not read: {outcome:#}"
+    );
+    let progress = &measured["progress"];
+    ensure!(
+        progress["pvcs"] == 2 && progress["requests"]["total"].as_u64().unwrap_or(0) > 0,
+        "the progress check did not run: {progress:#}"
     );
     let text = std::fs::read_to_string(&report)?;
     ensure!(text.contains("| 3 |"), "no table in the report:\n{text}");

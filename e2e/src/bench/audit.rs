@@ -241,6 +241,8 @@ pub struct Requests {
     pub max_status_writes_per_second: BTreeMap<String, usize>,
     /// Status writes per object, per resource: (objects, writes).
     pub status_writes: BTreeMap<String, (usize, usize)>,
+    /// Shortest time between two status writes of one object, per resource, seconds.
+    pub min_status_gap: BTreeMap<String, f64>,
 }
 
 impl Requests {
@@ -318,11 +320,33 @@ pub fn count(events: &[Event], from: SystemTime, to: SystemTime) -> Requests {
             .entry(resource.clone())
             .or_default();
         *slot = (*slot).max(most);
+        if let Some(gap) = times
+            .windows(2)
+            .map(|w| w[1].duration_since(w[0]).unwrap_or_default().as_secs_f64())
+            .min_by(f64::total_cmp)
+        {
+            let slot = r
+                .min_status_gap
+                .entry(resource.clone())
+                .or_insert(f64::INFINITY);
+            *slot = slot.min(gap);
+        }
         let (objects, writes) = r.status_writes.entry(resource).or_default();
         *objects += 1;
         *writes += times.len();
     }
     r
+}
+
+/// When requests of one kind were received, in order.
+pub fn times(events: &[Event], verb: &str, resource: &str) -> Vec<SystemTime> {
+    let mut times: Vec<SystemTime> = events
+        .iter()
+        .filter(|e| e.verb == verb && e.resource() == resource)
+        .filter_map(Event::received)
+        .collect();
+    times.sort();
+    times
 }
 
 /// When the controller did the first and the last of the things that make up a
@@ -445,5 +469,6 @@ mod tests {
         assert_eq!(r.status_patches(), 3);
         assert_eq!(r.max_status_writes_per_second["datarestores/status"], 2);
         assert_eq!(r.status_writes["datarestores/status"], (1, 3));
+        assert!((r.min_status_gap["datarestores/status"] - 0.6).abs() < 1e-6);
     }
 }

@@ -24,6 +24,8 @@ pub struct BaselineRun {
     pub wall: Duration,
     /// Seconds per claim, as the script reported them.
     pub per_claim: Vec<f64>,
+    /// Mean milliseconds per claim of each step, in the script's order, from its log.
+    pub steps: Vec<(String, f64)>,
 }
 
 impl BaselineRun {
@@ -99,9 +101,68 @@ pub async fn run(cluster: &Cluster, scene: &Scene) -> Result<BaselineRun> {
             targets.len()
         );
     }
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     Ok(BaselineRun {
         claims: targets.len(),
         wall,
         per_claim,
+        steps: step_means(&log),
     })
+}
+
+/// Mean time of each step from the script's log lines
+/// `[kubectl-restore] ns/pvc: <step> [details] (<ms> ms)`; a step is named by its
+/// first two words.
+fn step_means(log: &str) -> Vec<(String, f64)> {
+    let mut order: Vec<String> = Vec::new();
+    let mut sums: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix("[kubectl-restore] ") else {
+            continue;
+        };
+        let Some((_, what)) = rest.split_once(": ") else {
+            continue;
+        };
+        let Some((text, ms)) = what.rsplit_once(" (") else {
+            continue;
+        };
+        let Some(ms) = ms.strip_suffix(" ms)").and_then(|m| m.parse::<f64>().ok()) else {
+            continue;
+        };
+        let step = text
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        if !sums.contains_key(&step) {
+            order.push(step.clone());
+        }
+        let entry = sums.entry(step).or_default();
+        entry.0 += ms;
+        entry.1 += 1;
+    }
+    order
+        .into_iter()
+        .map(|step| {
+            let (sum, count) = sums[&step];
+            (step, sum / count.max(1) as f64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_averaged_in_order() {
+        let log = "[kubectl-restore] a/data: scaled down from 1 (100 ms)\n\
+                   [kubectl-restore] a/data: pods gone (300 ms)\n\
+                   [kubectl-restore] b/data: scaled down from 2 (200 ms)\n\
+                   other line\n";
+        assert_eq!(
+            step_means(log),
+            vec![("scaled down".into(), 150.0), ("pods gone".into(), 300.0)]
+        );
+    }
 }

@@ -53,6 +53,9 @@ pub struct Options {
     pub command: String,
     /// Leave namespaces, volumes and files in place afterwards.
     pub keep: bool,
+    /// PVCs of the progress check (0: none), a restore whose data path is slowed
+    /// down so that the node agent reports progress several times a second.
+    pub progress_pvcs: usize,
 }
 
 /// Everything measured at one N.
@@ -102,14 +105,25 @@ pub async fn run(cluster: &Cluster, options: &Options) -> Result<Vec<Outcome>> {
         eprintln!("{}", report::one_line(&outcome));
         outcomes.push(outcome);
     }
-    let text = report::markdown(options, &outcomes);
+    let progress = if options.progress_pvcs > 0 {
+        eprintln!("[bench] progress check with {} PVCs", options.progress_pvcs);
+        Some(
+            progress_check(cluster, &admin, options)
+                .await
+                .context("progress check")?,
+        )
+    } else {
+        None
+    };
+    let text = report::markdown(options, &outcomes, progress.as_ref());
     println!("{text}");
     if let Some(path) = &options.results {
         std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("[bench] wrote {}", path.display());
     }
     if let Some(path) = &options.json {
-        std::fs::write(path, serde_json::to_string_pretty(&outcomes)?)
+        let all = serde_json::json!({"runs": outcomes, "progress": progress});
+        std::fs::write(path, serde_json::to_string_pretty(&all)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(outcomes)
@@ -158,6 +172,15 @@ async fn measure(
     let audit_start = audit::Cursor::now(cluster)?;
     let ctl = ControllerProcess::start(cluster, &options.controller, &scene.velero_ns, &scene.dir)
         .await?;
+    let credential = ctl.credential_id().to_string();
+    // Already running means done starting: its watches open, its first lists read.
+    audit::wait_quiet(
+        cluster,
+        &credential,
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    )
+    .await?;
     let spec = DataRestoreSpec {
         backup_name: Some(scene::BACKUP.into()),
         included_namespaces: scene.namespaces(Side::Refill),
@@ -190,7 +213,6 @@ async fn measure(
         refill_wall.as_secs_f64()
     );
     // Whatever the controller does after Completed (its finalizer) belongs to the run.
-    let credential = ctl.credential_id().to_string();
     audit::wait_quiet(
         cluster,
         &credential,
@@ -261,4 +283,121 @@ fn load_average() -> f64 {
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
         .unwrap_or(0.0)
+}
+
+/// What the progress check measured: how often refill wrote status while the node
+/// agent reported progress several times a second.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProgressOutcome {
+    pub pvcs: usize,
+    /// The node agent's copy speed per restore and its least time between reports.
+    pub bytes_per_second: u64,
+    pub agent_report_interval: Duration,
+    pub wall: Duration,
+    pub requests: Requests,
+    /// While every volume was copying: from a second after the last PodVolumeRestore
+    /// was created to the first stand-in's deletion (a volume done). Only progress
+    /// changes then.
+    pub steady_seconds: f64,
+    pub steady: Requests,
+}
+
+/// A restore of `progress_pvcs` PVCs whose data path takes several seconds, so that
+/// the throttling of progress writes shows.
+async fn progress_check(
+    cluster: &Cluster,
+    admin: &Client,
+    options: &Options,
+) -> Result<ProgressOutcome> {
+    let n = options.progress_pvcs;
+    let scene = Scene::create(cluster, admin, n, 0, options.replicas).await?;
+    let result = async {
+        let bytes: u64 = scene::good_files("x")
+            .iter()
+            .map(|(_, d)| d.len() as u64)
+            .sum();
+        // About eight seconds of copying per volume.
+        let bytes_per_second = bytes / 8;
+        let mut agent_cfg = NodeAgentConfig::new(&scene.snapshots);
+        agent_cfg.velero_namespace = scene.velero_ns.clone();
+        agent_cfg.concurrency_per_node = 64;
+        agent_cfg.bytes_per_second = Some(bytes_per_second);
+        let agent_report_interval = agent_cfg.progress_interval;
+        let _agent = node_agent::spawn(admin.clone(), agent_cfg);
+        let cursor = audit::Cursor::now(cluster)?;
+        let ctl =
+            ControllerProcess::start(cluster, &options.controller, &scene.velero_ns, &scene.dir)
+                .await?;
+        let credential = ctl.credential_id().to_string();
+        audit::wait_quiet(
+            cluster,
+            &credential,
+            Duration::from_secs(1),
+            Duration::from_secs(30),
+        )
+        .await?;
+        let spec = DataRestoreSpec {
+            backup_name: Some(scene::BACKUP.into()),
+            included_namespaces: scene.namespaces(Side::Refill),
+            parallel: Some(n as u32),
+            ..Default::default()
+        };
+        let from = SystemTime::now();
+        let t0 = Instant::now();
+        fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
+        let dr = fixture::wait_finished(admin, &scene.velero_ns, "bench", RESTORE_TIMEOUT).await?;
+        let wall = t0.elapsed();
+        audit::wait_quiet(
+            cluster,
+            &credential,
+            Duration::from_secs(2),
+            Duration::from_secs(30),
+        )
+        .await?;
+        let to = SystemTime::now();
+        ctl.stop().await;
+        let phase = dr.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        if phase != Phase::Completed {
+            bail!("the restore ended {phase:?}");
+        }
+        scene.verify(admin, Side::Refill).await?;
+        let events = cursor.read_since(cluster)?;
+        let mine = audit::filter(&events, &credential);
+        let requests = audit::count(&mine, from, to);
+        let last_created = audit::times(&mine, "create", "podvolumerestores")
+            .last()
+            .copied()
+            .context("no PodVolumeRestore was created")?;
+        let steady_from = last_created + Duration::from_secs(1);
+        let steady_to = audit::times(&mine, "delete", "pods")
+            .into_iter()
+            .find(|t| *t > steady_from)
+            .unwrap_or(to);
+        let steady = audit::count(&mine, steady_from, steady_to);
+        let steady_seconds = steady_to
+            .duration_since(steady_from)
+            .unwrap_or_default()
+            .as_secs_f64();
+        eprintln!(
+            "[bench] progress check: {n} PVCs in {:.1}s, {} status writes",
+            wall.as_secs_f64(),
+            requests.status_patches()
+        );
+        Ok(ProgressOutcome {
+            pvcs: n,
+            bytes_per_second,
+            agent_report_interval,
+            wall,
+            requests,
+            steady_seconds,
+            steady,
+        })
+    }
+    .await;
+    if options.keep {
+        eprintln!("[bench] keeping run {}", scene.run_id);
+    } else if let Err(e) = scene.cleanup(admin, false).await {
+        eprintln!("[bench] cleanup of run {} failed: {e:#}", scene.run_id);
+    }
+    result
 }

@@ -43,6 +43,10 @@ struct Args {
     /// Keep namespaces, volumes and files afterwards.
     #[arg(long)]
     keep: bool,
+    /// PVCs of the progress check, run once after the sizes: a restore whose node
+    /// agent copies slowly and reports progress four times a second (0: skip it).
+    #[arg(long, default_value_t = 5)]
+    progress_pvcs: usize,
     /// How the command is shown in the report.
     #[arg(long, hide = true)]
     command: Option<String>,
@@ -87,6 +91,7 @@ async fn main() -> Result<()> {
         json: args.json.clone(),
         command,
         keep: args.keep,
+        progress_pvcs: args.progress_pvcs,
     };
     let cluster = refill_e2e::cluster().await?;
     bench::run(cluster, &options).await?;
