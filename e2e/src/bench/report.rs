@@ -390,7 +390,9 @@ pub fn markdown(
     }
     let _ = writeln!(
         s,
-        "\nController: {}. Load average (1 min) as each restore began: {}.",
+        "\nController: {}. Load average (1 min) as each restore began: {}. Other work on \
+         the machine slows refill and the script alike but not equally, so compare runs made \
+         under similar load.",
         outcomes
             .first()
             .map_or("-".into(), |o| o.controller_binary.clone()),
