@@ -5,6 +5,7 @@ pub mod cli;
 pub mod controller;
 pub mod crds;
 pub mod labels;
+pub mod mounts;
 pub mod observe;
 pub mod plan;
 pub mod validate;

@@ -1,6 +1,7 @@
 //! Reads the cluster facts that decisions are made from. Nothing here writes.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -10,32 +11,62 @@ use kube::{Api, Client};
 
 use crate::api::ConsumerKind;
 use crate::labels;
+use crate::mounts::Mounts;
 use crate::plan::{ConsumerRef, Owner, mounts_claim, top_owner};
 
 /// The pods that mount each of `claims` (names in `namespace`), resolved to their top
-/// owners. Stand-in pods of the restore `own_uid` are not consumers.
+/// owners with the replica counts they ask for now. Stand-in pods of the restore
+/// `own_uid` are not consumers.
 pub async fn consumers(
     client: &Client,
+    mounts: Option<&Mounts>,
     namespace: &str,
     claims: &[&str],
     own_uid: &str,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
-    let pods = pods_in(client, namespace).await?;
-    consumers_in(client, namespace, &pods, claims, own_uid).await
+    let pods = pods_mounting(client, mounts, namespace, claims).await?;
+    consumers_in(client, namespace, &pods, claims, own_uid, Replicas::Read).await
 }
 
-pub async fn pods_in(client: &Client, namespace: &str) -> kube::Result<Vec<Pod>> {
+/// The pods of `namespace` that mount any of `claims`: from the controller's index when
+/// it has one ready, else from a list of the namespace.
+pub async fn pods_mounting(
+    client: &Client,
+    mounts: Option<&Mounts>,
+    namespace: &str,
+    claims: &[&str],
+) -> kube::Result<Vec<Arc<Pod>>> {
+    if let Some(found) = mounts.and_then(|m| m.mounting(namespace, claims)) {
+        return Ok(found);
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    Ok(pods.list(&ListParams::default()).await?.items)
+    Ok(pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| claims.iter().any(|c| mounts_claim(p, c)))
+        .map(Arc::new)
+        .collect())
 }
 
-/// Like [`consumers`], over pods already listed.
+/// Whether [`consumers_in`] reads each workload's replica count. Stopping a workload
+/// reads it anyway (and records it on the object), so only a plan shown before any
+/// stop needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicas {
+    Read,
+    Skip,
+}
+
+/// Like [`consumers`], over pods already read.
 pub async fn consumers_in(
     client: &Client,
     namespace: &str,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
     claims: &[&str],
     own_uid: &str,
+    read_replicas: Replicas,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
     let mut owner_cache: BTreeMap<(String, String), Option<Vec<_>>> = BTreeMap::new();
     let mut replica_cache: BTreeMap<(ConsumerKind, String), Option<i32>> = BTreeMap::new();
@@ -70,7 +101,7 @@ pub async fn consumers_in(
                 .flatten()
         });
         let replicas = match &owner {
-            Owner::Known(kind, name) if kind.is_scalable() => {
+            Owner::Known(kind, name) if kind.is_scalable() && read_replicas == Replicas::Read => {
                 let key = (*kind, name.clone());
                 if !replica_cache.contains_key(&key) {
                     let replicas = replicas_of(client, namespace, *kind, name).await?;

@@ -10,6 +10,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::{Backup, DataRestore, PodVolumeBackup, Schedule};
 use crate::labels;
+use crate::mounts::Mounts;
 use crate::observe;
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
@@ -26,13 +27,21 @@ pub enum ValidateError {
 }
 
 /// Validates `dr` against the cluster as it is now and returns what would be done.
-/// Reads only.
-pub async fn plan(client: &Client, dr: &DataRestore) -> Result<Plan, ValidateError> {
-    let facts = gather(client, dr).await?;
+/// Reads only. `mounts` is the controller's index of mounting pods, if it has one.
+pub async fn plan(
+    client: &Client,
+    mounts: Option<&Mounts>,
+    dr: &DataRestore,
+) -> Result<Plan, ValidateError> {
+    let facts = gather(client, mounts, dr).await?;
     Ok(plan::plan(&dr.spec, &facts)?)
 }
 
-async fn gather(client: &Client, dr: &DataRestore) -> Result<Facts, ValidateError> {
+async fn gather(
+    client: &Client,
+    mounts: Option<&Mounts>,
+    dr: &DataRestore,
+) -> Result<Facts, ValidateError> {
     let namespace = dr.namespace().unwrap_or_else(|| "velero".into());
     let own_uid = dr.uid().unwrap_or_default();
     let backup = find_backup(client, &namespace, dr).await?;
@@ -149,7 +158,7 @@ async fn gather(client: &Client, dr: &DataRestore) -> Result<Facts, ValidateErro
         let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
         facts
             .consumers
-            .extend(observe::consumers(client, ns, &claims, &own_uid).await?);
+            .extend(observe::consumers(client, mounts, ns, &claims, &own_uid).await?);
     }
     Ok(facts)
 }

@@ -26,13 +26,15 @@ pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> R
         Err(e) if is_not_found(&e) => {}
         Err(e) => return Err(ctx.error(&e, target)),
     }
-    let plan = validate::plan(&ctx.client, dr).await.map_err(|e| match e {
-        ValidateError::Invalid(invalid) => CliError::new(bulleted(
-            &format!("restore \"{name}\" would be refused"),
-            &invalid.errors,
-        )),
-        ValidateError::Kube(k) => ctx.error(&k, Target::all(Kind::Object, &ctx.namespace)),
-    })?;
+    let plan = validate::plan(&ctx.client, None, dr)
+        .await
+        .map_err(|e| match e {
+            ValidateError::Invalid(invalid) => CliError::new(bulleted(
+                &format!("restore \"{name}\" would be refused"),
+                &invalid.errors,
+            )),
+            ValidateError::Kube(k) => ctx.error(&k, Target::all(Kind::Object, &ctx.namespace)),
+        })?;
     match format {
         Some(format) => {
             print!("{}", output::render(dr, format)?);

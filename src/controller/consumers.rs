@@ -60,6 +60,28 @@ pub fn suspend_patch(uid: &str, was_suspended: bool) -> Value {
     })
 }
 
+/// The undo of [`scale_down_patch`] as one conditional request. Its tests make the server
+/// refuse it unless the workload is exactly as this restore left it (stopped by it, at
+/// 0, `original` recorded), so no read is needed before it; when refused, the workload
+/// is read and [`resume_patch`] decides.
+pub fn scale_back_patch(uid: &str, original: i32) -> Value {
+    // JSON pointer escaping: annotation keys hold a '/'.
+    let annotation = |key: &str| {
+        format!(
+            "/metadata/annotations/{}",
+            key.replace('~', "~0").replace('/', "~1")
+        )
+    };
+    json!([
+        {"op": "test", "path": annotation(labels::QUIESCED_BY), "value": uid},
+        {"op": "test", "path": annotation(labels::ORIGINAL_REPLICAS), "value": original.to_string()},
+        {"op": "test", "path": "/spec/replicas", "value": 0},
+        {"op": "remove", "path": annotation(labels::QUIESCED_BY)},
+        {"op": "remove", "path": annotation(labels::ORIGINAL_REPLICAS)},
+        {"op": "replace", "path": "/spec/replicas", "value": original},
+    ])
+}
+
 /// Undoes any of the stops above; a merge patch with null removes only refill's keys, so
 /// the consumer's own node selector and annotations stay as they were.
 pub fn resume_patch(kind: ConsumerKind, record: &ConsumerRecord, obj: &DynamicObject) -> Value {
@@ -156,6 +178,10 @@ pub async fn stop(client: &Client, uid: &str, record: &mut ConsumerRecord) -> ku
                         suspend_patch(uid, was)
                     }
                 };
+                // What was read is what gets recorded: a change in between (a rescale)
+                // makes the server refuse the patch, and the next pass reads again.
+                let mut patch = patch;
+                patch["metadata"]["resourceVersion"] = json!(obj.metadata.resource_version);
                 api.patch(&name, &params(), &Patch::Merge(patch)).await?;
             } else if kind.is_scalable() {
                 record.replicas = annotation(&obj, labels::ORIGINAL_REPLICAS)
@@ -166,6 +192,25 @@ pub async fn stop(client: &Client, uid: &str, record: &mut ConsumerRecord) -> ku
     }
     record.state = ConsumerState::Stopped;
     Ok(())
+}
+
+/// Tries [`scale_back_patch`]: true when it applied or the workload is gone, false when
+/// the workload is not as refill left it and must be read to decide.
+async fn scale_back(
+    api: &Api<DynamicObject>,
+    name: &str,
+    uid: &str,
+    original: i32,
+) -> kube::Result<bool> {
+    let patch: json_patch::Patch =
+        serde_json::from_value(scale_back_patch(uid, original)).map_err(kube::Error::SerdeError)?;
+    match api.patch(name, &params(), &Patch::Json::<()>(patch)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
+        // A failed test op: someone changed it since, or it was never stopped by us.
+        Err(kube::Error::Api(e)) if matches!(e.code, 409 | 422) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Brings one consumer back; safe to repeat.
@@ -185,6 +230,13 @@ pub async fn resume(client: &Client, uid: &str, record: &mut ConsumerRecord) -> 
         }
         ConsumerKind::Job => {}
         kind => {
+            if kind.is_scalable()
+                && let Some(original) = record.replicas
+                && scale_back(&api, &record.name, uid, original).await?
+            {
+                record.state = ConsumerState::Resumed;
+                return Ok(());
+            }
             if let Some(obj) = api.get_opt(&record.name).await?
                 && stopped_by_us(&obj, uid)
             {
@@ -313,6 +365,34 @@ mod tests {
             "3"
         );
         assert_eq!(patch["metadata"]["annotations"][labels::QUIESCED_BY], "uid");
+    }
+
+    #[test]
+    fn scaling_back_applies_only_to_the_workload_as_refill_left_it() {
+        let patch: json_patch::Patch =
+            serde_json::from_value(scale_back_patch("uid", 3)).expect("a JSON patch");
+        let stopped = json!({
+            "metadata": {"annotations": {
+                labels::QUIESCED_BY: "uid",
+                labels::ORIGINAL_REPLICAS: "3",
+                "team": "a",
+            }},
+            "spec": {"replicas": 0}
+        });
+        let mut doc = stopped.clone();
+        json_patch::patch(&mut doc, &patch).expect("applies as left");
+        assert_eq!(doc["spec"]["replicas"], 3);
+        assert_eq!(doc["metadata"]["annotations"], json!({"team": "a"}));
+
+        let mut rescaled = stopped.clone();
+        rescaled["spec"]["replicas"] = json!(2);
+        assert!(json_patch::patch(&mut rescaled, &patch).is_err());
+        let mut other = stopped.clone();
+        other["metadata"]["annotations"][labels::QUIESCED_BY] = json!("another");
+        assert!(json_patch::patch(&mut other, &patch).is_err());
+        let mut recount = stopped;
+        recount["metadata"]["annotations"][labels::ORIGINAL_REPLICAS] = json!("5");
+        assert!(json_patch::patch(&mut recount, &patch).is_err());
     }
 
     #[test]

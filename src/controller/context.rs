@@ -13,6 +13,7 @@ use tracing::debug;
 
 use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
+use crate::mounts::Mounts;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -38,6 +39,8 @@ impl Default for Config {
 pub struct Context {
     pub client: Client,
     pub config: Config,
+    /// Which pods mount which claims, from the controller's pod watch.
+    pub mounts: Mounts,
     recorder: Recorder,
     /// `(namespace, claim)` → the restore working on it, for mapping pod events.
     claims: Mutex<HashMap<(String, String), ObjectRef<DataRestore>>>,
@@ -59,6 +62,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             config,
+            mounts: Mounts::default(),
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),
@@ -190,6 +194,15 @@ impl Context {
             checks.insert(key.to_string(), Instant::now());
         }
         due
+    }
+
+    /// Counts the periodic check keyed `key` as done now: an action that saw the same
+    /// facts (stopping a consumer reads it) makes an immediate repeat pointless.
+    pub fn checked(&self, key: &str) {
+        self.last_check
+            .lock()
+            .expect("check lock")
+            .insert(key.to_string(), Instant::now());
     }
 
     /// Notes a status write (for the progress throttle) and, for a DataRestore, the

@@ -14,10 +14,10 @@ mod step;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Controller;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -95,6 +95,14 @@ pub async fn run_with_readiness(
     let ctx = Arc::new(Context::new(client.clone(), config));
     let pvrs: Api<PodVolumeRestore> = Api::namespaced(client.clone(), &namespace);
     let pods: Api<Pod> = Api::all(client.clone());
+    let index_ctx = ctx.clone();
+    let pod_events = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .map_ok(move |event| {
+            index_ctx.mounts.apply(&event);
+            event
+        })
+        .touched_objects();
     let mapper_ctx = ctx.clone();
     info!(namespace, "refill controller started");
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -102,10 +110,9 @@ pub async fn run_with_readiness(
         .owns(pvrs, watcher::Config::default())
         // Stand-in pods live in the PVC's namespace, where no owner reference may point
         // at the DataRestore, and consumer pods are not refill's at all: both are mapped
-        // back through the claims refill is working on.
-        .watches(pods, watcher::Config::default(), move |pod| {
-            mapper_ctx.restores_for_pod(&pod)
-        })
+        // back through the claims refill is working on. The same watch keeps the index
+        // of which pods mount which claims.
+        .watches_stream(pod_events, move |pod| mapper_ctx.restores_for_pod(&pod))
         // No debounce: kube-runtime's pushes a waiting reconcile back on every event, so
         // steady progress from many volumes would starve it. Events that arrive while a
         // pass runs are folded into one next pass anyway.

@@ -197,7 +197,7 @@ async fn validating(
             .await;
         return Ok(Next::Then(Action::await_change()));
     }
-    match validate::plan(&ctx.client, dr).await {
+    match validate::plan(&ctx.client, Some(&ctx.mounts), dr).await {
         Err(ValidateError::Invalid(e)) => {
             info!(restore = %dr.name_any(), "invalid: {e}");
             invalid(status, e.errors);

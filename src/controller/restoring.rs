@@ -24,8 +24,8 @@ use crate::api::{
     VolumePluginRestore, VolumeStatus,
 };
 use crate::labels::{self, FIELD_MANAGER};
-use crate::observe;
-use crate::plan::{self, mounts_claim};
+use crate::observe::{self, Replicas};
+use crate::plan;
 
 use super::consumers;
 use super::pod_volume_restore as pvr;
@@ -155,13 +155,15 @@ async fn start_volumes(
             .push(i);
     }
     for (ns, indices) in by_ns {
-        let pods = observe::pods_in(&ctx.client, &ns).await?;
         let claims: Vec<String> = indices
             .iter()
             .map(|&i| split(&status.volumes[i].pvc).1.to_string())
             .collect();
         let claim_refs: Vec<&str> = claims.iter().map(String::as_str).collect();
-        let found = observe::consumers_in(&ctx.client, &ns, &pods, &claim_refs, &uid).await?;
+        let pods = observe::pods_mounting(&ctx.client, Some(&ctx.mounts), &ns, &claim_refs).await?;
+        let found =
+            observe::consumers_in(&ctx.client, &ns, &pods, &claim_refs, &uid, Replicas::Skip)
+                .await?;
         for &i in &indices {
             let key = status.volumes[i].pvc.clone();
             let refs = found.get(&key).cloned().unwrap_or_default();
@@ -205,14 +207,18 @@ fn security_of(pod: &Pod) -> ConsumerSecurity {
 }
 
 /// A bare pod is deleted to stop it, so its manifest is recorded before.
-fn pod_manifest(planned: &plan::PlannedConsumer, pods: &[Pod]) -> Option<String> {
+fn pod_manifest(planned: &plan::PlannedConsumer, pods: &[Arc<Pod>]) -> Option<String> {
     (planned.kind == ConsumerKind::Pod)
         .then(|| pods.iter().find(|p| p.name_any() == planned.name))
         .flatten()
         .and_then(|p| serde_json::to_string(&consumers::recreatable_pod(p)).ok())
 }
 
-fn merge_consumer(status: &mut DataRestoreStatus, planned: plan::PlannedConsumer, pods: &[Pod]) {
+fn merge_consumer(
+    status: &mut DataRestoreStatus,
+    planned: plan::PlannedConsumer,
+    pods: &[Arc<Pod>],
+) {
     let existing = status.consumers.iter_mut().find(|c| {
         c.kind == planned.kind && c.namespace == planned.namespace && c.name == planned.name
     });
@@ -251,34 +257,19 @@ struct Observed {
     stand_ins: BTreeMap<(String, String), Pod>,
     pvrs: BTreeMap<String, PodVolumeRestore>,
     vprs: BTreeMap<String, VolumePluginRestore>,
-    /// Pods per namespace, listed when first needed in the pass.
-    pods_by_ns: tokio::sync::Mutex<BTreeMap<String, Arc<Vec<Pod>>>>,
 }
 
-impl Observed {
-    async fn pods(&self, ctx: &Context, ns: &str) -> Result<Arc<Vec<Pod>>> {
-        if let Some(pods) = self.pods_by_ns.lock().await.get(ns) {
-            return Ok(pods.clone());
-        }
-        let pods = Arc::new(observe::pods_in(&ctx.client, ns).await?);
-        self.pods_by_ns
-            .lock()
-            .await
-            .insert(ns.to_string(), pods.clone());
-        Ok(pods)
-    }
-
-    /// Pods other than this restore's stand-in that mount the claim.
-    async fn foreign_mounts(&self, ctx: &Context, pvc: &str, uid: &str) -> Result<Vec<String>> {
-        let (ns, claim) = split(pvc);
-        Ok(self
-            .pods(ctx, ns)
+/// Pods other than this restore's stand-in that mount the claim.
+async fn foreign_mounts(ctx: &Context, pvc: &str, uid: &str) -> Result<Vec<String>> {
+    let (ns, claim) = split(pvc);
+    Ok(
+        observe::pods_mounting(&ctx.client, Some(&ctx.mounts), ns, &[claim])
             .await?
             .iter()
-            .filter(|p| mounts_claim(p, claim) && !observe::is_own_stand_in(p, uid))
+            .filter(|p| !observe::is_own_stand_in(p, uid))
             .map(|p| p.name_any())
-            .collect())
-    }
+            .collect(),
+    )
 }
 
 /// How many volumes or consumers one pass works on at once. Their steps are independent
@@ -342,7 +333,6 @@ async fn act(
             .collect(),
         pvrs: pvrs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
         vprs: vprs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
-        pods_by_ns: Default::default(),
     };
 
     settle_consumers(dr, ctx, status, &uid).await?;
@@ -465,6 +455,9 @@ async fn settle_consumer(
         ConsumerStep::Nothing => return Ok(()),
         ConsumerStep::Stop => {
             consumers::stop(&ctx.client, uid, record).await?;
+            for pvc in &record.pvcs {
+                ctx.checked(&check_key(uid, pvc));
+            }
             let note = match record.replicas {
                 Some(n) if record.kind.is_scalable() => format!("scaled {what} from {n} to 0"),
                 _ => format!("stopped {what}"),
@@ -517,7 +510,7 @@ async fn advance_volume(
             if !consumers_stopped(status, &pvc) {
                 return Ok(errors);
             }
-            let users = seen.foreign_mounts(ctx, &pvc, &uid).await?;
+            let users = foreign_mounts(ctx, &pvc, &uid).await?;
             if !users.is_empty() {
                 volume.message = Some(format!(
                     "waiting for pods to release the volume: {}",
@@ -603,7 +596,9 @@ async fn advance_volume(
                 if !stand_in::restore_wait_running(&pod) {
                     return Ok(errors);
                 }
-                if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
+                // Stopping a consumer read it moments ago, which counts as its check.
+                let workloads = ctx.check_due(&check_key(&uid, &pvc));
+                if let Some(problem) = interference(ctx, status, &pvc, &uid, workloads).await? {
                     end(volume, VolumePhase::Failed, problem.clone());
                     errors.push(problem);
                     return Ok(errors);
@@ -654,11 +649,12 @@ async fn advance_volume(
                     ctx.event_about(dr, true, "VolumeFailed", note, Context::pvc_ref(&pvc))
                         .await;
                 }
-                // Progress events come often; the look at consumers (a few reads) is
-                // done once per recheck interval, which bounds how long a restarted
-                // consumer can go unnoticed.
-                _ if ctx.check_due(&format!("{uid}/{pvc}")) => {
-                    if let Some(problem) = interference(ctx, status, &pvc, &uid, seen).await? {
+                // Progress events come often; the pods mounting the claim are known
+                // without a request, the stopped workloads are read once per recheck
+                // interval, which bounds how long a restarted one can go unnoticed.
+                _ => {
+                    let workloads = ctx.check_due(&check_key(&uid, &pvc));
+                    if let Some(problem) = interference(ctx, status, &pvc, &uid, workloads).await? {
                         cancel_pvr(ctx, &found).await?;
                         end(volume, VolumePhase::Failed, problem.clone());
                         errors.push(problem.clone());
@@ -667,7 +663,6 @@ async fn advance_volume(
                             .await;
                     }
                 }
-                _ => {}
             }
         }
         _ => {}
@@ -697,30 +692,37 @@ async fn advance_volume(
 }
 
 /// Someone started a stopped consumer, or another pod mounts the claim: refill must not
-/// write under it.
+/// write under it. The stopped workloads are read only when `workloads` is set.
 async fn interference(
     ctx: &Context,
     status: &DataRestoreStatus,
     pvc: &str,
     uid: &str,
-    seen: &Observed,
+    workloads: bool,
 ) -> Result<Option<String>> {
-    for record in status
+    let users = foreign_mounts(ctx, pvc, uid).await?;
+    // Pods on the claim are most often a restarted consumer, whose object tells who
+    // restarted it: worth the reads then, whether or not a check is due.
+    let records = status
         .consumers
         .iter()
-        .filter(|c| c.pvcs.iter().any(|p| p == pvc))
-    {
+        .filter(|c| (workloads || !users.is_empty()) && c.pvcs.iter().any(|p| p == pvc));
+    for record in records {
         if let Some(problem) = consumers::interference(&ctx.client, uid, record).await? {
             return Ok(Some(problem));
         }
     }
-    let users = seen.foreign_mounts(ctx, pvc, uid).await?;
     Ok((!users.is_empty()).then(|| {
         format!(
             "pod {} mounts {pvc} while it is being restored; refill stopped writing to it",
             users.join(", ")
         )
     }))
+}
+
+/// The key of a volume's periodic interference check.
+fn check_key(uid: &str, pvc: &str) -> String {
+    format!("{uid}/{pvc}")
 }
 
 async fn cancel_pvr(ctx: &Context, found: &PodVolumeRestore) -> Result<()> {

@@ -1,0 +1,266 @@
+//! Which pods mount which claims, kept up to date from a pod watch.
+//!
+//! Waiting for a volume to be released, and checking that nobody mounts it while it is
+//! written, are asked of every quiescing or restoring volume on every pass. Answering
+//! from the watch the controller has anyway costs no request; listing the namespace each
+//! time cost several per volume. Only pods that mount a claim are kept, and only what
+//! the decisions read of them, so memory follows the pods that matter, not the cluster.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::ResourceExt;
+use kube::runtime::watcher::Event;
+
+type Key = (String, String);
+
+#[derive(Default)]
+struct Index {
+    /// `(namespace, claim)` → pods mounting it, by name.
+    by_claim: HashMap<Key, BTreeMap<String, Arc<Pod>>>,
+    /// `(namespace, pod)` → the claims it is filed under, to unfile it.
+    claims_of: HashMap<Key, Vec<String>>,
+}
+
+impl Index {
+    fn insert(&mut self, pod: Pod) {
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        self.remove(&ns, &name);
+        let claims = claims(&pod);
+        if claims.is_empty() {
+            return;
+        }
+        let pod = Arc::new(trimmed(pod));
+        for claim in &claims {
+            self.by_claim
+                .entry((ns.clone(), claim.clone()))
+                .or_default()
+                .insert(name.clone(), pod.clone());
+        }
+        self.claims_of.insert((ns, name), claims);
+    }
+
+    fn remove(&mut self, ns: &str, name: &str) {
+        let Some(claims) = self.claims_of.remove(&(ns.to_string(), name.to_string())) else {
+            return;
+        };
+        for claim in claims {
+            let key = (ns.to_string(), claim);
+            if let Some(pods) = self.by_claim.get_mut(&key) {
+                pods.remove(name);
+                if pods.is_empty() {
+                    self.by_claim.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    live: Index,
+    /// The index being rebuilt by a (re)list; it replaces `live` when the list is done,
+    /// so pods deleted while the watch was down do not linger.
+    relisting: Option<Index>,
+    /// Whether a first list completed: before that, the index knows nothing.
+    ready: bool,
+}
+
+/// The shared index. Cheap to read from many reconciles at once.
+#[derive(Default)]
+pub struct Mounts {
+    state: RwLock<State>,
+}
+
+impl Mounts {
+    /// Folds one watch event in.
+    pub fn apply(&self, event: &Event<Pod>) {
+        let mut state = self.state.write().expect("mounts lock");
+        match event {
+            Event::Init => state.relisting = Some(Index::default()),
+            Event::InitApply(pod) => state
+                .relisting
+                .get_or_insert_with(Index::default)
+                .insert(pod.clone()),
+            Event::InitDone => {
+                state.live = state.relisting.take().unwrap_or_default();
+                state.ready = true;
+            }
+            Event::Apply(pod) => state.live.insert(pod.clone()),
+            Event::Delete(pod) => state
+                .live
+                .remove(&pod.namespace().unwrap_or_default(), &pod.name_any()),
+        }
+    }
+
+    /// The pods that mount any of `claims` in `namespace`, each once; None until the
+    /// first list is done, when only the API can answer.
+    pub fn mounting(&self, namespace: &str, claims: &[&str]) -> Option<Vec<Arc<Pod>>> {
+        let state = self.state.read().expect("mounts lock");
+        if !state.ready {
+            return None;
+        }
+        let mut found: BTreeMap<&str, Arc<Pod>> = BTreeMap::new();
+        for claim in claims {
+            let key = (namespace.to_string(), claim.to_string());
+            for (name, pod) in state.live.by_claim.get(&key).into_iter().flatten() {
+                found.entry(name).or_insert_with(|| pod.clone());
+            }
+        }
+        Some(found.into_values().collect())
+    }
+
+    /// How many pods are kept, for logs and tests.
+    pub fn len(&self) -> usize {
+        self.state.read().expect("mounts lock").live.claims_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn claims(pod: &Pod) -> Vec<String> {
+    let mut claims: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .collect();
+    claims.sort();
+    claims.dedup();
+    claims
+}
+
+/// What consumers are decided from: the spec (volumes, security, the manifest of a bare
+/// pod), owners, labels and annotations, and whether the pod has finished. Managed
+/// fields and the rest of the status are most of a pod's size and are never read.
+fn trimmed(mut pod: Pod) -> Pod {
+    pod.metadata.managed_fields = None;
+    pod.status = pod.status.map(|s| PodStatus {
+        phase: s.phase,
+        ..Default::default()
+    });
+    pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerStatus, PersistentVolumeClaimVolumeSource, PodSpec, Volume,
+    };
+    use kube::api::ObjectMeta;
+
+    fn pod(ns: &str, name: &str, claims: &[&str]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                managed_fields: Some(vec![Default::default()]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(
+                    claims
+                        .iter()
+                        .map(|c| Volume {
+                            name: format!("v-{c}"),
+                            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                                claim_name: c.to_string(),
+                                read_only: None,
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(vec![ContainerStatus::default()]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn names(found: Option<Vec<Arc<Pod>>>) -> Vec<String> {
+        found.expect("ready").iter().map(|p| p.name_any()).collect()
+    }
+
+    fn listed(pods: Vec<Pod>) -> Mounts {
+        let mounts = Mounts::default();
+        mounts.apply(&Event::Init);
+        for p in pods {
+            mounts.apply(&Event::InitApply(p));
+        }
+        mounts.apply(&Event::InitDone);
+        mounts
+    }
+
+    #[test]
+    fn knows_nothing_before_the_first_list_is_done() {
+        let mounts = Mounts::default();
+        mounts.apply(&Event::Init);
+        mounts.apply(&Event::InitApply(pod("a", "web", &["data"])));
+        assert!(mounts.mounting("a", &["data"]).is_none());
+        mounts.apply(&Event::InitDone);
+        assert_eq!(names(mounts.mounting("a", &["data"])), ["web"]);
+    }
+
+    #[test]
+    fn files_pods_under_each_claim_of_their_namespace_only() {
+        let mounts = listed(vec![
+            pod("a", "web", &["data", "logs"]),
+            pod("a", "job", &["logs"]),
+            pod("b", "web", &["data"]),
+            pod("a", "plain", &[]),
+        ]);
+        assert_eq!(names(mounts.mounting("a", &["data"])), ["web"]);
+        assert_eq!(names(mounts.mounting("a", &["logs"])), ["job", "web"]);
+        assert_eq!(
+            names(mounts.mounting("a", &["data", "logs"])),
+            ["job", "web"]
+        );
+        assert_eq!(names(mounts.mounting("b", &["logs"])), Vec::<String>::new());
+        assert_eq!(mounts.len(), 3, "a pod without claims is not kept");
+    }
+
+    #[test]
+    fn follows_changes_and_deletions() {
+        let mounts = listed(vec![pod("a", "web", &["data"])]);
+        mounts.apply(&Event::Apply(pod("a", "web", &["other"])));
+        assert!(names(mounts.mounting("a", &["data"])).is_empty());
+        assert_eq!(names(mounts.mounting("a", &["other"])), ["web"]);
+        mounts.apply(&Event::Delete(pod("a", "web", &["other"])));
+        assert!(names(mounts.mounting("a", &["other"])).is_empty());
+        assert!(mounts.is_empty());
+    }
+
+    #[test]
+    fn a_relist_drops_pods_deleted_while_the_watch_was_down() {
+        let mounts = listed(vec![
+            pod("a", "gone", &["data"]),
+            pod("a", "kept", &["data"]),
+        ]);
+        mounts.apply(&Event::Init);
+        mounts.apply(&Event::InitApply(pod("a", "kept", &["data"])));
+        // Until the relist is done, the last complete view answers.
+        assert_eq!(names(mounts.mounting("a", &["data"])), ["gone", "kept"]);
+        mounts.apply(&Event::InitDone);
+        assert_eq!(names(mounts.mounting("a", &["data"])), ["kept"]);
+    }
+
+    #[test]
+    fn keeps_only_what_decisions_read() {
+        let mounts = listed(vec![pod("a", "web", &["data"])]);
+        let kept = &mounts.mounting("a", &["data"]).unwrap()[0];
+        assert!(kept.metadata.managed_fields.is_none());
+        let status = kept.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert!(status.container_statuses.is_none());
+        assert!(kept.spec.is_some());
+    }
+}
