@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
@@ -72,21 +73,26 @@ async fn gather(
         .iter()
         .filter_map(|p| p.spec.pod.namespace.clone())
         .collect();
-    for ns in &backup_namespaces {
-        let wanted = dr
-            .spec
-            .pvcs
-            .iter()
-            .any(|k| k.starts_with(&format!("{ns}/")))
-            || dr.spec.included_namespaces.contains(ns)
-            || (dr.spec.included_namespaces.is_empty() && dr.spec.selector.is_some());
-        if !wanted {
-            continue;
-        }
-        let list = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+    let wanted: Vec<String> = backup_namespaces
+        .into_iter()
+        .filter(|ns| {
+            dr.spec
+                .pvcs
+                .iter()
+                .any(|k| k.starts_with(&format!("{ns}/")))
+                || dr.spec.included_namespaces.contains(ns)
+                || (dr.spec.included_namespaces.is_empty() && dr.spec.selector.is_some())
+        })
+        .collect();
+    let lists = side_by_side(wanted, |ns| async move {
+        let list = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
             .list(&ListParams::default())
             .await?;
-        for pvc in list.items {
+        Ok((ns, list.items))
+    })
+    .await?;
+    for (ns, items) in lists {
+        for pvc in items {
             pvcs.insert(format!("{ns}/{}", pvc.name_any()), pvc);
         }
     }
@@ -108,24 +114,12 @@ async fn gather(
     };
 
     let mut claims_by_ns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut pv_names = BTreeSet::new();
+    let mut classes = BTreeSet::new();
     for (key, _) in &selected {
-        let pvc = &facts.pvcs[key];
-        let spec = pvc.spec.clone().unwrap_or_default();
-        if let Some(pv) = spec.volume_name.as_deref()
-            && let Some(pv) = Api::<PersistentVolume>::all(client.clone())
-                .get_opt(pv)
-                .await?
-        {
-            facts.pvs.insert(pv.name_any(), pv);
-        }
-        if let Some(class) = spec.storage_class_name.as_deref().filter(|c| !c.is_empty())
-            && !facts.storage_classes.contains_key(class)
-            && let Some(sc) = Api::<StorageClass>::all(client.clone())
-                .get_opt(class)
-                .await?
-        {
-            facts.storage_classes.insert(class.to_string(), sc);
-        }
+        let spec = facts.pvcs[key].spec.clone().unwrap_or_default();
+        pv_names.extend(spec.volume_name);
+        classes.extend(spec.storage_class_name.filter(|c| !c.is_empty()));
         let (ns, name) = key
             .split_once('/')
             .expect("selected keys are namespace/name");
@@ -134,6 +128,28 @@ async fn gather(
             .or_default()
             .push(name.to_string());
     }
+    let pvs = side_by_side(pv_names, |name| async move {
+        Ok(Api::<PersistentVolume>::all(client.clone())
+            .get_opt(&name)
+            .await?)
+    })
+    .await?;
+    facts.pvs = pvs
+        .into_iter()
+        .flatten()
+        .map(|pv| (pv.name_any(), pv))
+        .collect();
+    let classes = side_by_side(classes, |name| async move {
+        Ok(Api::<StorageClass>::all(client.clone())
+            .get_opt(&name)
+            .await?)
+    })
+    .await?;
+    facts.storage_classes = classes
+        .into_iter()
+        .flatten()
+        .map(|sc| (sc.name_any(), sc))
+        .collect();
     if !dr.spec.candidate_nodes.is_empty() {
         let nodes = Api::<Node>::all(client.clone())
             .list_metadata(&ListParams::default())
@@ -154,13 +170,31 @@ async fn gather(
                 .insert(volume.pvc.clone(), other.name_any());
         }
     }
-    for (ns, claims) in &claims_by_ns {
+    let own_uid = &own_uid;
+    let found = side_by_side(claims_by_ns, |(ns, claims)| async move {
         let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
-        facts
-            .consumers
-            .extend(observe::consumers(client, mounts, ns, &claims, &own_uid).await?);
+        Ok(observe::consumers(client, mounts, &ns, &claims, own_uid).await?)
+    })
+    .await?;
+    for consumers in found {
+        facts.consumers.extend(consumers);
     }
     Ok(facts)
+}
+
+/// Runs one read per item, several at once (a restore of many namespaces would otherwise
+/// wait on each in turn); the results come in no particular order.
+async fn side_by_side<I, T, F, Fut>(items: I, read: F) -> Result<Vec<T>, ValidateError>
+where
+    I: IntoIterator,
+    F: Fn(I::Item) -> Fut,
+    Fut: Future<Output = Result<T, ValidateError>>,
+{
+    futures::stream::iter(items)
+        .map(read)
+        .buffer_unordered(16)
+        .try_collect()
+        .await
 }
 
 async fn find_backup(

@@ -154,17 +154,35 @@ async fn start_volumes(
             .or_default()
             .push(i);
     }
-    for (ns, indices) in by_ns {
-        let claims: Vec<String> = indices
-            .iter()
-            .map(|&i| split(&status.volumes[i].pvc).1.to_string())
-            .collect();
-        let claim_refs: Vec<&str> = claims.iter().map(String::as_str).collect();
-        let pods = observe::pods_mounting(&ctx.client, Some(&ctx.mounts), &ns, &claim_refs).await?;
-        let found =
-            observe::consumers_in(&ctx.client, &ns, &pods, &claim_refs, &uid, Replicas::Skip)
-                .await?;
-        for &i in &indices {
+    // Namespaces are looked at side by side: each may need a few reads.
+    let namespaces: Vec<(String, Vec<usize>)> = by_ns.into_iter().collect();
+    let mut looked = Vec::new();
+    {
+        let (volumes, uid) = (&status.volumes, &uid);
+        for_each_concurrently(
+            0..namespaces.len(),
+            |n| {
+                let (ns, indices) = &namespaces[n];
+                async move {
+                    let claims: Vec<&str> =
+                        indices.iter().map(|&i| split(&volumes[i].pvc).1).collect();
+                    let pods =
+                        observe::pods_mounting(&ctx.client, Some(&ctx.mounts), ns, &claims).await?;
+                    let found =
+                        observe::consumers_in(&ctx.client, ns, &pods, &claims, uid, Replicas::Skip)
+                            .await?;
+                    Ok((pods, found))
+                }
+            },
+            |n, found| looked.push((n, found)),
+        )
+        .await?;
+    }
+    // Recorded in a fixed order, whatever order the reads finished in.
+    looked.sort_by_key(|(n, _)| *n);
+    for (n, (pods, found)) in looked {
+        let indices = &namespaces[n].1;
+        for &i in indices {
             let key = status.volumes[i].pvc.clone();
             let refs = found.get(&key).cloned().unwrap_or_default();
             let single = BTreeMap::from([(key.clone(), refs.clone())]);
@@ -367,9 +385,13 @@ async fn act(
     outcome?;
     // Volumes that ended in this pass may free their consumers at once.
     settle_consumers(dr, ctx, status, &uid).await?;
-    for volume in &status.volumes {
-        sync_plugin_restore(dr, ctx, volume, &seen).await?;
-    }
+    let (volumes, seen) = (&status.volumes, &seen);
+    for_each_concurrently(
+        0..volumes.len(),
+        |i| sync_plugin_restore(dr, ctx, &volumes[i], seen),
+        |_, ()| {},
+    )
+    .await?;
 
     ctx.track_claims(
         dr,
