@@ -9,8 +9,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, ServiceAccount};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
-use kube::{Api, Client, Resource};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use refill::api::DataRestore;
 use serde_json::json;
 
 use crate::cluster::{Cluster, cluster};
@@ -95,6 +96,29 @@ impl TestNamespace {
         if keep_namespaces() {
             eprintln!("REFILL_KEEP_NS=1: keeping namespace {}", self.name);
             return Ok(());
+        }
+        // A restore a test left unfinished keeps refill's finalizer, and with it the
+        // namespace, forever once that test's controller is gone: every later run on
+        // this cluster would share the machine with its endless deletion retries.
+        let restores: Api<DataRestore> = self.api();
+        let left = match restores.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            // No CRDs installed: no restores to hold anything.
+            Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        for dr in left {
+            if !dr.finalizers().is_empty() {
+                let patch = json!({"metadata": {"finalizers": null}});
+                let removed = restores
+                    .patch(
+                        &dr.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await;
+                ignore_not_found(removed.map(|_| ()))?;
+            }
         }
         let selector =
             ListParams::default().labels(&format!("{TEST_NAMESPACE_LABEL}={}", self.name));

@@ -71,13 +71,13 @@ impl Context {
     }
 
     /// Publishes an Event on the DataRestore; a lost event is not worth failing for.
-    pub async fn event(&self, dr: &DataRestore, warning: bool, reason: &str, note: String) {
-        self.event_about(dr, warning, reason, note, None).await
+    pub fn event(&self, dr: &DataRestore, warning: bool, reason: &str, note: String) {
+        self.event_about(dr, warning, reason, note, None)
     }
 
     /// Like [`Context::event`], about one volume or consumer: `related` keeps events of
     /// different objects apart, where the recorder would otherwise fold them into one.
-    pub async fn event_about(
+    pub fn event_about(
         &self,
         dr: &DataRestore,
         warning: bool,
@@ -96,9 +96,13 @@ impl Context {
             action: reason.into(),
             secondary: related,
         };
-        if let Err(e) = self.recorder.publish(&event, &dr.object_ref(&())).await {
-            debug!("event not published: {e}");
-        }
+        let (recorder, reference) = (self.recorder.clone(), dr.object_ref(&()));
+        // Sent on the side: a volume's next step never waits for the news of its last.
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                debug!("event not published: {e}");
+            }
+        });
     }
 
     pub fn track_claims(&self, dr: &DataRestore, active: impl Iterator<Item = (String, String)>) {

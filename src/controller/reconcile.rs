@@ -7,7 +7,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{
     ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase, VolumeStatus,
@@ -58,6 +58,7 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
     // A few passes in a row at most: each one that only recorded decisions is followed
     // at once by one that acts on them.
     for _ in 0..4 {
+        let started = std::time::Instant::now();
         let before = dr.status.clone().unwrap_or_default();
         let mut status = before.clone();
         let next = step(&dr, &ctx, &mut status, deleting).await?;
@@ -81,6 +82,14 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
             }
         }
 
+        debug!(
+            restore = %dr.name_any(),
+            phase = ?status.phase,
+            volumes = status::phase_counts(&status.volumes),
+            changed = status != before,
+            "pass took {} ms",
+            started.elapsed().as_millis()
+        );
         if status.phase.is_terminal() {
             // Everything is rolled back by now; a finished restore needs no finalizer.
             ctx.forget(&dr);
@@ -193,16 +202,14 @@ async fn validating(
     let errors = spec_errors(dr);
     if !errors.is_empty() {
         invalid(status, errors);
-        ctx.event(dr, true, "FailedValidation", status.errors.join("; "))
-            .await;
+        ctx.event(dr, true, "FailedValidation", status.errors.join("; "));
         return Ok(Next::Then(Action::await_change()));
     }
     match validate::plan(&ctx.client, Some(&ctx.mounts), dr).await {
         Err(ValidateError::Invalid(e)) => {
             info!(restore = %dr.name_any(), "invalid: {e}");
             invalid(status, e.errors);
-            ctx.event(dr, true, "FailedValidation", status.errors.join("; "))
-                .await;
+            ctx.event(dr, true, "FailedValidation", status.errors.join("; "));
             Ok(Next::Then(Action::await_change()))
         }
         Err(ValidateError::Kube(e)) => Err(Error::Kube(e)),
@@ -246,7 +253,7 @@ async fn validating(
                 status.volumes.len(),
                 plan.backup_name
             );
-            ctx.event(dr, false, "Validated", note).await;
+            ctx.event(dr, false, "Validated", note);
             // Straight on to the first volumes, from the status just written.
             Ok(Next::Again)
         }

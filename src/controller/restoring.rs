@@ -17,6 +17,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use tracing::info;
 
 use crate::api::{
     ConsumerKind, ConsumerPolicy, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore,
@@ -336,13 +337,12 @@ async fn act(
     let uid = dr.uid().unwrap_or_default();
     let ns = dr.namespace().unwrap_or_default();
     let owned = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
-    let stand_ins = Api::<Pod>::all(ctx.client.clone()).list(&owned).await?;
-    let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{}={uid}", labels::RESTORE_UID)))
-        .await?;
-    let vprs = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ns)
-        .list(&owned)
-        .await?;
+    let by_restore = ListParams::default().labels(&format!("{}={uid}", labels::RESTORE_UID));
+    let pods = Api::<Pod>::all(ctx.client.clone());
+    let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), &ns);
+    let vprs = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ns);
+    let (stand_ins, pvrs, vprs) =
+        futures::try_join!(pods.list(&owned), pvrs.list(&by_restore), vprs.list(&owned),)?;
     let seen = Observed {
         stand_ins: stand_ins
             .items
@@ -429,8 +429,7 @@ async fn act(
             status.phase,
             status::summary(&status.volumes)
         );
-        ctx.event(dr, failed, &format!("{:?}", status.phase), note)
-            .await;
+        ctx.event(dr, failed, &format!("{:?}", status.phase), note);
         Ok(Action::await_change())
     } else {
         status.phase = Phase::Finalizing;
@@ -500,8 +499,7 @@ async fn settle_consumer(
             (true, "KeptConsumerStopped", note)
         }
     };
-    ctx.event_about(dr, warning, reason, note, Context::consumer_ref(record))
-        .await;
+    ctx.event_about(dr, warning, reason, note, Context::consumer_ref(record));
     Ok(())
 }
 
@@ -651,8 +649,7 @@ async fn advance_volume(
                     volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
                     end(volume, VolumePhase::Completed, "restored".into());
                     let note = format!("{pvc} restored");
-                    ctx.event_about(dr, false, "VolumeRestored", note, Context::pvc_ref(&pvc))
-                        .await;
+                    ctx.event_about(dr, false, "VolumeRestored", note, Context::pvc_ref(&pvc));
                 }
                 PodVolumePhase::Failed | PodVolumePhase::Canceled => {
                     let phase = if found.phase() == PodVolumePhase::Failed {
@@ -668,8 +665,7 @@ async fn advance_volume(
                     end(volume, phase, message.clone());
                     errors.push(format!("{pvc}: {message}"));
                     let note = format!("{pvc}: {message}");
-                    ctx.event_about(dr, true, "VolumeFailed", note, Context::pvc_ref(&pvc))
-                        .await;
+                    ctx.event_about(dr, true, "VolumeFailed", note, Context::pvc_ref(&pvc));
                 }
                 // Progress events come often; the pods mounting the claim are known
                 // without a request, the stopped workloads are read once per recheck
@@ -681,8 +677,7 @@ async fn advance_volume(
                         end(volume, VolumePhase::Failed, problem.clone());
                         errors.push(problem.clone());
                         let related = Context::pvc_ref(&pvc);
-                        ctx.event_about(dr, true, "ConsumerRestarted", problem, related)
-                            .await;
+                        ctx.event_about(dr, true, "ConsumerRestarted", problem, related);
                     }
                 }
             }
@@ -799,23 +794,16 @@ async fn create_pod_volume_restore(
         Err(e) if is_conflict(&e, 409) => {}
         Err(e) => return Err(e.into()),
     }
-    ctx.event_about(
-        dr,
-        false,
-        "PodVolumeRestoreCreated",
-        format!(
-            "PodVolumeRestore {name} restores {} from snapshot {} through stand-in pod {} on {}",
-            volume.pvc,
-            volume.snapshot_id.clone().unwrap_or_default(),
-            pod.name_any(),
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default(),
-        ),
-        Context::pvc_ref(&volume.pvc),
-    )
-    .await;
+    // Which node and stand-in serve the volume is in its status and VolumePluginRestore;
+    // an Event per volume for it would only add a write to every volume.
+    info!(
+        restore = %dr.name_any(),
+        pvc = %volume.pvc,
+        stand_in = %pod.name_any(),
+        node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default(),
+        "created PodVolumeRestore {name} for snapshot {}",
+        volume.snapshot_id.as_deref().unwrap_or_default()
+    );
     Ok(())
 }
 

@@ -38,6 +38,23 @@ pub fn summary(volumes: &[VolumeStatus]) -> String {
     format!("{done}/{}", volumes.len())
 }
 
+/// How many volumes are in each phase, as `Phase=count` pairs, for logs.
+pub fn phase_counts(volumes: &[VolumeStatus]) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for v in volumes {
+        let name = format!("{:?}", v.phase);
+        match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(n, c)| format!("{n}={c}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn reason(phase: Phase) -> &'static str {
     match phase {
         Phase::New => "Accepted",
