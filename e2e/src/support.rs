@@ -97,29 +97,7 @@ impl TestNamespace {
             eprintln!("REFILL_KEEP_NS=1: keeping namespace {}", self.name);
             return Ok(());
         }
-        // A restore a test left unfinished keeps refill's finalizer, and with it the
-        // namespace, forever once that test's controller is gone: every later run on
-        // this cluster would share the machine with its endless deletion retries.
-        let restores: Api<DataRestore> = self.api();
-        let left = match restores.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            // No CRDs installed: no restores to hold anything.
-            Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-        for dr in left {
-            if !dr.finalizers().is_empty() {
-                let patch = json!({"metadata": {"finalizers": null}});
-                let removed = restores
-                    .patch(
-                        &dr.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
-                    .await;
-                ignore_not_found(removed.map(|_| ()))?;
-            }
-        }
+        release_restores(&self.client, &self.name).await?;
         let selector =
             ListParams::default().labels(&format!("{TEST_NAMESPACE_LABEL}={}", self.name));
         let delete = DeleteParams::background();
@@ -131,6 +109,32 @@ impl TestNamespace {
         classes.delete_collection(&delete, &selector).await?;
         Ok(())
     }
+}
+
+/// Drops refill's finalizer from every DataRestore in `namespace`. A restore left
+/// unfinished keeps it, and with it its namespace, forever once its controller is gone:
+/// every later run on the cluster would share the machine with the namespace
+/// controller's endless retries.
+pub async fn release_restores(client: &Client, namespace: &str) -> Result<()> {
+    let restores: Api<DataRestore> = Api::namespaced(client.clone(), namespace);
+    let left = match restores.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        // No CRDs installed: no restores to hold anything.
+        Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    for dr in left.iter().filter(|dr| !dr.finalizers().is_empty()) {
+        let patch = json!({"metadata": {"finalizers": null}});
+        let removed = restores
+            .patch(
+                &dr.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await;
+        ignore_not_found(removed.map(|_| ()))?;
+    }
+    Ok(())
 }
 
 fn keep_namespaces() -> bool {

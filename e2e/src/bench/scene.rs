@@ -393,21 +393,7 @@ impl Scene {
     /// their deletion.
     pub async fn cleanup(&self, admin: &Client, wait: bool) -> Result<()> {
         let started = std::time::Instant::now();
-        let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &self.velero_ns);
-        if let Ok(list) = restores.list(&ListParams::default()).await {
-            for dr in list {
-                if !dr.finalizers().is_empty() {
-                    let patch = json!({"metadata": {"finalizers": null}});
-                    let _ = restores
-                        .patch(
-                            &dr.name_any(),
-                            &PatchParams::default(),
-                            &Patch::Merge(patch),
-                        )
-                        .await;
-                }
-            }
-        }
+        crate::support::release_restores(admin, &self.velero_ns).await?;
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         let mut all = self.all_namespaces();
         all.push(self.velero_ns.clone());
