@@ -13,9 +13,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
 };
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
-use refill::api::DataRestore;
 use refill::labels;
 use refill_e2e::fixture::{self, BackedUpVolume};
 use refill_e2e::{Cluster, NODES, RESTORE_WAIT_CONTAINER, is_pod_ready, wait_for};
@@ -393,7 +392,7 @@ impl Scene {
     /// their deletion.
     pub async fn cleanup(&self, admin: &Client, wait: bool) -> Result<()> {
         let started = std::time::Instant::now();
-        crate::support::release_restores(admin, &self.velero_ns).await?;
+        refill_e2e::support::release_restores(admin, &self.velero_ns).await?;
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         let mut all = self.all_namespaces();
         all.push(self.velero_ns.clone());
