@@ -21,8 +21,8 @@ pub struct Config {
     pub namespace: String,
     /// The least time between two progress-only status writes of one restore.
     pub progress_interval: Duration,
-    /// How often active restores are looked at even without an event, for checks that
-    /// no watch covers (someone scaling a stopped consumer back up).
+    /// How often active restores are looked at even without an event, for what no
+    /// watch announces: timeouts running out.
     pub recheck_interval: Duration,
 }
 
@@ -48,8 +48,6 @@ pub struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
-    /// Last safety check per volume.
-    last_check: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -66,7 +64,6 @@ impl Context {
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),
-            last_check: Mutex::default(),
         }
     }
 
@@ -126,10 +123,6 @@ impl Context {
                 .expect("write lock")
                 .retain(|k, _| !k.starts_with(&uid));
             self.last_version.lock().expect("version lock").remove(&uid);
-            self.last_check
-                .lock()
-                .expect("check lock")
-                .retain(|k, _| !k.starts_with(&uid));
         }
     }
 
@@ -186,27 +179,6 @@ impl Context {
             name: Some(record.name.clone()),
             ..Default::default()
         })
-    }
-
-    /// Whether the periodic check keyed `key` is due, counting it as done when it is.
-    pub fn check_due(&self, key: &str) -> bool {
-        let mut checks = self.last_check.lock().expect("check lock");
-        let due = checks
-            .get(key)
-            .is_none_or(|last| last.elapsed() >= self.config.recheck_interval);
-        if due {
-            checks.insert(key.to_string(), Instant::now());
-        }
-        due
-    }
-
-    /// Counts the periodic check keyed `key` as done now: an action that saw the same
-    /// facts (stopping a consumer reads it) makes an immediate repeat pointless.
-    pub fn checked(&self, key: &str) {
-        self.last_check
-            .lock()
-            .expect("check lock")
-            .insert(key.to_string(), Instant::now());
     }
 
     /// Notes a status write (for the progress throttle) and, for a DataRestore, the

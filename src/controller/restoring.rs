@@ -383,15 +383,17 @@ async fn act(
     .await;
     status.errors.extend(errors);
     outcome?;
-    // Volumes that ended in this pass may free their consumers at once.
-    settle_consumers(dr, ctx, status, &uid).await?;
-    let (volumes, seen) = (&status.volumes, &seen);
-    for_each_concurrently(
+    // Volumes that ended in this pass may free their consumers at once; their
+    // VolumePluginRestores are brought up to date meanwhile (neither waits on the other).
+    let volumes = status.volumes.clone();
+    let synced = for_each_concurrently(
         0..volumes.len(),
-        |i| sync_plugin_restore(dr, ctx, &volumes[i], seen),
+        |i| sync_plugin_restore(dr, ctx, &volumes[i], &seen),
         |_, ()| {},
-    )
-    .await?;
+    );
+    let (settled, synced) = futures::join!(settle_consumers(dr, ctx, status, &uid), synced);
+    settled?;
+    synced?;
 
     ctx.track_claims(
         dr,
@@ -476,9 +478,6 @@ async fn settle_consumer(
         ConsumerStep::Nothing => return Ok(()),
         ConsumerStep::Stop => {
             consumers::stop(&ctx.client, uid, record).await?;
-            for pvc in &record.pvcs {
-                ctx.checked(&check_key(uid, pvc));
-            }
             let note = match record.replicas {
                 Some(n) if record.kind.is_scalable() => format!("scaled {what} from {n} to 0"),
                 _ => format!("stopped {what}"),
@@ -616,9 +615,7 @@ async fn advance_volume(
                 if !stand_in::restore_wait_running(&pod) {
                     return Ok(errors);
                 }
-                // Stopping a consumer read it moments ago, which counts as its check.
-                let workloads = ctx.check_due(&check_key(&uid, &pvc));
-                if let Some(problem) = interference(ctx, status, &pvc, &uid, workloads).await? {
+                if let Some(problem) = interference(ctx, status, &pvc, &uid).await? {
                     end(volume, VolumePhase::Failed, problem.clone());
                     errors.push(problem);
                     return Ok(errors);
@@ -667,12 +664,11 @@ async fn advance_volume(
                     let note = format!("{pvc}: {message}");
                     ctx.event_about(dr, true, "VolumeFailed", note, Context::pvc_ref(&pvc));
                 }
-                // Progress events come often; the pods mounting the claim are known
-                // without a request, the stopped workloads are read once per recheck
-                // interval, which bounds how long a restarted one can go unnoticed.
+                // Looked at on every pass: the pods mounting the claim are known without
+                // a request, so a restarted consumer is noticed as soon as its pod
+                // exists, before it can write anything.
                 _ => {
-                    let workloads = ctx.check_due(&check_key(&uid, &pvc));
-                    if let Some(problem) = interference(ctx, status, &pvc, &uid, workloads).await? {
+                    if let Some(problem) = interference(ctx, status, &pvc, &uid).await? {
                         cancel_pvr(ctx, &found).await?;
                         end(volume, VolumePhase::Failed, problem.clone());
                         errors.push(problem.clone());
@@ -709,37 +705,32 @@ async fn advance_volume(
 }
 
 /// Someone started a stopped consumer, or another pod mounts the claim: refill must not
-/// write under it. The stopped workloads are read only when `workloads` is set.
+/// write under it. Whatever writes to a volume does so from a pod that mounts its claim,
+/// and those are known from the pod watch at no cost; the consumers' objects are read
+/// only when there is such a pod, to name who started it.
 async fn interference(
     ctx: &Context,
     status: &DataRestoreStatus,
     pvc: &str,
     uid: &str,
-    workloads: bool,
 ) -> Result<Option<String>> {
     let users = foreign_mounts(ctx, pvc, uid).await?;
-    // Pods on the claim are most often a restarted consumer, whose object tells who
-    // restarted it: worth the reads then, whether or not a check is due.
+    if users.is_empty() {
+        return Ok(None);
+    }
     let records = status
         .consumers
         .iter()
-        .filter(|c| (workloads || !users.is_empty()) && c.pvcs.iter().any(|p| p == pvc));
+        .filter(|c| c.pvcs.iter().any(|p| p == pvc));
     for record in records {
         if let Some(problem) = consumers::interference(&ctx.client, uid, record).await? {
             return Ok(Some(problem));
         }
     }
-    Ok((!users.is_empty()).then(|| {
-        format!(
-            "pod {} mounts {pvc} while it is being restored; refill stopped writing to it",
-            users.join(", ")
-        )
-    }))
-}
-
-/// The key of a volume's periodic interference check.
-fn check_key(uid: &str, pvc: &str) -> String {
-    format!("{uid}/{pvc}")
+    Ok(Some(format!(
+        "pod {} mounts {pvc} while it is being restored; refill stopped writing to it",
+        users.join(", ")
+    )))
 }
 
 async fn cancel_pvr(ctx: &Context, found: &PodVolumeRestore) -> Result<()> {
@@ -775,24 +766,22 @@ async fn create_pod_volume_restore(
         .await?
         .ok_or_else(|| Error::Other(format!("PodVolumeBackup {pvb_name} is gone")))?;
     let object = pvr::pod_volume_restore(dr, name, volume, &pvb, pod);
-    match Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), &ns)
-        .create(&PostParams::default(), &object)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if is_conflict(&e, 409) => {}
-        Err(e) => return Err(e.into()),
-    }
     let backup = status.backup_name.clone().unwrap_or_default();
     let plugin =
         pvr::volume_plugin_restore(dr, name, &backup, volume, pvb.spec.uploader_type.as_deref());
-    match Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ns)
-        .create(&PostParams::default(), &plugin)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if is_conflict(&e, 409) => {}
-        Err(e) => return Err(e.into()),
+    let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), &ns);
+    let plugins = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ns);
+    let params = PostParams::default();
+    let (created, mirrored) = futures::join!(
+        pvrs.create(&params, &object),
+        plugins.create(&params, &plugin)
+    );
+    for result in [created.map(drop), mirrored.map(drop)] {
+        match result {
+            Ok(()) => {}
+            Err(e) if is_conflict(&e, 409) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     // Which node and stand-in serve the volume is in its status and VolumePluginRestore;
     // an Event per volume for it would only add a write to every volume.
