@@ -178,9 +178,10 @@ pub enum VolumePhase {
     Pending,
     /// Its consumers are being stopped; waiting until no pod mounts the PVC.
     Quiescing,
-    /// The stand-in pod is starting; waiting for `restore-wait` to run.
+    /// The stand-in pod and its PodVolumeRestore are created; waiting for `restore-wait`
+    /// to run, which is when the node agent can start.
     StartingStandIn,
-    /// The PodVolumeRestore exists; the node agent moves the data.
+    /// `restore-wait` runs; the node agent moves the data.
     Restoring,
     Completed,
     Failed,

@@ -580,13 +580,21 @@ async fn advance_volume(
                         .unwrap_or(stand_in::DEFAULT_IMAGE),
                     restore_wait: container,
                 });
-                match Api::<Pod>::namespaced(ctx.client.clone(), ns)
+                let created = match Api::<Pod>::namespaced(ctx.client.clone(), ns)
                     .create(&PostParams::default(), &pod)
                     .await
                 {
-                    Ok(_) => {}
-                    Err(e) if is_conflict(&e, 409) => {}
+                    Ok(created) => Some(created),
+                    Err(e) if is_conflict(&e, 409) => None,
                     Err(e) => return Err(e.into()),
+                };
+                // The node agent itself waits for restore-wait to run before it starts,
+                // as it does for Velero's own restores, so the PodVolumeRestore goes out
+                // with the stand-in instead of a pass later. (A stand-in that already
+                // existed gets its PodVolumeRestore in the next phase.)
+                if let Some(pod) = created {
+                    create_pod_volume_restore(dr, ctx, status, volume, &pvr_name, &pod).await?;
+                    volume.pod_volume_restore = Some(pvr_name.clone());
                 }
             }
             volume.stand_in_pod = Some(stand_in_name.clone());
@@ -608,22 +616,22 @@ async fn advance_volume(
                 );
                 return Ok(errors);
             }
-            // A PodVolumeRestore from a pass whose record did not land (a crash, a lost
-            // status write) may be finished already, restore-wait gone with it: it is
-            // followed from here on, never waited for.
-            if !seen.pvrs.contains_key(&pvr_name) {
-                if !stand_in::restore_wait_running(&pod) {
-                    return Ok(errors);
-                }
-                if let Some(problem) = interference(ctx, status, &pvc, &uid).await? {
-                    end(volume, VolumePhase::Failed, problem.clone());
-                    errors.push(problem);
-                    return Ok(errors);
-                }
-                create_pod_volume_restore(dr, ctx, status, volume, &pvr_name, &pod).await?;
+            if let Some(problem) = interference(ctx, status, &pvc, &uid).await? {
+                end(volume, VolumePhase::Failed, problem.clone());
+                errors.push(problem);
+                return Ok(errors);
             }
             volume.pod_volume_restore = Some(pvr_name.clone());
-            volume.phase = VolumePhase::Restoring;
+            let Some(found) = seen.pvrs.get(&pvr_name) else {
+                create_pod_volume_restore(dr, ctx, status, volume, &pvr_name, &pod).await?;
+                return Ok(errors);
+            };
+            // Restoring from when the node agent can start. A PodVolumeRestore the node
+            // agent took up already (after a crash, a lost status write) may be finished,
+            // restore-wait gone with it: it is followed from here on, never waited for.
+            if stand_in::restore_wait_running(&pod) || found.phase() != PodVolumePhase::New {
+                volume.phase = VolumePhase::Restoring;
+            }
         }
         VolumePhase::Restoring => {
             let Some(found) = seen.pvrs.get(&pvr_name).cloned() else {
