@@ -425,6 +425,14 @@ impl Scene {
             )
             .await?;
         }
+        // BENCH_LOG_DIR keeps the controller's log of each run for a look afterwards.
+        if let Some(logs) = std::env::var_os("BENCH_LOG_DIR") {
+            let logs = PathBuf::from(logs);
+            std::fs::create_dir_all(&logs)?;
+            let kept = logs.join(format!("{}-controller.log", self.run_id));
+            std::fs::copy(self.dir.join("controller.log"), &kept)
+                .with_context(|| format!("keeping the controller log as {}", kept.display()))?;
+        }
         std::fs::remove_dir_all(&self.dir)
             .with_context(|| format!("removing {}", self.dir.display()))?;
         eprintln!(
