@@ -1,7 +1,8 @@
 //! Reads the cluster facts that decisions are made from. Nothing here writes.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -13,30 +14,85 @@ use crate::api::ConsumerKind;
 use crate::labels;
 use crate::mounts::Mounts;
 use crate::plan::{ConsumerRef, Owner, mounts_claim, top_owner};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+/// What the controller keeps knowing between reads, so that asking again costs nothing:
+/// which pods mount which claims, from its pod watch, and owner references read lately.
+#[derive(Default)]
+pub struct Known {
+    pub mounts: Mounts,
+    pub owners: OwnerCache,
+}
+
+/// Owner references of ReplicaSets and Jobs by their UID, kept for a short while:
+/// validating a restore and starting its volumes walk the same owners moments apart. An
+/// object's owners change only when it is adopted or orphaned; the time limit bounds how
+/// long such a change can go unseen.
+pub struct OwnerCache {
+    entries: Mutex<HashMap<String, (Instant, Owners)>>,
+    keep: Duration,
+}
+
+impl Default for OwnerCache {
+    fn default() -> Self {
+        OwnerCache {
+            entries: Mutex::default(),
+            keep: Duration::from_secs(30),
+        }
+    }
+}
+
+/// An object's owner references; None when the object is gone.
+type Owners = Option<Vec<OwnerReference>>;
+
+impl OwnerCache {
+    fn get(&self, uid: &str) -> Option<Owners> {
+        let entries = self.entries.lock().expect("owner cache lock");
+        entries
+            .get(uid)
+            .filter(|(at, _)| at.elapsed() < self.keep)
+            .map(|(_, refs)| refs.clone())
+    }
+
+    fn put(&self, uid: &str, refs: Owners) {
+        let mut entries = self.entries.lock().expect("owner cache lock");
+        entries.retain(|_, (at, _)| at.elapsed() < self.keep);
+        entries.insert(uid.to_string(), (Instant::now(), refs));
+    }
+}
 
 /// The pods that mount each of `claims` (names in `namespace`), resolved to their top
 /// owners with the replica counts they ask for now. Stand-in pods of the restore
 /// `own_uid` are not consumers.
 pub async fn consumers(
     client: &Client,
-    mounts: Option<&Mounts>,
+    known: Option<&Known>,
     namespace: &str,
     claims: &[&str],
     own_uid: &str,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
-    let pods = pods_mounting(client, mounts, namespace, claims).await?;
-    consumers_in(client, namespace, &pods, claims, own_uid, Replicas::Read).await
+    let pods = pods_mounting(client, known, namespace, claims).await?;
+    consumers_in(
+        client,
+        known,
+        namespace,
+        &pods,
+        claims,
+        own_uid,
+        Replicas::Read,
+    )
+    .await
 }
 
 /// The pods of `namespace` that mount any of `claims`: from the controller's index when
 /// it has one ready, else from a list of the namespace.
 pub async fn pods_mounting(
     client: &Client,
-    mounts: Option<&Mounts>,
+    known: Option<&Known>,
     namespace: &str,
     claims: &[&str],
 ) -> kube::Result<Vec<Arc<Pod>>> {
-    if let Some(found) = mounts.and_then(|m| m.mounting(namespace, claims)) {
+    if let Some(found) = known.and_then(|k| k.mounts.mounting(namespace, claims)) {
         return Ok(found);
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -62,6 +118,7 @@ pub enum Replicas {
 /// Like [`consumers`], over pods already read.
 pub async fn consumers_in(
     client: &Client,
+    known: Option<&Known>,
     namespace: &str,
     pods: &[Arc<Pod>],
     claims: &[&str],
@@ -90,7 +147,17 @@ pub async fn consumers_in(
             if matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
                 && !owner_cache.contains_key(&key)
             {
-                let refs = owners_of(client, namespace, &owner.kind, &owner.name).await?;
+                let kept = known.and_then(|k| k.owners.get(&owner.uid));
+                let refs = match kept {
+                    Some(refs) => refs,
+                    None => {
+                        let refs = owners_of(client, namespace, &owner.kind, &owner.name).await?;
+                        if let Some(k) = known {
+                            k.owners.put(&owner.uid, refs.clone());
+                        }
+                        refs
+                    }
+                };
                 owner_cache.insert(key, refs);
             }
         }
@@ -139,7 +206,7 @@ async fn owners_of(
     namespace: &str,
     kind: &str,
     name: &str,
-) -> kube::Result<Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>> {
+) -> kube::Result<Owners> {
     let meta = match kind {
         "ReplicaSet" => Api::<ReplicaSet>::namespaced(client.clone(), namespace)
             .get_opt(name)
@@ -182,4 +249,38 @@ pub fn namespaces_of<'a>(keys: impl IntoIterator<Item = &'a String>) -> BTreeSet
     keys.into_iter()
         .filter_map(|k| k.split_once('/').map(|(ns, _)| ns.to_string()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(name: &str) -> Owners {
+        Some(vec![OwnerReference {
+            kind: "Deployment".into(),
+            name: name.into(),
+            ..Default::default()
+        }])
+    }
+
+    #[test]
+    fn owners_are_kept_for_a_while_then_read_again() {
+        let cache = OwnerCache::default();
+        assert!(cache.get("rs-uid").is_none());
+        cache.put("rs-uid", owner("web"));
+        cache.put("gone-uid", None);
+        assert_eq!(cache.get("rs-uid"), Some(owner("web")));
+        assert_eq!(
+            cache.get("gone-uid"),
+            Some(None),
+            "a gone owner is known too"
+        );
+
+        let expired = OwnerCache {
+            keep: Duration::ZERO,
+            ..Default::default()
+        };
+        expired.put("rs-uid", owner("web"));
+        assert!(expired.get("rs-uid").is_none());
+    }
 }

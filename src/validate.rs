@@ -11,8 +11,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::{Backup, DataRestore, PodVolumeBackup, Schedule};
 use crate::labels;
-use crate::mounts::Mounts;
-use crate::observe;
+use crate::observe::{self, Known};
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
 pub use crate::plan::{ConsumerAction, Placement, PlannedConsumer, PlannedVolume};
@@ -28,19 +27,19 @@ pub enum ValidateError {
 }
 
 /// Validates `dr` against the cluster as it is now and returns what would be done.
-/// Reads only. `mounts` is the controller's index of mounting pods, if it has one.
+/// Reads only. `known` is what the controller keeps between reads, if it is the caller.
 pub async fn plan(
     client: &Client,
-    mounts: Option<&Mounts>,
+    known: Option<&Known>,
     dr: &DataRestore,
 ) -> Result<Plan, ValidateError> {
-    let facts = gather(client, mounts, dr).await?;
+    let facts = gather(client, known, dr).await?;
     Ok(plan::plan(&dr.spec, &facts)?)
 }
 
 async fn gather(
     client: &Client,
-    mounts: Option<&Mounts>,
+    known: Option<&Known>,
     dr: &DataRestore,
 ) -> Result<Facts, ValidateError> {
     let namespace = dr.namespace().unwrap_or_else(|| "velero".into());
@@ -173,7 +172,7 @@ async fn gather(
     let own_uid = &own_uid;
     let found = side_by_side(claims_by_ns, |(ns, claims)| async move {
         let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
-        Ok(observe::consumers(client, mounts, &ns, &claims, own_uid).await?)
+        Ok(observe::consumers(client, known, &ns, &claims, own_uid).await?)
     })
     .await?;
     for consumers in found {

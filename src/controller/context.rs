@@ -13,7 +13,7 @@ use tracing::debug;
 
 use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
-use crate::mounts::Mounts;
+use crate::observe::Known;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -39,8 +39,9 @@ impl Default for Config {
 pub struct Context {
     pub client: Client,
     pub config: Config,
-    /// Which pods mount which claims, from the controller's pod watch.
-    pub mounts: Mounts,
+    /// Which pods mount which claims (fed by the controller's pod watch), and owners
+    /// read lately.
+    pub known: Known,
     recorder: Recorder,
     /// `(namespace, claim)` → the restore working on it, for mapping pod events.
     claims: Mutex<HashMap<(String, String), ObjectRef<DataRestore>>>,
@@ -60,7 +61,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             config,
-            mounts: Mounts::default(),
+            known: Known::default(),
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),

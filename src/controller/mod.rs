@@ -99,7 +99,7 @@ pub async fn run_with_readiness(
     let pod_events = watcher(pods, watcher::Config::default())
         .default_backoff()
         .map_ok(move |event| {
-            index_ctx.mounts.apply(&event);
+            index_ctx.known.mounts.apply(&event);
             event
         })
         .touched_objects();

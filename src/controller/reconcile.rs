@@ -162,7 +162,13 @@ async fn step(
                     status.completion_time = Some(now());
                     return Ok(Next::Then(Action::await_change()));
                 }
-                return validating(dr, ctx, status).await;
+                let next = validating(dr, ctx, status).await?;
+                if status.phase == Phase::Restoring {
+                    // Deciding the first volumes touches nothing, so it goes out in the
+                    // same write as the validation's result; acting waits for that write.
+                    restoring::record(dr, ctx, status, deleting).await?;
+                }
+                return Ok(next);
             }
             Phase::Restoring | Phase::Finalizing => {
                 return restoring::step(dr, ctx, status, deleting).await;
@@ -205,7 +211,7 @@ async fn validating(
         ctx.event(dr, true, "FailedValidation", status.errors.join("; "));
         return Ok(Next::Then(Action::await_change()));
     }
-    match validate::plan(&ctx.client, Some(&ctx.mounts), dr).await {
+    match validate::plan(&ctx.client, Some(&ctx.known), dr).await {
         Err(ValidateError::Invalid(e)) => {
             info!(restore = %dr.name_any(), "invalid: {e}");
             invalid(status, e.errors);

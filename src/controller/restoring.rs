@@ -62,7 +62,7 @@ pub async fn step(
 }
 
 /// First half: decisions and records only. No object but the DataRestore changes.
-async fn record(
+pub async fn record(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
@@ -168,10 +168,17 @@ async fn start_volumes(
                     let claims: Vec<&str> =
                         indices.iter().map(|&i| split(&volumes[i].pvc).1).collect();
                     let pods =
-                        observe::pods_mounting(&ctx.client, Some(&ctx.mounts), ns, &claims).await?;
-                    let found =
-                        observe::consumers_in(&ctx.client, ns, &pods, &claims, uid, Replicas::Skip)
-                            .await?;
+                        observe::pods_mounting(&ctx.client, Some(&ctx.known), ns, &claims).await?;
+                    let found = observe::consumers_in(
+                        &ctx.client,
+                        Some(&ctx.known),
+                        ns,
+                        &pods,
+                        &claims,
+                        uid,
+                        Replicas::Skip,
+                    )
+                    .await?;
                     Ok((pods, found))
                 }
             },
@@ -282,7 +289,7 @@ struct Observed {
 async fn foreign_mounts(ctx: &Context, pvc: &str, uid: &str) -> Result<Vec<String>> {
     let (ns, claim) = split(pvc);
     Ok(
-        observe::pods_mounting(&ctx.client, Some(&ctx.mounts), ns, &[claim])
+        observe::pods_mounting(&ctx.client, Some(&ctx.known), ns, &[claim])
             .await?
             .iter()
             .filter(|p| !observe::is_own_stand_in(p, uid))
