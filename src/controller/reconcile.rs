@@ -127,21 +127,32 @@ async fn write_status(
 }
 
 async fn remove_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> Result<()> {
+    match patch_out_finalizer(api, dr).await {
+        // The copy was stale. Most often the pass that finished the restore removed the
+        // finalizer already and this is a reconcile of the older copy: a fresh read
+        // tells, instead of a failed reconcile and a warning after every restore.
+        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&dr.name_any()).await? {
+            Some(fresh) if fresh.finalizers().iter().any(|f| f == FINALIZER) => {
+                Ok(patch_out_finalizer(api, &fresh).await?)
+            }
+            _ => Ok(()),
+        },
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+async fn patch_out_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> kube::Result<()> {
     let finalizers: Vec<&String> = dr.finalizers().iter().filter(|f| *f != FINALIZER).collect();
     let patch =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": dr.resource_version()}});
-    match api
-        .patch(
-            &dr.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    api.patch(
+        &dr.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map(drop)
 }
 
 async fn step(
