@@ -13,6 +13,8 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
+use crate::plan::mounts_claim;
+
 type Key = (String, String);
 
 #[derive(Default)]
@@ -94,8 +96,9 @@ impl Mounts {
         }
     }
 
-    /// The pods that mount any of `claims` in `namespace`, each once; None until the
-    /// first list is done, when only the API can answer.
+    /// The pods that mount any of `claims` in `namespace`, each once, by the same rule
+    /// as everywhere else ([`mounts_claim`]: a finished pod holds nothing); None until
+    /// the first list is done, when only the API can answer.
     pub fn mounting(&self, namespace: &str, claims: &[&str]) -> Option<Vec<Arc<Pod>>> {
         let state = self.state.read().expect("mounts lock");
         if !state.ready {
@@ -105,7 +108,9 @@ impl Mounts {
         for claim in claims {
             let key = (namespace.to_string(), claim.to_string());
             for (name, pod) in state.live.by_claim.get(&key).into_iter().flatten() {
-                found.entry(name).or_insert_with(|| pod.clone());
+                if mounts_claim(pod, claim) {
+                    found.entry(name).or_insert_with(|| pod.clone());
+                }
             }
         }
         Some(found.into_values().collect())
@@ -251,6 +256,18 @@ mod tests {
         assert_eq!(names(mounts.mounting("a", &["data"])), ["gone", "kept"]);
         mounts.apply(&Event::InitDone);
         assert_eq!(names(mounts.mounting("a", &["data"])), ["kept"]);
+    }
+
+    #[test]
+    fn a_finished_pod_mounts_nothing() {
+        let mut done = pod("a", "job-1", &["data"]);
+        done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        let mounts = listed(vec![done, pod("a", "web", &["data"])]);
+        assert_eq!(names(mounts.mounting("a", &["data"])), ["web"]);
+        let mut failed = pod("a", "web", &["data"]);
+        failed.status.as_mut().unwrap().phase = Some("Failed".into());
+        mounts.apply(&Event::Apply(failed));
+        assert!(names(mounts.mounting("a", &["data"])).is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -364,6 +365,51 @@ async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
         ensure!(s.replicas("front").await? == (2, None) && s.replicas("back").await? == (1, None));
         fixture::wait_ready_pods(&s.client, &s.ns, "front", 2, TIMEOUT).await?;
         fixture::wait_ready_pods(&s.client, &s.ns, "back", 1, TIMEOUT).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_finished_job_pod_on_the_claim_does_not_hold_the_restore() -> Result<()> {
+    run_test("dr-jobdone", |env| async move {
+        let s = Scene::new(env).await?;
+        let dir = s.volume("data", "node-a", &[("f", b"good")]).await?;
+        // A one-off Job that used the claim and finished: its pod stays, holding nothing.
+        let mut template = fixture::pod_template("migrate", &["data"]);
+        template["spec"]["restartPolicy"] = json!("Never");
+        s.env
+            .create::<Job>(json!({
+                "metadata": {"name": "migrate"},
+                "spec": {"backoffLimit": 0, "template": template}
+            }))
+            .await?;
+        let jobs: Api<Job> = Api::namespaced(s.client.clone(), &s.ns);
+        wait_for("job migrate to succeed", TIMEOUT, || async {
+            let job = jobs.get("migrate").await?;
+            Ok((job.status.and_then(|st| st.succeeded) == Some(1)).then_some(()))
+        })
+        .await?;
+        fixture::deployment(&s.client, &s.ns, "web", 1, &["data"]).await?;
+        let pods = fixture::wait_ready_pods(&s.client, &s.ns, "web", 1, TIMEOUT).await?;
+        s.backup(
+            "b1",
+            &[s.backed_up("data", &pods[0].name_any(), &[("f", b"good")])],
+        )
+        .await?;
+        std::fs::write(dir.join("f"), b"bad")?;
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "f")? == b"good", "f not restored");
+        let consumers = dr.status.unwrap().consumers;
+        ensure!(
+            consumers.len() == 1 && consumers[0].name == "web",
+            "the finished Job is no consumer: {consumers:#?}"
+        );
         Ok(())
     })
     .await
