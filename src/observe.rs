@@ -147,17 +147,7 @@ pub async fn consumers_in(
             if matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
                 && !owner_cache.contains_key(&key)
             {
-                let kept = known.and_then(|k| k.owners.get(&owner.uid));
-                let refs = match kept {
-                    Some(refs) => refs,
-                    None => {
-                        let refs = owners_of(client, namespace, &owner.kind, &owner.name).await?;
-                        if let Some(k) = known {
-                            k.owners.put(&owner.uid, refs.clone());
-                        }
-                        refs
-                    }
-                };
+                let refs = owners_of(client, known, namespace, owner).await?;
                 owner_cache.insert(key, refs);
             }
         }
@@ -201,13 +191,19 @@ pub fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {
             == Some(own_uid)
 }
 
+/// The owner references of `owner` (a ReplicaSet or a Job), from what the controller
+/// kept when it read them lately.
 async fn owners_of(
     client: &Client,
+    known: Option<&Known>,
     namespace: &str,
-    kind: &str,
-    name: &str,
+    owner: &OwnerReference,
 ) -> kube::Result<Owners> {
-    let meta = match kind {
+    if let Some(kept) = known.and_then(|k| k.owners.get(&owner.uid)) {
+        return Ok(kept);
+    }
+    let name = owner.name.as_str();
+    let meta = match owner.kind.as_str() {
         "ReplicaSet" => Api::<ReplicaSet>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await?
@@ -218,7 +214,11 @@ async fn owners_of(
             .map(|o| o.metadata),
         _ => None,
     };
-    Ok(meta.map(|m| m.owner_references.unwrap_or_default()))
+    let refs = meta.map(|m| m.owner_references.unwrap_or_default());
+    if let Some(k) = known {
+        k.owners.put(&owner.uid, refs.clone());
+    }
+    Ok(refs)
 }
 
 /// The replica count a scalable workload asks for now (`spec.replicas`, default 1).

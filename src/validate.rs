@@ -127,28 +127,8 @@ async fn gather(
             .or_default()
             .push(name.to_string());
     }
-    let pvs = side_by_side(pv_names, |name| async move {
-        Ok(Api::<PersistentVolume>::all(client.clone())
-            .get_opt(&name)
-            .await?)
-    })
-    .await?;
-    facts.pvs = pvs
-        .into_iter()
-        .flatten()
-        .map(|pv| (pv.name_any(), pv))
-        .collect();
-    let classes = side_by_side(classes, |name| async move {
-        Ok(Api::<StorageClass>::all(client.clone())
-            .get_opt(&name)
-            .await?)
-    })
-    .await?;
-    facts.storage_classes = classes
-        .into_iter()
-        .flatten()
-        .map(|sc| (sc.name_any(), sc))
-        .collect();
+    facts.pvs = existing::<PersistentVolume>(client, pv_names).await?;
+    facts.storage_classes = existing::<StorageClass>(client, classes).await?;
     if !dr.spec.candidate_nodes.is_empty() {
         let nodes = Api::<Node>::all(client.clone())
             .list_metadata(&ListParams::default())
@@ -179,6 +159,29 @@ async fn gather(
         facts.consumers.extend(consumers);
     }
     Ok(facts)
+}
+
+/// The cluster-scoped objects of kind `K` with these names that exist, by name.
+async fn existing<K>(
+    client: &Client,
+    names: BTreeSet<String>,
+) -> Result<BTreeMap<String, K>, ValidateError>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let found = side_by_side(names, |name| async move {
+        Ok(Api::<K>::all(client.clone()).get_opt(&name).await?)
+    })
+    .await?;
+    Ok(found
+        .into_iter()
+        .flatten()
+        .map(|object| (object.name_any(), object))
+        .collect())
 }
 
 /// Runs one read per item, several at once (a restore of many namespaces would otherwise

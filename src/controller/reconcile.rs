@@ -71,7 +71,8 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
             Next::Again => Action::requeue(Duration::ZERO),
             Next::Then(action) => action,
         };
-        if status != before {
+        let changed = status != before;
+        if changed {
             let progress_only = status::only_progress_differs(&before, &status);
             match ctx.progress_wait(&uid).filter(|_| progress_only) {
                 Some(wait) => action = Action::requeue(wait),
@@ -86,7 +87,7 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
             restore = %dr.name_any(),
             phase = ?status.phase,
             volumes = status::phase_counts(&status.volumes),
-            changed = status != before,
+            changed,
             "pass took {} ms",
             started.elapsed().as_millis()
         );

@@ -452,11 +452,10 @@ async fn settle_consumers(
     status: &mut DataRestoreStatus,
     uid: &str,
 ) -> Result<()> {
-    let decisions: Vec<(usize, ConsumerStep)> = (0..status.consumers.len())
+    let steps: BTreeMap<usize, ConsumerStep> = (0..status.consumers.len())
         .map(|i| (i, consumer_step(status, i, dr.spec.on_failure)))
         .filter(|(_, step)| *step != ConsumerStep::Nothing)
         .collect();
-    let steps: BTreeMap<usize, ConsumerStep> = decisions.iter().copied().collect();
     let records = status.consumers.clone();
     for_each_concurrently(
         steps.keys().copied(),
