@@ -162,31 +162,13 @@ async fn measure(
     n: usize,
 ) -> Result<Outcome> {
     // The node agent restores at once and in parallel: the data path is not measured.
-    let mut agent_cfg = NodeAgentConfig::new(&scene.snapshots);
-    agent_cfg.velero_namespace = scene.velero_ns.clone();
-    agent_cfg.concurrency_per_node = 64;
-    let _agent = node_agent::spawn(admin.clone(), agent_cfg);
+    let _agent = node_agent::spawn(admin.clone(), agent_config(scene));
 
     // --- refill -----------------------------------------------------------------
     let started_at = SystemTime::now();
     let audit_start = audit::Cursor::now(cluster)?;
-    let ctl = ControllerProcess::start(cluster, &options.controller, &scene.velero_ns, &scene.dir)
-        .await?;
-    let credential = ctl.credential_id().to_string();
-    // Already running means done starting: its watches open, its first lists read.
-    audit::wait_quiet(
-        cluster,
-        &credential,
-        Duration::from_secs(1),
-        Duration::from_secs(30),
-    )
-    .await?;
-    let spec = DataRestoreSpec {
-        backup_name: Some(scene::BACKUP.into()),
-        included_namespaces: scene.namespaces(Side::Refill),
-        parallel: Some(n as u32),
-        ..Default::default()
-    };
+    let (ctl, credential) = start_idle_controller(cluster, options, scene).await?;
+    let spec = restore_spec(scene, n);
     let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &scene.velero_ns);
     let finished = tokio::spawn(await_condition(
         restores.clone(),
@@ -318,30 +300,13 @@ async fn progress_check(
             .sum();
         // About eight seconds of copying per volume.
         let bytes_per_second = bytes / 8;
-        let mut agent_cfg = NodeAgentConfig::new(&scene.snapshots);
-        agent_cfg.velero_namespace = scene.velero_ns.clone();
-        agent_cfg.concurrency_per_node = 64;
+        let mut agent_cfg = agent_config(&scene);
         agent_cfg.bytes_per_second = Some(bytes_per_second);
         let agent_report_interval = agent_cfg.progress_interval;
         let _agent = node_agent::spawn(admin.clone(), agent_cfg);
         let cursor = audit::Cursor::now(cluster)?;
-        let ctl =
-            ControllerProcess::start(cluster, &options.controller, &scene.velero_ns, &scene.dir)
-                .await?;
-        let credential = ctl.credential_id().to_string();
-        audit::wait_quiet(
-            cluster,
-            &credential,
-            Duration::from_secs(1),
-            Duration::from_secs(30),
-        )
-        .await?;
-        let spec = DataRestoreSpec {
-            backup_name: Some(scene::BACKUP.into()),
-            included_namespaces: scene.namespaces(Side::Refill),
-            parallel: Some(n as u32),
-            ..Default::default()
-        };
+        let (ctl, credential) = start_idle_controller(cluster, options, &scene).await?;
+        let spec = restore_spec(&scene, n);
         let from = SystemTime::now();
         let t0 = Instant::now();
         fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
@@ -400,4 +365,42 @@ async fn progress_check(
         eprintln!("[bench] cleanup of run {} failed: {e:#}", scene.run_id);
     }
     result
+}
+
+/// The simulated node agent for a run's restores, many at once on each node.
+fn agent_config(scene: &Scene) -> NodeAgentConfig {
+    let mut cfg = NodeAgentConfig::new(&scene.snapshots);
+    cfg.velero_namespace = scene.velero_ns.clone();
+    cfg.concurrency_per_node = 64;
+    cfg
+}
+
+/// Starts refill's controller for the run and returns it with the credential its
+/// requests carry, once it is idle: its watches open, its first lists read.
+async fn start_idle_controller(
+    cluster: &Cluster,
+    options: &Options,
+    scene: &Scene,
+) -> Result<(ControllerProcess, String)> {
+    let ctl = ControllerProcess::start(cluster, &options.controller, &scene.velero_ns, &scene.dir)
+        .await?;
+    let credential = ctl.credential_id().to_string();
+    audit::wait_quiet(
+        cluster,
+        &credential,
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    )
+    .await?;
+    Ok((ctl, credential))
+}
+
+/// One DataRestore for all of the run's refill namespaces, every volume at once.
+fn restore_spec(scene: &Scene, n: usize) -> DataRestoreSpec {
+    DataRestoreSpec {
+        backup_name: Some(scene::BACKUP.into()),
+        included_namespaces: scene.namespaces(Side::Refill),
+        parallel: Some(n as u32),
+        ..Default::default()
+    }
 }
