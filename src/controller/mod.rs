@@ -1,6 +1,7 @@
 //! The DataRestore controller: one reconcile state machine, whose phases are
 //! [`crate::api::Phase`], driven by kube-runtime.
 
+mod concurrent;
 mod consumer;
 mod context;
 mod error;

@@ -1,6 +1,7 @@
 //! Stopping consumers and bringing them back: thin API calls around the pure
 //! [`strategy`] of each kind and the pure [`step`] decision.
 
+mod settle;
 mod step;
 mod strategy;
 
@@ -13,6 +14,7 @@ use crate::labels;
 
 use super::error::has_status;
 
+pub use settle::settle_consumers;
 pub use step::{ConsumerStep, consumer_step};
 pub use strategy::{PARKED_KEY, Resumed, Strategy, recreatable_pod, restarted, who_changed};
 

@@ -11,26 +11,24 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use crate::api::{
     ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
     Phase, PodVolumeRestore, VolumePhase, VolumePluginRestore,
 };
-use crate::controller::consumer::{self, ConsumerStep, Stopped, consumer_step};
-use crate::controller::pod_volume_restore as pvr;
+use crate::controller::concurrent::for_each_concurrently;
+use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
 use crate::controller::restore_helper;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
 use crate::controller::volume::observe::{PassView, split};
 use crate::controller::volume::{self, Advanced};
-use crate::controller::{Context, Result, reasons};
-use crate::labels::{self, FIELD_MANAGER};
+use crate::controller::{Context, Result};
+use crate::labels;
 use crate::observe::{self, Replicas};
 use crate::plan;
 
@@ -330,42 +328,6 @@ fn merge_consumer(
     }
 }
 
-/// How many volumes or consumers one pass works on at once. Their steps are independent
-/// API calls, so running them side by side is what makes many volumes fast.
-const CONCURRENCY: usize = 16;
-
-/// Runs `work` for every index at once (bounded), applies each result with `apply`,
-/// and reports the first error after all have been applied: the effects of the others
-/// happened, so their records must not be lost.
-async fn for_each_concurrently<T, F, Fut>(
-    indices: impl IntoIterator<Item = usize>,
-    work: F,
-    mut apply: impl FnMut(usize, T),
-) -> Result<()>
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let results: Vec<(usize, Result<T>)> = futures::stream::iter(indices)
-        .map(|i| {
-            let fut = work(i);
-            async move { (i, fut.await) }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await;
-    let mut first_error = None;
-    for (i, result) in results {
-        match result {
-            Ok(value) => apply(i, value),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    first_error.map_or(Ok(()), Err)
-}
-
 /// Lists what the pass looks at once for all volumes: this restore's stand-ins,
 /// PodVolumeRestores and VolumePluginRestores.
 async fn look(
@@ -449,7 +411,7 @@ pub async fn work(
     let volumes = status.volumes.clone();
     let synced = for_each_concurrently(
         0..volumes.len(),
-        |i| sync_plugin_restore(dr, ctx, &volumes[i], &vprs),
+        |i| volume::mirror::sync_plugin_restore(dr, ctx, &volumes[i], &vprs),
         |_, ()| {},
     );
     let (settled, synced) = futures::join!(settle_consumers(dr, ctx, status, &uid), synced);
@@ -469,131 +431,6 @@ pub async fn work(
     settled?;
     synced?;
     Ok(view.stand_ins.is_empty())
-}
-
-/// Stops, brings back or keeps stopped the consumers whose turn it is.
-async fn settle_consumers(
-    dr: &DataRestore,
-    ctx: &Context,
-    status: &mut DataRestoreStatus,
-    uid: &str,
-) -> Result<()> {
-    let steps: BTreeMap<usize, ConsumerStep> = (0..status.consumers.len())
-        .map(|i| (i, consumer_step(status, i, dr.spec.on_failure)))
-        .filter(|(_, step)| {
-            matches!(
-                step,
-                ConsumerStep::Stop | ConsumerStep::Resume | ConsumerStep::KeepStopped
-            )
-        })
-        .collect();
-    let records = status.consumers.clone();
-    let restore = format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any());
-    for_each_concurrently(
-        steps.keys().copied(),
-        |i| {
-            let mut record = records[i].clone();
-            let step = steps[&i];
-            let restore = restore.clone();
-            async move {
-                settle_consumer(dr, ctx, uid, &restore, &mut record, step).await?;
-                Ok(record)
-            }
-        },
-        |i, record| status.consumers[i] = record,
-    )
-    .await
-}
-
-async fn settle_consumer(
-    dr: &DataRestore,
-    ctx: &Context,
-    uid: &str,
-    restore: &str,
-    record: &mut ConsumerRecord,
-    step: ConsumerStep,
-) -> Result<()> {
-    let related = crate::controller::Context::consumer_ref(record);
-    match step {
-        ConsumerStep::Stop => match consumer::stop(&ctx.client, uid, restore, record).await? {
-            Stopped::Done => {
-                let note = consumer::stop_note(record);
-                ctx.event_about(dr, false, reasons::QUIESCED_CONSUMER, note, related);
-            }
-            Stopped::HeldBy(holder) => {
-                let note = format!(
-                    "{} is stopped by DataRestore {holder}; its volumes are not restored by this one",
-                    consumer::describe(record)
-                );
-                ctx.event_about(dr, true, reasons::CONSUMER_HELD, note, related);
-            }
-        },
-        ConsumerStep::Resume => {
-            let resumed = consumer::resume(&ctx.client, uid, record).await?;
-            if let Some(note) = consumer::resume_note(record, &resumed) {
-                ctx.event_about(dr, false, reasons::RESUMED_CONSUMER, note, related);
-            }
-        }
-        ConsumerStep::KeepStopped => {
-            if consumer::marked(&ctx.client, uid, record).await? {
-                record.state = ConsumerState::KeptStopped;
-                let note = format!(
-                    "left {} stopped after a failure (spec.onFailure: KeepStopped); remove the refill.dev annotations and scale it yourself, or restore again",
-                    consumer::describe(record)
-                );
-                ctx.event_about(dr, true, reasons::KEPT_CONSUMER_STOPPED, note, related);
-            } else {
-                record.state = ConsumerState::Running;
-            }
-        }
-        ConsumerStep::Nothing | ConsumerStep::Mark => {}
-    }
-    Ok(())
-}
-
-/// Mirrors a volume into its VolumePluginRestore when anything but throttled progress changed.
-async fn sync_plugin_restore(
-    dr: &DataRestore,
-    ctx: &Context,
-    volume: &crate::api::VolumeStatus,
-    vprs: &BTreeMap<String, VolumePluginRestore>,
-) -> Result<()> {
-    let Some(name) = &volume.pod_volume_restore else {
-        return Ok(());
-    };
-    let Some(existing) = vprs.get(name) else {
-        return Ok(());
-    };
-    let wanted = pvr::plugin_status(volume);
-    let current = existing.status.clone().unwrap_or_default();
-    if current == wanted {
-        return Ok(());
-    }
-    let progress_only = {
-        let mut a = current.clone();
-        let mut b = wanted.clone();
-        a.progress = None;
-        b.progress = None;
-        a == b
-    };
-    let key = format!("{}/{name}", dr.uid().unwrap_or_default());
-    if progress_only && ctx.progress_wait(&key).is_some() {
-        return Ok(());
-    }
-    let body = json!({
-        "apiVersion": crate::api::API_VERSION,
-        "kind": "VolumePluginRestore",
-        "status": wanted,
-    });
-    Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ctx.config.namespace)
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
-    ctx.wrote(&key, None);
-    Ok(())
 }
 
 #[cfg(test)]

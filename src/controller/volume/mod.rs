@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod decide;
 pub mod execute;
+pub mod mirror;
 pub mod observe;
 
 use k8s_openapi::jiff::Timestamp;
