@@ -906,3 +906,260 @@ async fn a_schedule_means_its_newest_completed_backup() -> Result<()> {
     })
     .await
 }
+
+/// The annotations refill leaves on a workload it stopped.
+fn refill_marks(annotations: Option<&std::collections::BTreeMap<String, String>>) -> Vec<String> {
+    annotations
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("refill.dev/"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn two_restores_of_one_claim_started_together_never_lose_a_replica() -> Result<()> {
+    run_test("dr-race", |env| async move {
+        let s = Scene::new(env).await?;
+        s.volume("data", "node-a", &[("f", b"live")]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
+            .await?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        for round in 0..3 {
+            let (a, b) = (format!("a{round}"), format!("b{round}"));
+            let (ra, rb) = futures::join!(
+                s.restore(&a, s.spec("b1", &["data"])),
+                s.restore(&b, s.spec("b1", &["data"]))
+            );
+            ra?;
+            rb?;
+            let (da, db) = futures::join!(s.finished(&a), s.finished(&b));
+            let (da, db) = (da?, db?);
+            let ended = [(&a, &b, &da), (&b, &a, &db)];
+            ensure!(
+                ended.iter().any(|(_, _, dr)| phase(dr) == Phase::Completed),
+                "round {round}: one of them restores: {:?} {:?}",
+                da.status,
+                db.status
+            );
+            for (name, other, dr) in ended {
+                let status = dr.status.clone().unwrap();
+                if status.phase != Phase::Completed {
+                    ensure!(
+                        status.errors.iter().any(|e| e.contains(other.as_str())),
+                        "round {round}: {name} must name {other} as the holder: {:?}",
+                        status.errors
+                    );
+                }
+            }
+            let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+                .get("web")
+                .await?;
+            ensure!(
+                web.spec.as_ref().and_then(|s| s.replicas) == Some(2)
+                    && refill_marks(web.metadata.annotations.as_ref()).is_empty(),
+                "round {round}: the Deployment must be back at 2 with no mark: {:?} {:?}",
+                web.spec.and_then(|s| s.replicas),
+                web.metadata.annotations
+            );
+            s.assert_no_stand_ins().await?;
+            fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_cronjob_that_mounts_the_claim_is_suspended_until_the_restore_ends() -> Result<()> {
+    use k8s_openapi::api::batch::v1::CronJob;
+    run_test("dr-cron", |env| async move {
+        let s = Scene::new(env).await?;
+        let dir = s.volume("data", "node-a", &[("f", b"live")]).await?;
+        let cron: CronJob = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": "nightly", "namespace": s.ns},
+            "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {
+                "metadata": {"labels": {"app": "nightly"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "job", "image": "registry.local/job:1",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}
+            }}}}
+        }))?;
+        let crons: Api<CronJob> = Api::namespaced(s.client.clone(), &s.ns);
+        crons.create(&PostParams::default(), &cron).await?;
+        s.backup("b1", &[s.backed_up("data", "nightly-1", &[("f", b"old")])])
+            .await?;
+        let _controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        let dr = s.wait_volume("r1", VolumePhase::Restoring).await?;
+        let consumer = &dr.status.as_ref().unwrap().consumers[0];
+        ensure!(
+            consumer.kind == ConsumerKind::CronJob && consumer.state == ConsumerState::Stopped,
+            "a CronJob with no Job running is a consumer: {consumer:#?}"
+        );
+        let suspended = crons.get("nightly").await?;
+        ensure!(
+            suspended.spec.as_ref().and_then(|s| s.suspend) == Some(true),
+            "suspended while its claim is restored"
+        );
+        let _agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "f")? == b"old");
+        let back = crons.get("nightly").await?;
+        ensure!(
+            back.spec.as_ref().and_then(|s| s.suspend) == Some(false)
+                && refill_marks(back.metadata.annotations.as_ref()).is_empty(),
+            "unsuspended, marks gone: {:?}",
+            back.metadata.annotations
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn with_no_node_agent_the_restore_warns_then_times_out_and_brings_the_app_back() -> Result<()>
+{
+    run_test("dr-noagent", |env| async move {
+        let s = Scene::new(env).await?;
+        s.volume("data", "node-b", &[("f", b"live")]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
+            .await?;
+        let config = refill::controller::Config {
+            namespace: s.ns.clone(),
+            agent_grace: Duration::from_secs(2),
+            ..Default::default()
+        };
+        let _controller = ControllerHandle::start_with(s.env.cluster, config).await?;
+        let spec = DataRestoreSpec {
+            volume_timeout: Some("20s".into()),
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r1", spec).await?;
+        let api: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
+        let warned = wait_for("the Warning condition", TIMEOUT, || async {
+            let dr = api.get("r1").await?;
+            Ok(dr
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Warning" && c.status == "True"))
+        })
+        .await?;
+        ensure!(
+            warned
+                .message
+                .contains("no node agent has taken PodVolumeRestore")
+                && warned.message.contains("node-b"),
+            "{warned:?}"
+        );
+        let dr = s.finished("r1").await?;
+        let status = dr.status.unwrap();
+        ensure!(status.phase == Phase::Failed, "{status:#?}");
+        let volume = &status.volumes[0];
+        ensure!(
+            volume
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("did not finish within 20s"),
+            "{volume:#?}"
+        );
+        ensure!(
+            !volume.partly_written,
+            "no node agent took it: nothing was written"
+        );
+        ensure!(s.pvrs().await?.iter().all(|p| p.spec.cancel == Some(true)));
+        s.assert_no_stand_ins().await?;
+        ensure!(s.replicas("web").await? == (2, None));
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_stand_in_the_quota_refuses_fails_at_once_and_brings_the_app_back() -> Result<()> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    run_test("dr-quota", |env| async move {
+        let s = Scene::new(env).await?;
+        s.volume("data", "node-a", &[("f", b"live")]).await?;
+        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
+        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
+            .await?;
+        let quotas: Api<ResourceQuota> = Api::namespaced(s.client.clone(), &s.ns);
+        let quota = |cpu: &str| -> Result<ResourceQuota> {
+            Ok(serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ResourceQuota",
+                "metadata": {"name": "compute", "namespace": s.ns},
+                "spec": {"hard": {"requests.cpu": cpu, "requests.memory": "4Gi"}},
+            }))?)
+        };
+        // A quota that asks every container for requests admits the stand-in: its idle
+        // container carries the restore helper's.
+        quotas.create(&PostParams::default(), &quota("4")?).await?;
+        let _controller = s.controller().await?;
+        let agent = s.node_agent();
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        drop(agent);
+
+        // One that has no room for it refuses it: the volume fails at once with the
+        // server's words, and the Deployment gets its replicas back.
+        quotas
+            .replace("compute", &PostParams::default(), &{
+                let mut q = quota("10m")?;
+                q.metadata.resource_version =
+                    quotas.get("compute").await?.metadata.resource_version;
+                q
+            })
+            .await?;
+        let started = std::time::Instant::now();
+        s.restore("r2", s.spec("b1", &["data"])).await?;
+        let dr = s.finished("r2").await?;
+        let status = dr.status.unwrap();
+        ensure!(status.phase == Phase::Failed, "{status:#?}");
+        ensure!(
+            status
+                .errors
+                .iter()
+                .any(|e| e.contains("refused stand-in pod") && e.contains("exceeded quota")),
+            "{:?}",
+            status.errors
+        );
+        ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "a refusal is not retried until a timeout"
+        );
+        ensure!(
+            s.pvrs().await?.iter().all(|p| p
+                .labels()
+                .get(labels::RESTORE_NAME)
+                .map(String::as_str)
+                != Some("r2"))
+        );
+        let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .get("web")
+            .await?;
+        ensure!(
+            web.spec.as_ref().and_then(|s| s.replicas) == Some(2)
+                && refill_marks(web.metadata.annotations.as_ref()).is_empty(),
+            "{:?}",
+            web.metadata.annotations
+        );
+        let consumer = &status.consumers[0];
+        ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
+        Ok(())
+    })
+    .await
+}

@@ -135,6 +135,15 @@ pub struct ControllerHandle {
 
 impl ControllerHandle {
     pub async fn start(cluster: &Cluster, velero_namespace: &str) -> Result<Self> {
+        let config = refill::controller::Config {
+            namespace: velero_namespace.to_string(),
+            ..Default::default()
+        };
+        Self::start_with(cluster, config).await
+    }
+
+    /// Like [`ControllerHandle::start`], with a configuration of the test's own.
+    pub async fn start_with(cluster: &Cluster, cfg: refill::controller::Config) -> Result<Self> {
         // The controller's log goes where the test harness shows it for a failed test.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -151,10 +160,6 @@ impl ControllerHandle {
             http::HeaderValue::from_static(refill::controller::USER_AGENT),
         ));
         let client = Client::try_from(config)?;
-        let cfg = refill::controller::Config {
-            namespace: velero_namespace.to_string(),
-            ..Default::default()
-        };
         let task = tokio::spawn(async move {
             if let Err(e) = refill::controller::run(client, cfg).await {
                 eprintln!("controller stopped: {e:#}");

@@ -24,6 +24,11 @@ pub struct Config {
     /// How often active restores are looked at even without an event, for what no
     /// watch announces: timeouts running out.
     pub recheck_interval: Duration,
+    /// How long restore-wait may run with no node agent taking the PodVolumeRestore
+    /// before the volume warns.
+    pub agent_grace: Duration,
+    /// How long a canceled PodVolumeRestore may go on before the volume warns.
+    pub cancel_grace: Duration,
 }
 
 impl Default for Config {
@@ -32,6 +37,8 @@ impl Default for Config {
             namespace: "velero".into(),
             progress_interval: Duration::from_secs(1),
             recheck_interval: Duration::from_secs(2),
+            agent_grace: Duration::from_secs(60),
+            cancel_grace: Duration::from_secs(300),
         }
     }
 }

@@ -40,10 +40,6 @@ pub const DEFAULT_PARALLEL: u32 = 8;
 pub const DEFAULT_VOLUME_TIMEOUT: &str = "4h";
 /// How long the whole restore may take when spec.timeout is not set.
 pub const DEFAULT_TIMEOUT: &str = "24h";
-/// How long restore-wait may run with no node agent taking the PodVolumeRestore.
-pub const AGENT_GRACE: Duration = Duration::from_secs(60);
-/// How long a canceled PodVolumeRestore may go on before the volume warns.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(300);
 
 /// Parses a duration such as `30m` or `2h`.
 pub fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
@@ -105,6 +101,7 @@ fn stop_of(
 /// The spec's rules as they apply to each volume now.
 pub fn rules(
     dr: &DataRestore,
+    config: &crate::controller::Config,
     status: &DataRestoreStatus,
     deleting: bool,
     now: Timestamp,
@@ -116,8 +113,8 @@ pub fn rules(
         volume_timeout,
         volume_timeout_text,
         refuse_in_use: dr.spec.consumers == crate::api::ConsumerPolicy::Refuse,
-        agent_grace: AGENT_GRACE,
-        cancel_grace: CANCEL_GRACE,
+        agent_grace: config.agent_grace,
+        cancel_grace: config.cancel_grace,
     }
 }
 
@@ -377,7 +374,7 @@ pub async fn work(
     } else {
         None
     };
-    let rules = rules(dr, status, deleting, Timestamp::now());
+    let rules = rules(dr, &ctx.config, status, deleting, Timestamp::now());
     let snapshot = status.clone();
     let act = Act {
         dr,

@@ -250,7 +250,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             if volume.phase == VolumePhase::StartingStandIn {
                 starting(seen)
             } else {
-                restoring(seen, rules, now)
+                restoring(volume, seen, rules, now)
             }
         }
         VolumePhase::Aborting => aborting(volume, seen, rules, now),
@@ -409,7 +409,7 @@ fn starting(seen: &Seen) -> Step {
     })
 }
 
-fn restoring(seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
     let Some(pvr) = &seen.pvr else {
         return failed("its PodVolumeRestore was deleted by someone else".to_string());
     };
@@ -435,7 +435,10 @@ fn restoring(seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
                 format!(
                     "no node agent has taken PodVolumeRestore {name} for {}s; is Velero's node agent running on node {}?",
                     rules.agent_grace.as_secs(),
-                    pvr.node.as_deref().unwrap_or("of the stand-in pod")
+                    pvr.node
+                        .as_deref()
+                        .or(volume.node.as_deref())
+                        .unwrap_or("of the stand-in pod")
                 )
             });
             Step {
