@@ -16,7 +16,6 @@ use crate::labels::{FIELD_MANAGER, FINALIZER};
 use crate::validate::{self, ValidateError};
 
 use super::status::{self, now};
-use super::step::parse_duration;
 use super::{Context, Error, Next, Result, restoring};
 
 pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
@@ -190,23 +189,6 @@ async fn step(
     }
 }
 
-/// Spec fields the schema cannot check on its own.
-fn spec_errors(dr: &DataRestore) -> Vec<String> {
-    let mut errors = Vec::new();
-    for value in [&dr.spec.timeout, &dr.spec.volume_timeout]
-        .into_iter()
-        .flatten()
-    {
-        if let Err(e) = parse_duration(value) {
-            errors.push(e);
-        }
-    }
-    if dr.spec.parallel == Some(0) {
-        errors.push("parallel must be at least 1".into());
-    }
-    errors
-}
-
 async fn validating(
     dr: &DataRestore,
     ctx: &Context,
@@ -217,7 +199,7 @@ async fn validating(
         status.errors = errors;
         status.completion_time = Some(now());
     };
-    let errors = spec_errors(dr);
+    let errors = crate::plan::spec_errors(&dr.spec);
     if !errors.is_empty() {
         invalid(status, errors);
         ctx.event(dr, true, "FailedValidation", status.errors.join("; "));

@@ -126,7 +126,9 @@ pub fn consumer_actions(
                 }
             };
             let refused = match policy {
-                ConsumerPolicy::Refuse => Some("consumers: Refuse forbids restoring a PVC in use"),
+                ConsumerPolicy::Refuse => Some(
+                    "consumers: Refuse forbids restoring a PVC in use; stop it first, or use consumers: ScaleDown or consumers: Detach to let refill stop it",
+                ),
                 ConsumerPolicy::ScaleDown if !kind.is_scalable() => Some(
                     "it cannot be scaled down; use consumers: Detach to stop it (a bare pod is deleted and re-created, a DaemonSet parked, a CronJob suspended, a Job waited for)",
                 ),

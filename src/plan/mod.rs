@@ -7,6 +7,7 @@ mod backup;
 mod consumers;
 mod placement;
 mod selector;
+mod spec;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +22,8 @@ pub use backup::{BackupChoice, resolve_backup};
 pub use consumers::{ConsumerRef, Owner, consumer_actions, mounts_claim, top_owner};
 pub use placement::placement;
 pub use selector::{label_selector_matches, parse_pvc_key};
-pub use volumes::select_volumes;
+pub use spec::{duration, image_reference, quantity, spec_errors};
+pub use volumes::{select_volumes, selection_field};
 
 /// Everything validation needs, read from the cluster beforehand.
 #[derive(Default, Debug, Clone)]
@@ -147,7 +149,8 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
     for (pvc_key, pvb) in &selected {
         if let Some(other) = facts.held_by_others.get(pvc_key) {
             errors.push(format!(
-                "PVC {pvc_key} is already being restored by DataRestore {other}"
+                "{}: PVC {pvc_key} is already being restored by DataRestore {other}; wait until it ends, or leave this PVC out",
+                selection_field(spec, pvc_key)
             ));
         }
         let pvc = &facts.pvcs[pvc_key];
@@ -177,10 +180,11 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
             Err(message) => errors.push(message),
         }
     }
+    // Most often a misspelt PVC: the one meant would go without its candidates.
     for key in spec.candidate_nodes.keys() {
         if !selected.iter().any(|(pvc, _)| pvc == key) {
-            warnings.push(format!(
-                "candidate nodes are given for {key}, which is not among the PVCs to restore"
+            errors.push(format!(
+                "spec.candidateNodes[\"{key}\"]: PVC {key} is not among the PVCs to restore; fix the key to name a selected PVC, or remove the entry"
             ));
         }
     }
@@ -188,7 +192,12 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
     let consumers = match consumer_actions(spec.consumers, &facts.consumers) {
         Ok(consumers) => consumers,
         Err(invalid) => {
-            errors.extend(invalid.errors);
+            errors.extend(
+                invalid
+                    .errors
+                    .into_iter()
+                    .map(|e| format!("spec.consumers: {e}")),
+            );
             Vec::new()
         }
     };
