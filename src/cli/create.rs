@@ -8,7 +8,7 @@ use crate::validate::{self, ValidateError};
 
 use super::args::{CreateArgs, OutputFormat, WaitArgs};
 use super::client::Ctx;
-use super::errors::{CliError, Kind, Result, Target, is_not_found, not_found};
+use super::errors::{CliError, Kind, Result, Target, is_not_found, not_found, root_cause};
 use super::{dry_run, output, progress, spec, wait};
 
 pub async fn create(ctx: &Ctx, args: &CreateArgs) -> Result<()> {
@@ -95,7 +95,7 @@ async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
             Err(e) if is_not_found(&e) => {
                 return Err(CliError::new(format!("--from-backup: {}", not_found(target))));
             }
-            Err(e) => warnings.push(unchecked(&e)),
+            Err(e) => warnings.push(unchecked(ctx, &e)?),
         }
     }
     if let Some(schedule) = &dr.spec.schedule_name {
@@ -105,7 +105,7 @@ async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
             Err(e) if is_not_found(&e) => {
                 return Err(CliError::new(format!("--from-schedule: {}", not_found(target))));
             }
-            Err(e) => warnings.push(unchecked(&e)),
+            Err(e) => warnings.push(unchecked(ctx, &e)?),
         }
     }
     Ok(warnings)
@@ -120,14 +120,27 @@ async fn preflight(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
     match validate::plan(&ctx.client, None, dr).await {
         Ok(plan) => Ok(plan.warnings),
         Err(ValidateError::Invalid(invalid)) => Err(refused(dr, &invalid.errors)),
-        Err(ValidateError::Kube(e)) => Ok(vec![unchecked(&e)]),
+        Err(ValidateError::Kube(e)) => Ok(vec![unchecked(ctx, &e)?]),
     }
 }
 
-fn unchecked(e: &kube::Error) -> String {
-    format!(
-        "could not check the request before creating it ({e}); the controller checks it and reports any mistake in the restore's status"
-    )
+/// The warning for a read the check could not make. Only an answer of the API server
+/// (forbidden, throttled, a server error) is one: without a connection or valid
+/// credentials the create would fail as well, so that is the error itself.
+fn unchecked(ctx: &Ctx, e: &kube::Error) -> Result<String> {
+    let why = match e {
+        kube::Error::Api(status) if status.code != 401 => status.message.clone(),
+        kube::Error::Api(_)
+        | kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::Auth(_) => {
+            return Err(ctx.error(e, Target::all(Kind::Object, &ctx.namespace)));
+        }
+        other => root_cause(other),
+    };
+    Ok(format!(
+        "could not check the request before creating it ({why}); the controller checks it with its own rights and reports any mistake in the restore's status"
+    ))
 }
 
 /// The error for a request validation refuses, each message in the flags' words.

@@ -356,8 +356,11 @@ pub fn image_reference(image: &str) -> Result<(), String> {
             && hostname
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || ".-".contains(c));
-        let port_ok = port.is_empty() && !host.ends_with(':')
-            || !port.is_empty() && port.chars().all(|c| c.is_ascii_digit());
+        let port_ok = if port.is_empty() {
+            !host.ends_with(':')
+        } else {
+            port.chars().all(|c| c.is_ascii_digit())
+        };
         if !host_ok || !port_ok {
             return bad("the registry host before the first '/' is not a host name");
         }
@@ -657,7 +660,7 @@ mod tests {
 
     #[test]
     fn quantities_parse_as_kubernetes_reads_them() {
-        assert_eq!(quantity("100m"), Ok(0.1));
+        assert!((quantity("100m").unwrap() - 0.1).abs() < 1e-12);
         assert_eq!(quantity("1Ki"), Ok(1024.0));
         assert_eq!(quantity("2e3"), Ok(2000.0));
         assert_eq!(quantity(".5"), Ok(0.5));
