@@ -30,7 +30,10 @@ enum Direct {
     /// Not given to the controller (the CLI's own flag checks).
     Skip,
     /// The controller ends it Failed; an error names `field` and holds `says`.
-    Failed { field: &'static str, says: &'static str },
+    Failed {
+        field: &'static str,
+        says: &'static str,
+    },
     /// The apiserver refuses to store it (the CRD schema); its answer names `field`.
     Refused { field: &'static str },
 }
@@ -69,9 +72,7 @@ fn failed(field: &'static str, says: &'static str) -> Direct {
 fn cases(ns: &str) -> Vec<Case> {
     let p = |name: &str| format!("{ns}/{name}");
     let data = p("data");
-    let spec = |backup: &str, pvcs: &[&str]| {
-        json!({"backupName": backup, "pvcs": pvcs.iter().map(|n| p(n)).collect::<Vec<_>>()})
-    };
+    let spec = |backup: &str, pvcs: &[&str]| json!({"backupName": backup, "pvcs": pvcs.iter().map(|n| p(n)).collect::<Vec<_>>()});
     let with = |mut base: Value, extra: Value| {
         for (k, v) in extra.as_object().unwrap() {
             base[k] = v.clone();
@@ -83,221 +84,574 @@ fn cases(ns: &str) -> Vec<Case> {
             name: "unknown-backup",
             spec: spec("nope", &["data"]),
             direct: failed("spec.backupName", "backup \"nope\" not found"),
-            cli: cli(&["--from-backup", "nope", "--pvc", &data], 1, "--from-backup", "backup \"nope\" not found"),
+            cli: cli(
+                &["--from-backup", "nope", "--pvc", &data],
+                1,
+                "--from-backup",
+                "backup \"nope\" not found",
+            ),
         },
         Case {
             name: "backup-in-progress",
             spec: spec("running", &["data"]),
             direct: failed("spec.backupName", "backup \"running\" is InProgress"),
-            cli: cli(&["--from-backup", "running", "--pvc", &data], 1, "--from-backup", "backup \"running\" is InProgress"),
+            cli: cli(
+                &["--from-backup", "running", "--pvc", &data],
+                1,
+                "--from-backup",
+                "backup \"running\" is InProgress",
+            ),
         },
         Case {
             name: "backup-failed",
             spec: spec("broken", &["data"]),
             direct: failed("spec.backupName", "backup \"broken\" is Failed"),
-            cli: cli(&["--from-backup", "broken", "--pvc", &data], 1, "--from-backup", "backup \"broken\" is Failed"),
+            cli: cli(
+                &["--from-backup", "broken", "--pvc", &data],
+                1,
+                "--from-backup",
+                "backup \"broken\" is Failed",
+            ),
         },
         Case {
             name: "schedule-without-completed-backup",
             spec: json!({"scheduleName": "weekly", "pvcs": [data]}),
-            direct: failed("spec.scheduleName", "schedule \"weekly\" has no Completed backup yet"),
-            cli: cli(&["--from-schedule", "weekly", "--pvc", &data], 1, "--from-schedule", "schedule \"weekly\" has no Completed backup yet"),
+            direct: failed(
+                "spec.scheduleName",
+                "schedule \"weekly\" has no Completed backup yet",
+            ),
+            cli: cli(
+                &["--from-schedule", "weekly", "--pvc", &data],
+                1,
+                "--from-schedule",
+                "schedule \"weekly\" has no Completed backup yet",
+            ),
         },
         Case {
             name: "unknown-schedule",
             spec: json!({"scheduleName": "nope", "pvcs": [data]}),
             direct: failed("spec.scheduleName", "schedule \"nope\" not found"),
-            cli: cli(&["--from-schedule", "nope", "--pvc", &data], 1, "--from-schedule", "schedule \"nope\" not found"),
+            cli: cli(
+                &["--from-schedule", "nope", "--pvc", &data],
+                1,
+                "--from-schedule",
+                "schedule \"nope\" not found",
+            ),
         },
         Case {
             name: "backup-and-schedule",
             spec: json!({"backupName": "b1", "scheduleName": "weekly", "pvcs": [data]}),
-            direct: failed("spec.backupName and spec.scheduleName", "are both set: keep exactly one"),
-            cli: cli(&["--from-backup", "b1", "--from-schedule", "weekly", "--pvc", &data], 2, "--from-backup", "cannot be used with"),
+            direct: failed(
+                "spec.backupName and spec.scheduleName",
+                "are both set: keep exactly one",
+            ),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--from-schedule",
+                    "weekly",
+                    "--pvc",
+                    &data,
+                ],
+                2,
+                "--from-backup",
+                "cannot be used with",
+            ),
         },
         Case {
             name: "no-backup-or-schedule",
             spec: json!({"pvcs": [data]}),
             direct: failed("spec.backupName and spec.scheduleName", "are both missing"),
-            cli: cli(&["--pvc", &data], 2, "--from-backup", "required arguments were not provided"),
+            cli: cli(
+                &["--pvc", &data],
+                2,
+                "--from-backup",
+                "required arguments were not provided",
+            ),
         },
         Case {
             name: "empty-backup-name",
             spec: json!({"backupName": "", "pvcs": [data]}),
             direct: failed("spec.backupName", "is not a backup name: it is empty"),
-            cli: cli(&["--from-backup", "", "--pvc", &data], 1, "--from-backup", "is not a backup name: it is empty"),
+            cli: cli(
+                &["--from-backup", "", "--pvc", &data],
+                1,
+                "--from-backup",
+                "is not a backup name: it is empty",
+            ),
         },
         Case {
             name: "pvc-not-in-backup",
             spec: spec("b1", &["snapshotted"]),
-            direct: failed("spec.pvcs[0]", "is not in backup \"b1\" as a file-system backup"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("snapshotted")], 1, &format!("--pvc {}", p("snapshotted")), "is not in backup \"b1\" as a file-system backup"),
+            direct: failed(
+                "spec.pvcs[0]",
+                "is not in backup \"b1\" as a file-system backup",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &p("snapshotted")],
+                1,
+                &format!("--pvc {}", p("snapshotted")),
+                "is not in backup \"b1\" as a file-system backup",
+            ),
         },
         Case {
             name: "pvc-backup-not-completed",
             spec: spec("b1", &["halfway"]),
-            direct: failed("spec.pvcs[0]", "has no Completed PodVolumeBackup in backup \"b1\""),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("halfway")], 1, &format!("--pvc {}", p("halfway")), "has no Completed PodVolumeBackup in backup \"b1\""),
+            direct: failed(
+                "spec.pvcs[0]",
+                "has no Completed PodVolumeBackup in backup \"b1\"",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &p("halfway")],
+                1,
+                &format!("--pvc {}", p("halfway")),
+                "has no Completed PodVolumeBackup in backup \"b1\"",
+            ),
         },
         Case {
             name: "pvc-gone",
             spec: spec("b1", &["gone"]),
-            direct: failed("spec.pvcs[0]", "does not exist now; refill restores into existing PVCs only"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("gone")], 1, &format!("--pvc {}", p("gone")), "does not exist now; refill restores into existing PVCs only"),
+            direct: failed(
+                "spec.pvcs[0]",
+                "does not exist now; refill restores into existing PVCs only",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &p("gone")],
+                1,
+                &format!("--pvc {}", p("gone")),
+                "does not exist now; refill restores into existing PVCs only",
+            ),
         },
         Case {
             name: "pvc-without-namespace",
             spec: json!({"backupName": "b1", "pvcs": ["data"]}),
-            direct: failed("spec.pvcs[0]", "is not a PVC reference: write it as namespace/name"),
-            cli: cli(&["--from-backup", "b1", "--pvc", "noslash"], 1, "--pvc", "is not a PVC reference: write it as namespace/name"),
+            direct: failed(
+                "spec.pvcs[0]",
+                "is not a PVC reference: write it as namespace/name",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", "noslash"],
+                1,
+                "--pvc",
+                "is not a PVC reference: write it as namespace/name",
+            ),
         },
         Case {
             name: "pvc-bad-namespace-name",
             spec: json!({"backupName": "b1", "pvcs": ["Bad_NS/data"]}),
-            direct: failed("spec.pvcs[0]", "\"Bad_NS\" in \"Bad_NS/data\" is not a namespace name"),
-            cli: cli(&["--from-backup", "b1", "--pvc", "Bad_NS/data"], 1, "--pvc Bad_NS/data", "\"Bad_NS\" in \"Bad_NS/data\" is not a namespace name"),
+            direct: failed(
+                "spec.pvcs[0]",
+                "\"Bad_NS\" in \"Bad_NS/data\" is not a namespace name",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", "Bad_NS/data"],
+                1,
+                "--pvc Bad_NS/data",
+                "\"Bad_NS\" in \"Bad_NS/data\" is not a namespace name",
+            ),
         },
         Case {
             name: "pvc-in-missing-namespace",
             spec: json!({"backupName": "b1", "pvcs": ["no-such-namespace-x7/data"]}),
-            direct: failed("spec.pvcs[0]", "PVC no-such-namespace-x7/data is not in backup \"b1\""),
-            cli: cli(&["--from-backup", "b1", "--pvc", "no-such-namespace-x7/data"], 1, "--pvc no-such-namespace-x7/data", "PVC no-such-namespace-x7/data is not in backup \"b1\""),
+            direct: failed(
+                "spec.pvcs[0]",
+                "PVC no-such-namespace-x7/data is not in backup \"b1\"",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", "no-such-namespace-x7/data"],
+                1,
+                "--pvc no-such-namespace-x7/data",
+                "PVC no-such-namespace-x7/data is not in backup \"b1\"",
+            ),
         },
         Case {
             name: "pvc-twice",
             spec: spec("b1", &["data", "solo", "data"]),
-            direct: failed("spec.pvcs[2]", "is already spec.pvcs[0]; name each PVC once"),
+            direct: failed(
+                "spec.pvcs[2]",
+                "is already spec.pvcs[0]; name each PVC once",
+            ),
             cli: None,
         },
         Case {
             name: "bad-included-namespace",
             spec: json!({"backupName": "b1", "includedNamespaces": ["Not A Namespace"]}),
             direct: failed("spec.includedNamespaces[0]", "is not a namespace name"),
-            cli: cli(&["--from-backup", "b1", "--include-namespaces", "Not_A_Namespace"], 1, "--include-namespaces Not_A_Namespace", "is not a namespace name"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--include-namespaces",
+                    "Not_A_Namespace",
+                ],
+                1,
+                "--include-namespaces Not_A_Namespace",
+                "is not a namespace name",
+            ),
         },
         Case {
             name: "selector-matches-nothing",
             spec: json!({"backupName": "b1", "includedNamespaces": [ns], "selector": {"matchLabels": {"app": "nothing"}}}),
-            direct: failed("spec.includedNamespaces and spec.selector", "no file-system-backed PVC in backup \"b1\" matches"),
-            cli: cli(&["--from-backup", "b1", "--include-namespaces", ns, "--selector", "app=nothing"], 1, "--include-namespaces and --selector", "no file-system-backed PVC in backup \"b1\" matches"),
+            direct: failed(
+                "spec.includedNamespaces and spec.selector",
+                "no file-system-backed PVC in backup \"b1\" matches",
+            ),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--include-namespaces",
+                    ns,
+                    "--selector",
+                    "app=nothing",
+                ],
+                1,
+                "--include-namespaces and --selector",
+                "no file-system-backed PVC in backup \"b1\" matches",
+            ),
         },
         Case {
             name: "selector-bad-operator",
             spec: json!({"backupName": "b1", "selector": {"matchExpressions": [{"key": "app", "operator": "Like", "values": ["x"]}]}}),
-            direct: failed("spec.selector.matchExpressions[0].operator", "\"Like\" is not an operator"),
+            direct: failed(
+                "spec.selector.matchExpressions[0].operator",
+                "\"Like\" is not an operator",
+            ),
             cli: None,
         },
         Case {
             name: "nothing-selected",
             spec: json!({"backupName": "b1"}),
-            direct: failed("spec.pvcs, spec.includedNamespaces and spec.selector", "are all empty, so no PVC is selected"),
-            cli: cli(&["--from-backup", "b1"], 1, "--pvc, --include-namespaces and --selector", "are all missing, so no PVC is selected"),
+            direct: failed(
+                "spec.pvcs, spec.includedNamespaces and spec.selector",
+                "are all empty, so no PVC is selected",
+            ),
+            cli: cli(
+                &["--from-backup", "b1"],
+                1,
+                "--pvc, --include-namespaces and --selector",
+                "are all missing, so no PVC is selected",
+            ),
         },
         Case {
             name: "unbound-without-candidates",
             spec: spec("b1", &["unbound"]),
             direct: failed("spec.candidateNodes[", "binds on first consumer"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("unbound")], 1, &format!("--candidate-nodes {}=...", p("unbound")), "binds on first consumer"),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &p("unbound")],
+                1,
+                &format!("--candidate-nodes {}=...", p("unbound")),
+                "binds on first consumer",
+            ),
         },
         Case {
             name: "candidate-node-missing",
-            spec: with(spec("b1", &["unbound"]), json!({"candidateNodes": {p("unbound"): ["node-z"]}})),
+            spec: with(
+                spec("b1", &["unbound"]),
+                json!({"candidateNodes": {p("unbound"): ["node-z"]}}),
+            ),
             direct: failed("spec.candidateNodes[", "these nodes do not exist: node-z"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("unbound"), "--candidate-nodes", &format!("{}=node-z", p("unbound"))], 1, &format!("--candidate-nodes {}=...", p("unbound")), "these nodes do not exist: node-z"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("unbound"),
+                    "--candidate-nodes",
+                    &format!("{}=node-z", p("unbound")),
+                ],
+                1,
+                &format!("--candidate-nodes {}=...", p("unbound")),
+                "these nodes do not exist: node-z",
+            ),
         },
         Case {
             name: "candidate-key-without-namespace",
-            spec: with(spec("b1", &["solo"]), json!({"candidateNodes": {"unbound": ["node-a"]}})),
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"candidateNodes": {"unbound": ["node-a"]}}),
+            ),
             direct: failed("spec.candidateNodes[\"unbound\"]", "is not a PVC reference"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--candidate-nodes", "unbound=node-a"], 1, "--candidate-nodes", "is not a PVC reference"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--candidate-nodes",
+                    "unbound=node-a",
+                ],
+                1,
+                "--candidate-nodes",
+                "is not a PVC reference",
+            ),
         },
         Case {
             name: "candidate-key-not-selected",
-            spec: with(spec("b1", &["solo"]), json!({"candidateNodes": {p("unbound"): ["node-a"]}})),
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"candidateNodes": {p("unbound"): ["node-a"]}}),
+            ),
             direct: failed("spec.candidateNodes[", "is not among the PVCs to restore"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--candidate-nodes", &format!("{}=node-a", p("unbound"))], 1, &format!("--candidate-nodes {}=...", p("unbound")), "is not among the PVCs to restore"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--candidate-nodes",
+                    &format!("{}=node-a", p("unbound")),
+                ],
+                1,
+                &format!("--candidate-nodes {}=...", p("unbound")),
+                "is not among the PVCs to restore",
+            ),
         },
         Case {
             name: "candidate-nodes-malformed",
-            spec: with(spec("b1", &["unbound"]), json!({"candidateNodes": {p("unbound"): []}})),
+            spec: with(
+                spec("b1", &["unbound"]),
+                json!({"candidateNodes": {p("unbound"): []}}),
+            ),
             direct: failed("spec.candidateNodes[", "names no node"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("unbound"), "--candidate-nodes", &p("unbound")], 1, "--candidate-nodes", "write it as namespace/pvc=node1,node2"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("unbound"),
+                    "--candidate-nodes",
+                    &p("unbound"),
+                ],
+                1,
+                "--candidate-nodes",
+                "write it as namespace/pvc=node1,node2",
+            ),
         },
         Case {
             name: "timeout-malformed",
             spec: with(spec("b1", &["solo"]), json!({"timeout": "soon"})),
             direct: failed("spec.timeout", "\"soon\" is not a duration"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--timeout", "soon"], 2, "--timeout", "write it like 30m"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--timeout",
+                    "soon",
+                ],
+                2,
+                "--timeout",
+                "write it like 30m",
+            ),
         },
         Case {
             name: "volume-timeout-malformed",
-            spec: with(spec("b1", &["solo"]), json!({"volumeTimeout": "30 minutes please"})),
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"volumeTimeout": "30 minutes please"}),
+            ),
             direct: failed("spec.volumeTimeout", "is not a duration"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--volume-timeout", "1x"], 2, "--volume-timeout", "write it like 30m"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--volume-timeout",
+                    "1x",
+                ],
+                2,
+                "--volume-timeout",
+                "write it like 30m",
+            ),
         },
         Case {
             name: "timeout-zero",
             spec: with(spec("b1", &["solo"]), json!({"timeout": "0s"})),
             direct: failed("spec.timeout", "\"0s\" is zero"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--timeout", "0s"], 2, "--timeout", "must be longer than zero"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--timeout",
+                    "0s",
+                ],
+                2,
+                "--timeout",
+                "must be longer than zero",
+            ),
         },
         Case {
             name: "volume-timeout-negative",
             spec: with(spec("b1", &["solo"]), json!({"volumeTimeout": "-5m"})),
             direct: failed("spec.volumeTimeout", "\"-5m\" is negative"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--volume-timeout=-5m"], 2, "--volume-timeout", "write it like 30m"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--volume-timeout=-5m",
+                ],
+                2,
+                "--volume-timeout",
+                "write it like 30m",
+            ),
         },
         Case {
             name: "parallel-zero",
             spec: with(spec("b1", &["solo"]), json!({"parallel": 0})),
             direct: failed("spec.parallel", "0 would restore nothing"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--parallel", "0"], 2, "--parallel", "0 is not in 1.."),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--parallel",
+                    "0",
+                ],
+                2,
+                "--parallel",
+                "0 is not in 1..",
+            ),
         },
         Case {
             name: "parallel-negative",
             spec: with(spec("b1", &["solo"]), json!({"parallel": -1})),
-            direct: Direct::Refused { field: "spec.parallel" },
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--parallel=-1"], 2, "--parallel", "invalid value"),
+            direct: Direct::Refused {
+                field: "spec.parallel",
+            },
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &p("solo"), "--parallel=-1"],
+                2,
+                "--parallel",
+                "invalid value",
+            ),
         },
         Case {
             name: "consumers-unknown",
             spec: with(spec("b1", &["solo"]), json!({"consumers": "Bogus"})),
-            direct: Direct::Refused { field: "spec.consumers" },
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--consumers", "bogus"], 2, "--consumers", "invalid value 'bogus'"),
+            direct: Direct::Refused {
+                field: "spec.consumers",
+            },
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--consumers",
+                    "bogus",
+                ],
+                2,
+                "--consumers",
+                "invalid value 'bogus'",
+            ),
         },
         Case {
             name: "refuse-with-running-consumer",
             spec: with(spec("b1", &["data"]), json!({"consumers": "Refuse"})),
-            direct: failed("spec.consumers", "consumers: Refuse forbids restoring a PVC in use"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &data, "--consumers", "refuse"], 1, "--consumers", "--consumers refuse forbids restoring a PVC in use"),
+            direct: failed(
+                "spec.consumers",
+                "consumers: Refuse forbids restoring a PVC in use",
+            ),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &data,
+                    "--consumers",
+                    "refuse",
+                ],
+                1,
+                "--consumers",
+                "--consumers refuse forbids restoring a PVC in use",
+            ),
         },
         Case {
             name: "bare-pod-under-scale-down",
             spec: spec("b1", &["extra"]),
-            direct: failed("spec.consumers", "it cannot be scaled down; use consumers: Detach"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("extra")], 1, "--consumers", "it cannot be scaled down; use --consumers detach"),
+            direct: failed(
+                "spec.consumers",
+                "it cannot be scaled down; use consumers: Detach",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &p("extra")],
+                1,
+                "--consumers",
+                "it cannot be scaled down; use --consumers detach",
+            ),
         },
         Case {
             name: "helper-image-with-space",
-            spec: with(spec("b1", &["solo"]), json!({"restoreHelper": {"image": "velero/velero :v1.17"}})),
-            direct: failed("spec.restoreHelper.image", "holds a space or control character"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--restore-helper-image", "velero/velero :v1.17"], 1, "--restore-helper-image", "holds a space or control character"),
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"restoreHelper": {"image": "velero/velero :v1.17"}}),
+            ),
+            direct: failed(
+                "spec.restoreHelper.image",
+                "holds a space or control character",
+            ),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--restore-helper-image",
+                    "velero/velero :v1.17",
+                ],
+                1,
+                "--restore-helper-image",
+                "holds a space or control character",
+            ),
         },
         Case {
             name: "helper-image-invalid",
-            spec: with(spec("b1", &["solo"]), json!({"restoreHelper": {"image": "Velero/Velero:v1.17"}})),
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"restoreHelper": {"image": "Velero/Velero:v1.17"}}),
+            ),
             direct: failed("spec.restoreHelper.image", "is not an image reference"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--restore-helper-image", "velero/velero:"], 1, "--restore-helper-image", "is not an image reference"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--restore-helper-image",
+                    "velero/velero:",
+                ],
+                1,
+                "--restore-helper-image",
+                "is not an image reference",
+            ),
         },
         Case {
             name: "helper-resources-unparsable",
-            spec: with(spec("b1", &["solo"]), json!({"restoreHelper": {"resources": {"requests": {"cpu": "lots"}}}})),
-            direct: failed("spec.restoreHelper.resources.requests.cpu", "\"lots\" is not a quantity"),
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"restoreHelper": {"resources": {"requests": {"cpu": "lots"}}}}),
+            ),
+            direct: failed(
+                "spec.restoreHelper.resources.requests.cpu",
+                "\"lots\" is not a quantity",
+            ),
             cli: None,
         },
         Case {
             name: "helper-command-empty",
-            spec: with(spec("b1", &["solo"]), json!({"restoreHelper": {"command": []}})),
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"restoreHelper": {"command": []}}),
+            ),
             direct: failed("spec.restoreHelper.command", "is empty"),
             cli: None,
         },
@@ -305,19 +659,48 @@ fn cases(ns: &str) -> Vec<Case> {
             name: "stand-in-image-empty",
             spec: with(spec("b1", &["solo"]), json!({"standInImage": ""})),
             direct: failed("spec.standInImage", "the image is empty"),
-            cli: cli(&["--from-backup", "b1", "--pvc", &p("solo"), "--stand-in-image", ""], 1, "--stand-in-image", "the image is empty"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--stand-in-image",
+                    "",
+                ],
+                1,
+                "--stand-in-image",
+                "the image is empty",
+            ),
         },
         Case {
             name: "cli-bad-selector",
             spec: Value::Null,
             direct: Direct::Skip,
-            cli: cli(&["--from-backup", "b1", "--selector", "app in ("], 1, "--selector", "--selector"),
+            cli: cli(
+                &["--from-backup", "b1", "--selector", "app in ("],
+                1,
+                "--selector",
+                "--selector",
+            ),
         },
         Case {
             name: "cli-unknown-on-failure",
             spec: Value::Null,
             direct: Direct::Skip,
-            cli: cli(&["--from-backup", "b1", "--pvc", &data, "--on-failure", "maybe"], 2, "--on-failure", "invalid value 'maybe'"),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &data,
+                    "--on-failure",
+                    "maybe",
+                ],
+                2,
+                "--on-failure",
+                "invalid value 'maybe'",
+            ),
         },
     ]
 }
@@ -356,10 +739,19 @@ async fn bad_input_is_refused_by_field_and_changes_nothing() -> Result<()> {
                 ));
             }
         }
-        ensure!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n\n"));
+        ensure!(
+            failures.is_empty(),
+            "{} failures:\n{}",
+            failures.len(),
+            failures.join("\n\n")
+        );
 
         let fixture_after = fixture::resource_versions(&client, &ns).await?;
-        ensure!(fixture_before == fixture_after, "{}", changed(&fixture_before, &fixture_after));
+        ensure!(
+            fixture_before == fixture_after,
+            "{}",
+            changed(&fixture_before, &fixture_after)
+        );
         let left: Vec<String> = env
             .api::<DataRestore>()
             .list(&ListParams::default())
@@ -397,7 +789,11 @@ async fn direct(client: &Client, ns: &str, case: &Case) -> Result<Option<String>
             Ok(_) => bail!("the apiserver stored it"),
             Err(kube::Error::Api(e)) => {
                 ensure!(e.code == 422, "refused with {e:?}");
-                ensure!(e.message.contains(field), "the refusal does not name {field}: {}", e.message);
+                ensure!(
+                    e.message.contains(field),
+                    "the refusal does not name {field}: {}",
+                    e.message
+                );
                 Ok(None)
             }
             Err(e) => Err(e.into()),
@@ -406,7 +802,11 @@ async fn direct(client: &Client, ns: &str, case: &Case) -> Result<Option<String>
             api.create(&PostParams::default(), &object).await?;
             let dr = fixture::wait_finished(client, ns, &name, TIMEOUT).await?;
             let status = dr.status.clone().unwrap_or_default();
-            ensure!(status.phase == Phase::Failed, "ended {:?}: {status:#?}", status.phase);
+            ensure!(
+                status.phase == Phase::Failed,
+                "ended {:?}: {status:#?}",
+                status.phase
+            );
             let naming: Vec<&String> = status
                 .errors
                 .iter()
@@ -446,10 +846,19 @@ async fn by_cli(env: &TestEnv, case: &Case) -> Result<Option<String>> {
     let mut args = vec!["restore".to_string(), "create".into(), name.clone()];
     args.extend(cli.args.iter().cloned());
     let run = refill(env, &args).await?;
-    ensure!(run.code == cli.code, "exited {} instead of {}: {run:#?}", run.code, cli.code);
+    ensure!(
+        run.code == cli.code,
+        "exited {} instead of {}: {run:#?}",
+        run.code,
+        cli.code
+    );
     ensure!(run.stdout.is_empty(), "printed to stdout: {run:#?}");
     let stderr = &run.stderr;
-    ensure!(stderr.contains(&cli.flag), "the message does not name {}: {stderr}", cli.flag);
+    ensure!(
+        stderr.contains(&cli.flag),
+        "the message does not name {}: {stderr}",
+        cli.flag
+    );
     ensure!(
         stderr.matches(cli.says).count() == 1,
         "'{}' is not in the message exactly once: {stderr}",
@@ -535,7 +944,9 @@ async fn setup(env: &TestEnv) -> Result<()> {
         "metadata": {"name": "bare", "namespace": ns, "labels": {"app": "bare"}},
         "spec": fixture::pod_template("bare", &["extra"])["spec"],
     }))?;
-    env.api::<Pod>().create(&PostParams::default(), &bare).await?;
+    env.api::<Pod>()
+        .create(&PostParams::default(), &bare)
+        .await?;
     fixture::wait_ready_pods(client, ns, "web", 1, TIMEOUT).await?;
     fixture::wait_ready_pods(client, ns, "bare", 1, TIMEOUT).await?;
 
@@ -556,11 +967,17 @@ async fn setup(env: &TestEnv) -> Result<()> {
         .patch_status(
             "b1-5",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Failed", "message": "node agent restarted"}})),
+            &Patch::Merge(
+                json!({"status": {"phase": "Failed", "message": "node agent restarted"}}),
+            ),
         )
         .await?;
     let backups = env.api::<Backup>();
-    for (name, phase) in [("running", "InProgress"), ("broken", "Failed"), ("weekly-1", "Failed")] {
+    for (name, phase) in [
+        ("running", "InProgress"),
+        ("broken", "Failed"),
+        ("weekly-1", "Failed"),
+    ] {
         fixture::backup(client, ns, name, &snapshots, &[volume("solo")]).await?;
         backups
             .patch_status(
@@ -582,7 +999,9 @@ async fn setup(env: &TestEnv) -> Result<()> {
         "metadata": {"name": "weekly", "namespace": ns},
         "spec": {"schedule": "@weekly"},
     }))?;
-    env.api::<Schedule>().create(&PostParams::default(), &schedule).await?;
+    env.api::<Schedule>()
+        .create(&PostParams::default(), &schedule)
+        .await?;
     // Whatever the control plane still does to the new objects (a Deployment's status,
     // a pod's conditions) settles before the first snapshot of versions.
     let mut last = versions(client, ns).await?;
@@ -615,29 +1034,56 @@ async fn versions(client: &Client, ns: &str) -> Result<BTreeMap<String, String>>
     add::<Schedule>(client, ns, &all, &mut out).await?;
     add::<refill::api::PodVolumeRestore>(client, ns, &all, &mut out).await?;
     let mine = ListParams::default().labels(&format!("{}={ns}", refill_e2e::TEST_NAMESPACE_LABEL));
-    for pv in Api::<PersistentVolume>::all(client.clone()).list(&mine).await? {
-        out.insert(format!("PersistentVolume/{}", pv.name_any()), pv.resource_version().unwrap_or_default());
+    for pv in Api::<PersistentVolume>::all(client.clone())
+        .list(&mine)
+        .await?
+    {
+        out.insert(
+            format!("PersistentVolume/{}", pv.name_any()),
+            pv.resource_version().unwrap_or_default(),
+        );
     }
     Ok(out)
 }
 
-async fn add<K>(client: &Client, ns: &str, params: &ListParams, out: &mut BTreeMap<String, String>) -> Result<()>
+async fn add<K>(
+    client: &Client,
+    ns: &str,
+    params: &ListParams,
+    out: &mut BTreeMap<String, String>,
+) -> Result<()>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
     K::DynamicType: Default,
 {
     let kind = K::kind(&Default::default()).to_string();
-    for object in Api::<K>::namespaced(client.clone(), ns).list(params).await? {
-        out.insert(format!("{kind}/{}", object.name_any()), object.resource_version().unwrap_or_default());
+    for object in Api::<K>::namespaced(client.clone(), ns)
+        .list(params)
+        .await?
+    {
+        out.insert(
+            format!("{kind}/{}", object.name_any()),
+            object.resource_version().unwrap_or_default(),
+        );
     }
     Ok(())
 }
 
 fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> String {
     let mut lines = Vec::new();
-    for key in before.keys().chain(after.keys().filter(|k| !before.contains_key(*k))) {
+    for key in before
+        .keys()
+        .chain(after.keys().filter(|k| !before.contains_key(*k)))
+    {
         if before.get(key) != after.get(key) {
-            lines.push(format!("  {key}: {:?} -> {:?}", before.get(key), after.get(key)));
+            lines.push(format!(
+                "  {key}: {:?} -> {:?}",
+                before.get(key),
+                after.get(key)
+            ));
         }
     }
     lines.join("\n")
@@ -651,18 +1097,25 @@ async fn audit_shows_no_writes(env: &TestEnv) -> Result<()> {
     let marker = "audit-marker";
     let run = refill(env, &["restore".into(), "get".into(), marker.into()]).await?;
     ensure!(run.code == 1, "{run:#?}");
-    let entries = wait_for("the CLI's last request in the audit log", TIMEOUT, || async {
-        let entries = refill_requests(env)?;
-        let marked = entries.iter().any(|e| {
-            e["userAgent"] == refill::cli::USER_AGENT && e["objectRef"]["name"] == marker
-        });
-        Ok(marked.then_some(entries))
-    })
+    let entries = wait_for(
+        "the CLI's last request in the audit log",
+        TIMEOUT,
+        || async {
+            let entries = refill_requests(env)?;
+            let marked = entries.iter().any(|e| {
+                e["userAgent"] == refill::cli::USER_AGENT && e["objectRef"]["name"] == marker
+            });
+            Ok(marked.then_some(entries))
+        },
+    )
     .await?;
     let controller_read = entries
         .iter()
         .any(|e| e["userAgent"] == refill::controller::USER_AGENT);
-    ensure!(controller_read, "no request of the controller in the audit log");
+    ensure!(
+        controller_read,
+        "no request of the controller in the audit log"
+    );
     let writes: Vec<&Value> = entries
         .iter()
         .filter(|e| !matches!(e["verb"].as_str(), Some("get" | "list" | "watch")))
@@ -714,7 +1167,16 @@ async fn a_read_the_user_may_not_make_warns_and_creates() -> Result<()> {
         let snapshots = scratch.join("snapshots");
         std::fs::create_dir_all(&snapshots)?;
         let pv = format!("{ns}-data");
-        fixture::bound_local_volume(&client, &ns, "data", &pv, "node-a", &scratch.join("pv"), &env.ns.labels()).await?;
+        fixture::bound_local_volume(
+            &client,
+            &ns,
+            "data",
+            &pv,
+            "node-a",
+            &scratch.join("pv"),
+            &env.ns.labels(),
+        )
+        .await?;
         let volume = BackedUpVolume {
             namespace: &ns,
             pvc: "data",
@@ -728,17 +1190,22 @@ async fn a_read_the_user_may_not_make_warns_and_creates() -> Result<()> {
         let kubeconfig = limited_user(&env, &scratch).await?;
         let pvc = format!("{ns}/data");
         let args = |name: &str, pvc: &str| -> Vec<String> {
-            ["restore", "create", name, "--from-backup", "b1", "--pvc", pvc]
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
+            [
+                "restore",
+                "create",
+                name,
+                "--from-backup",
+                "b1",
+                "--pvc",
+                pvc,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
         };
         let run = refill_as(&env, &kubeconfig, &args("r1", &pvc)).await?;
         ensure!(run.code == 0, "{run:#?}");
-        ensure!(
-            run.stdout.starts_with("restore \"r1\" created"),
-            "{run:#?}"
-        );
+        ensure!(run.stdout.starts_with("restore \"r1\" created"), "{run:#?}");
         let warning = "warning: could not check the request before creating it (";
         ensure!(run.stderr.matches(warning).count() == 1, "{run:#?}");
         ensure!(run.stderr.contains("forbidden"), "{run:#?}");
@@ -748,7 +1215,8 @@ async fn a_read_the_user_may_not_make_warns_and_creates() -> Result<()> {
         let run = refill_as(&env, &kubeconfig, &args("r2", &missing)).await?;
         ensure!(run.code == 1, "{run:#?}");
         ensure!(
-            run.stderr.contains(&format!("--pvc {missing}: PVC {missing} is not in backup")),
+            run.stderr
+                .contains(&format!("--pvc {missing}: PVC {missing} is not in backup")),
             "{run:#?}"
         );
         ensure!(env.api::<DataRestore>().get_opt("r2").await?.is_none());
@@ -762,8 +1230,10 @@ async fn a_read_the_user_may_not_make_warns_and_creates() -> Result<()> {
 /// kubeconfig that acts as it.
 async fn limited_user(env: &TestEnv, dir: &std::path::Path) -> Result<PathBuf> {
     let ns = env.namespace();
-    env.create::<k8s_openapi::api::core::v1::ServiceAccount>(json!({"metadata": {"name": "operator"}}))
-        .await?;
+    env.create::<k8s_openapi::api::core::v1::ServiceAccount>(
+        json!({"metadata": {"name": "operator"}}),
+    )
+    .await?;
     env.create::<k8s_openapi::api::rbac::v1::Role>(json!({
         "metadata": {"name": "operator"},
         "rules": [

@@ -93,7 +93,10 @@ async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
         match ctx.api::<Backup>().get(backup).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {
-                return Err(CliError::new(format!("--from-backup: {}", not_found(target))));
+                return Err(CliError::new(format!(
+                    "--from-backup: {}",
+                    not_found(target)
+                )));
             }
             Err(e) => warnings.push(unchecked(ctx, &e)?),
         }
@@ -103,7 +106,10 @@ async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
         match ctx.api::<Schedule>().get(schedule).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {
-                return Err(CliError::new(format!("--from-schedule: {}", not_found(target))));
+                return Err(CliError::new(format!(
+                    "--from-schedule: {}",
+                    not_found(target)
+                )));
             }
             Err(e) => warnings.push(unchecked(ctx, &e)?),
         }
@@ -245,7 +251,10 @@ mod tests {
             "--pvc shop/b: PVC shop/b is not in backup"
         );
         assert_eq!(
-            flag_words(&spec, "spec.candidateNodes[\"shop/a\"]: these nodes do not exist: n"),
+            flag_words(
+                &spec,
+                "spec.candidateNodes[\"shop/a\"]: these nodes do not exist: n"
+            ),
             "--candidate-nodes shop/a=...: these nodes do not exist: n"
         );
         assert_eq!(
@@ -257,15 +266,24 @@ mod tests {
             "--volume-timeout: \"0s\" is zero"
         );
         assert_eq!(
-            flag_words(&spec, "spec.consumers: PVC shop/a is mounted by pod shop/p: consumers: Refuse forbids it"),
+            flag_words(
+                &spec,
+                "spec.consumers: PVC shop/a is mounted by pod shop/p: consumers: Refuse forbids it"
+            ),
             "--consumers: PVC shop/a is mounted by pod shop/p: --consumers refuse forbids it"
         );
         assert_eq!(
-            flag_words(&spec, "spec.selector.matchExpressions[0].operator: \"Like\" is not an operator"),
+            flag_words(
+                &spec,
+                "spec.selector.matchExpressions[0].operator: \"Like\" is not an operator"
+            ),
             "--selector: \"Like\" is not an operator"
         );
         assert_eq!(
-            flag_words(&DataRestoreSpec::default(), "spec.pvcs, spec.includedNamespaces and spec.selector are all empty, so no PVC is selected"),
+            flag_words(
+                &DataRestoreSpec::default(),
+                "spec.pvcs, spec.includedNamespaces and spec.selector are all empty, so no PVC is selected"
+            ),
             "--pvc, --include-namespaces and --selector are all missing, so no PVC is selected"
         );
     }

@@ -114,7 +114,9 @@ mod tests {
         let err = resolve_backup(&choice, "velero", None, false, &[]).unwrap_err();
         assert_eq!(
             err.errors,
-            vec!["spec.backupName: backup \"b\" not found in namespace \"velero\"; check the name against the namespace's Velero Backups"]
+            vec![
+                "spec.backupName: backup \"b\" not found in namespace \"velero\"; check the name against the namespace's Velero Backups"
+            ]
         );
         let failed = backup("b", BackupPhase::Failed, 1);
         let err = resolve_backup(&choice, "velero", Some(&failed), false, &[]).unwrap_err();

@@ -214,7 +214,10 @@ fn helper_errors(helper: &RestoreHelperOverrides, errors: &mut Vec<String>) {
 }
 
 fn resource_errors(resources: &ResourceRequirements, errors: &mut Vec<String>) {
-    for (part, list) in [("limits", &resources.limits), ("requests", &resources.requests)] {
+    for (part, list) in [
+        ("limits", &resources.limits),
+        ("requests", &resources.requests),
+    ] {
         for (name, value) in list.iter().flatten() {
             if let Err(why) = quantity(&value.0) {
                 errors.push(format!(
@@ -226,11 +229,9 @@ fn resource_errors(resources: &ResourceRequirements, errors: &mut Vec<String>) {
     }
     for (name, limit) in resources.limits.iter().flatten() {
         let request = resources.requests.as_ref().and_then(|r| r.get(name));
-        if let (Some(request), Ok(limit_v), Some(Ok(request_v))) = (
-            request,
-            quantity(&limit.0),
-            request.map(|r| quantity(&r.0)),
-        ) && request_v > limit_v
+        if let (Some(request), Ok(limit_v), Some(Ok(request_v))) =
+            (request, quantity(&limit.0), request.map(|r| quantity(&r.0)))
+            && request_v > limit_v
         {
             errors.push(format!(
                 "spec.restoreHelper.resources.requests.{name}: {} is more than the limit {}; lower the request or raise the limit",
@@ -347,8 +348,7 @@ pub fn image_reference(image: &str) -> Result<(), String> {
         }
     }
     let mut parts: Vec<&str> = name.split('/').collect();
-    let host = (parts.len() > 1
-        && (parts[0].contains(['.', ':']) || parts[0] == "localhost"))
+    let host = (parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost"))
         .then(|| parts.remove(0));
     if let Some(host) = host {
         let (hostname, port) = host.split_once(':').unwrap_or((host, ""));
@@ -481,7 +481,9 @@ mod tests {
             backup_name: None,
             included_namespaces: vec!["shop".into()],
             selector: Some(LabelSelector {
-                match_labels: Some([("app.kubernetes.io/name".to_string(), "db".to_string())].into()),
+                match_labels: Some(
+                    [("app.kubernetes.io/name".to_string(), "db".to_string())].into(),
+                ),
                 match_expressions: Some(vec![LabelSelectorRequirement {
                     key: "tier".into(),
                     operator: "In".into(),
@@ -510,10 +512,15 @@ mod tests {
     #[test]
     fn exactly_one_backup_source() {
         let both = errors_of(|s| s.schedule_name = Some("daily".into()));
-        assert!(both[0].starts_with("spec.backupName and spec.scheduleName are both set"), "{both:?}");
+        assert!(
+            both[0].starts_with("spec.backupName and spec.scheduleName are both set"),
+            "{both:?}"
+        );
         let neither = errors_of(|s| s.backup_name = None);
         assert!(neither[0].contains("both missing"), "{neither:?}");
-        one_error("spec.backupName", |s| s.backup_name = Some("Nightly Backup".into()));
+        one_error("spec.backupName", |s| {
+            s.backup_name = Some("Nightly Backup".into())
+        });
         one_error("spec.scheduleName", |s| {
             s.backup_name = None;
             s.schedule_name = Some(String::new());
@@ -522,9 +529,10 @@ mod tests {
 
     #[test]
     fn something_must_be_selected() {
-        let e = one_error("spec.pvcs, spec.includedNamespaces and spec.selector", |s| {
-            s.pvcs.clear()
-        });
+        let e = one_error(
+            "spec.pvcs, spec.includedNamespaces and spec.selector",
+            |s| s.pvcs.clear(),
+        );
         assert!(e.contains("no PVC is selected"), "{e}");
     }
 
@@ -604,7 +612,9 @@ mod tests {
     fn durations_must_parse_and_be_positive() {
         let e = one_error("spec.timeout", |s| s.timeout = Some("soon".into()));
         assert!(e.contains("like 30m"), "{e}");
-        let e = one_error("spec.volumeTimeout", |s| s.volume_timeout = Some("0s".into()));
+        let e = one_error("spec.volumeTimeout", |s| {
+            s.volume_timeout = Some("0s".into())
+        });
         assert!(e.contains("is zero"), "{e}");
         let e = one_error("spec.timeout", |s| s.timeout = Some("-5m".into()));
         assert!(e.contains("negative"), "{e}");
@@ -648,7 +658,9 @@ mod tests {
             })
         });
         assert!(e.contains("space"), "{e}");
-        let e = one_error("spec.standInImage", |s| s.stand_in_image = Some(String::new()));
+        let e = one_error("spec.standInImage", |s| {
+            s.stand_in_image = Some(String::new())
+        });
         assert!(e.contains("empty"), "{e}");
         one_error("spec.restoreHelper.command", |s| {
             s.restore_helper = Some(RestoreHelperOverrides {
