@@ -789,6 +789,7 @@ async fn direct(client: &Client, ns: &str, case: &Case) -> Result<Option<String>
             Ok(_) => bail!("the apiserver stored it"),
             Err(kube::Error::Api(e)) => {
                 ensure!(e.code == 422, "refused with {e:?}");
+                eprintln!("[{}] the apiserver refused it: {}", case.name, e.message);
                 ensure!(
                     e.message.contains(field),
                     "the refusal does not name {field}: {}",
@@ -817,6 +818,7 @@ async fn direct(client: &Client, ns: &str, case: &Case) -> Result<Option<String>
                 "expected one error starting with '{field}' and holding '{says}', got {:#?}",
                 status.errors
             );
+            eprintln!("[{}] status.errors: {:?}", case.name, status.errors);
             let stalled = status
                 .conditions
                 .iter()
@@ -854,6 +856,7 @@ async fn by_cli(env: &TestEnv, case: &Case) -> Result<Option<String>> {
     );
     ensure!(run.stdout.is_empty(), "printed to stdout: {run:#?}");
     let stderr = &run.stderr;
+    eprintln!("[{}] refill exited {}: {stderr}", case.name, run.code);
     ensure!(
         stderr.contains(&cli.flag),
         "the message does not name {}: {stderr}",
