@@ -483,7 +483,7 @@ fn cases(ns: &str) -> Vec<Case> {
                 ],
                 2,
                 "--timeout",
-                "must be longer than zero",
+                "\"0s\" is zero",
             ),
         },
         Case {
@@ -500,7 +500,7 @@ fn cases(ns: &str) -> Vec<Case> {
                 ],
                 2,
                 "--volume-timeout",
-                "write it like 30m",
+                "\"-5m\" is negative",
             ),
         },
         Case {
