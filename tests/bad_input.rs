@@ -559,7 +559,7 @@ fn cases(ns: &str) -> Vec<Case> {
             spec: with(spec("b1", &["data"]), json!({"consumers": "Refuse"})),
             direct: failed(
                 "spec.consumers",
-                "consumers: Refuse forbids restoring a PVC in use",
+                "spec.consumers is Refuse, which forbids restoring a PVC in use",
             ),
             cli: cli(
                 &[
@@ -572,7 +572,7 @@ fn cases(ns: &str) -> Vec<Case> {
                 ],
                 1,
                 "--consumers",
-                "--consumers refuse forbids restoring a PVC in use",
+                "--consumers is Refuse, which forbids restoring a PVC in use",
             ),
         },
         Case {
@@ -580,13 +580,13 @@ fn cases(ns: &str) -> Vec<Case> {
             spec: spec("b1", &["extra"]),
             direct: failed(
                 "spec.consumers",
-                "it cannot be scaled down; use consumers: Detach",
+                "it cannot be scaled down; set spec.consumers to Detach",
             ),
             cli: cli(
                 &["--from-backup", "b1", "--pvc", &p("extra")],
                 1,
                 "--consumers",
-                "it cannot be scaled down; use --consumers detach",
+                "it cannot be scaled down; set --consumers to Detach",
             ),
         },
         Case {

@@ -19,7 +19,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup};
 
 pub use backup::{BackupChoice, resolve_backup};
-pub use consumers::{ConsumerRef, Owner, consumer_actions, mounts_claim, top_owner};
+pub use consumers::{
+    ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_mounts, top_owner,
+};
 pub use placement::placement;
 pub use selector::{label_selector_matches, parse_pvc_key};
 pub use spec::{duration, image_reference, quantity, spec_errors};
@@ -297,7 +299,7 @@ mod tests {
             "shop/data".into(),
             vec![ConsumerRef {
                 namespace: "shop".into(),
-                pod: "web-0".into(),
+                pod: Some("web-0".into()),
                 owner: Owner::Known(ConsumerKind::Deployment, "web".into()),
                 replicas: Some(1),
             }],
@@ -307,7 +309,7 @@ mod tests {
         let err = plan(&spec, &facts).unwrap_err();
         assert!(
             err.errors[0].starts_with("spec.consumers: ")
-                && err.errors[0].contains("consumers: Refuse forbids"),
+                && err.errors[0].contains("spec.consumers is Refuse, which forbids"),
             "{err}"
         );
     }
