@@ -746,7 +746,7 @@ async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
             (
                 "bare-pod",
                 s.spec("b1", &["extra"]),
-                "cannot be scaled down; use consumers: Detach",
+                "cannot be scaled down; set spec.consumers to Detach",
             ),
         ];
         for (name, spec, expected) in cases {

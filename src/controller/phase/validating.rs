@@ -7,6 +7,7 @@ use tracing::info;
 use crate::api::{
     ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase, VolumeStatus,
 };
+use crate::controller::error::Category;
 use crate::controller::status::now;
 use crate::controller::{Context, Error, Result, reasons};
 use crate::validate::{self, ValidateError};
@@ -52,6 +53,19 @@ pub async fn validate(
         Err(ValidateError::Invalid(e)) => {
             info!(restore = %dr.name_any(), "invalid: {e}");
             return Ok(invalid(status, e.errors));
+        }
+        // Refused for good (RBAC, say): nothing was touched, so the restore ends here
+        // with the server's words instead of retrying forever.
+        Err(ValidateError::Kube(e))
+            if crate::controller::error::category_of(&e) == Category::Permanent =>
+        {
+            let why = Error::Kube(e).reason();
+            return Ok(invalid(
+                status,
+                vec![format!(
+                    "refill could not read what validation needs: {why}"
+                )],
+            ));
         }
         Err(ValidateError::Kube(e)) => return Err(Error::Kube(e)),
     };
