@@ -33,6 +33,12 @@ pub async fn plan(
     known: Option<&Known>,
     dr: &DataRestore,
 ) -> Result<Plan, ValidateError> {
+    // A spec that is wrong on its face is refused before anything is read: its names
+    // could make the reads themselves fail, which would look like a passing trouble.
+    let errors = plan::spec_errors(&dr.spec);
+    if !errors.is_empty() {
+        return Err(Invalid { errors }.into());
+    }
     let facts = gather(client, known, dr).await?;
     Ok(plan::plan(&dr.spec, &facts)?)
 }

@@ -429,12 +429,14 @@ async fn an_unknown_backup_is_a_clear_error() -> Result<()> {
         let expected = format!(
             "error: backup \"nope\" not found in namespace \"{ns}\"; list backups with: refill backup get\n"
         );
+        // Creating names the flag that is wrong.
+        let expected_create = expected.replacen("error: ", "error: --from-backup: ", 1);
         for extra in [&["--dry-run"][..], &[], &["--wait"]] {
             let mut args = vec!["restore", "create", "r1", "--from-backup", "nope", "--pvc", "shop/data"];
             args.extend_from_slice(extra);
             let run = refill(&env, &args).await?;
             assert_eq!(run.code, 1, "{extra:?}: {run:#?}");
-            assert_eq!(run.stderr, expected, "{extra:?}");
+            assert_eq!(run.stderr, expected_create, "{extra:?}");
             assert_eq!(run.stdout, "", "{extra:?}");
         }
         let left = env.api::<DataRestore>().list(&ListParams::default()).await?;
@@ -978,11 +980,25 @@ async fn without_a_controller_wait_says_so_instead_of_hanging() -> Result<()> {
     run_test("cli-no-controller", |env| async move {
         install_crds(&env.client).await?;
         let ns = env.namespace().to_string();
-        make_backup(&env, "nightly", &[]).await?;
+        // A request validation accepts: anything less is refused before it is created.
+        bound_claim(&env, "data", "node-a").await?;
+        make_backup(
+            &env,
+            "nightly",
+            &[Volume {
+                pod: "web-abc",
+                volume: "data",
+                pvc: Some("data"),
+                snapshot: SNAPSHOT,
+                bytes: 10,
+            }],
+        )
+        .await?;
+        let pvc = format!("{ns}/data");
         let started = std::time::Instant::now();
         let run = refill(
             &env,
-            &["restore", "create", "r1", "--from-backup", "nightly", "--pvc", "a/b", "--wait", "--pickup-timeout", "2s"],
+            &["restore", "create", "r1", "--from-backup", "nightly", "--pvc", &pvc, "--wait", "--pickup-timeout", "2s"],
         )
         .await?;
         assert_eq!(run.code, 4, "{run:#?}");

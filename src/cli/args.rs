@@ -264,12 +264,9 @@ pub enum BackupCommand {
 }
 
 /// Accepts what the controller accepts (`30m`, `2h`, `1h30m`) and keeps the text.
+/// The words are the controller's own ([`crate::plan::duration`]).
 pub fn duration_text(text: &str) -> Result<String, String> {
-    match humantime::parse_duration(text) {
-        Ok(d) if d.is_zero() => Err("must be longer than zero".into()),
-        Ok(_) => Ok(text.to_string()),
-        Err(e) => Err(format!("{e}; write it like 30m, 2h or 1h30m")),
-    }
+    crate::plan::duration(text).map(|_| text.to_string())
 }
 
 #[cfg(test)]
@@ -281,6 +278,7 @@ mod tests {
         assert_eq!(duration_text("1h30m").unwrap(), "1h30m");
         assert_eq!(duration_text("30m").unwrap(), "30m");
         assert!(duration_text("soon").unwrap_err().contains("like 30m"));
-        assert!(duration_text("0s").is_err());
+        assert!(duration_text("0s").unwrap_err().contains("is zero"));
+        assert!(duration_text("-5m").unwrap_err().contains("is negative"));
     }
 }

@@ -2,19 +2,34 @@
 
 use kube::api::PostParams;
 
-use crate::api::{Backup, DataRestore, Schedule};
+use crate::api::{Backup, DataRestore, DataRestoreSpec, Schedule};
+use crate::plan::spec_errors;
+use crate::validate::{self, ValidateError};
 
 use super::args::{CreateArgs, OutputFormat, WaitArgs};
 use super::client::Ctx;
-use super::errors::{CliError, Kind, Result, Target, is_not_found, not_found};
+use super::errors::{CliError, Kind, Result, Target, is_not_found, not_found, root_cause};
 use super::{dry_run, output, progress, spec, wait};
 
 pub async fn create(ctx: &Ctx, args: &CreateArgs) -> Result<()> {
     let dr = spec::build(args, &ctx.namespace)
         .map_err(|errors| CliError::new(bulleted("the restore request is not valid", &errors)))?;
-    check_source(ctx, &dr).await?;
+    let errors = spec_errors(&dr.spec);
+    if !errors.is_empty() {
+        return Err(refused(&dr, &errors));
+    }
+    let mut warnings = check_source(ctx, &dr).await?;
     if args.dry_run {
         return dry_run::run(ctx, &dr, args.output).await;
+    }
+    // The backup read that failed above fails the same way in validation: say it once.
+    for warning in preflight(ctx, &dr).await? {
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
     }
     let name = &args.name;
     let target = Target::one(Kind::DataRestore, name, &ctx.namespace);
@@ -67,25 +82,143 @@ async fn follow(
 }
 
 /// The backup or schedule must exist; saying so here beats a restore that fails later.
-async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<()> {
+/// A read that fails otherwise (say, RBAC forbids it to this user) proves nothing about
+/// the request: it becomes a warning, and the controller, which reads with its own
+/// rights, decides.
+async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
     let ns = ctx.namespace.as_str();
+    let mut warnings = Vec::new();
     if let Some(backup) = &dr.spec.backup_name {
         let target = Target::one(Kind::Backup, backup, ns);
         match ctx.api::<Backup>().get(backup).await {
             Ok(_) => {}
-            Err(e) if is_not_found(&e) => return Err(not_found(target)),
-            Err(e) => return Err(ctx.error(&e, target)),
+            Err(e) if is_not_found(&e) => {
+                return Err(CliError::new(format!(
+                    "--from-backup: {}",
+                    not_found(target)
+                )));
+            }
+            Err(e) => warnings.push(unchecked(ctx, &e)?),
         }
     }
     if let Some(schedule) = &dr.spec.schedule_name {
         let target = Target::one(Kind::Schedule, schedule, ns);
         match ctx.api::<Schedule>().get(schedule).await {
             Ok(_) => {}
-            Err(e) if is_not_found(&e) => return Err(not_found(target)),
-            Err(e) => return Err(ctx.error(&e, target)),
+            Err(e) if is_not_found(&e) => {
+                return Err(CliError::new(format!(
+                    "--from-schedule: {}",
+                    not_found(target)
+                )));
+            }
+            Err(e) => warnings.push(unchecked(ctx, &e)?),
         }
     }
-    Ok(())
+    Ok(warnings)
+}
+
+/// Runs the controller's own validation before anything is written. A request it
+/// refuses is refused here, with its words, and nothing is created. A read that fails
+/// (RBAC that lets this user create restores but not list pods, a timeout) says
+/// nothing about the request: the restore is created anyway, with a warning, because
+/// the controller validates again with its own rights and reports in the status.
+async fn preflight(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
+    match validate::plan(&ctx.client, None, dr).await {
+        Ok(plan) => Ok(plan.warnings),
+        Err(ValidateError::Invalid(invalid)) => Err(refused(dr, &invalid.errors)),
+        Err(ValidateError::Kube(e)) => Ok(vec![unchecked(ctx, &e)?]),
+    }
+}
+
+/// The warning for a read the check could not make. Only an answer of the API server
+/// (forbidden, throttled, a server error) is one: without a connection or valid
+/// credentials the create would fail as well, so that is the error itself.
+fn unchecked(ctx: &Ctx, e: &kube::Error) -> Result<String> {
+    let why = match e {
+        kube::Error::Api(status) if status.code != 401 => status.message.clone(),
+        kube::Error::Api(_)
+        | kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::Auth(_) => {
+            return Err(ctx.error(e, Target::all(Kind::Object, &ctx.namespace)));
+        }
+        other => root_cause(other),
+    };
+    Ok(format!(
+        "could not check the request before creating it ({why}); the controller checks it with its own rights and reports any mistake in the restore's status"
+    ))
+}
+
+/// The error for a request validation refuses, each message in the flags' words.
+pub fn refused(dr: &DataRestore, errors: &[String]) -> CliError {
+    let name = dr.metadata.name.as_deref().unwrap_or_default();
+    let errors: Vec<String> = errors.iter().map(|e| flag_words(&dr.spec, e)).collect();
+    CliError::new(bulleted(
+        &format!("restore \"{name}\" would be refused"),
+        &errors,
+    ))
+}
+
+/// A validation message about `spec.*` fields, with each field named by the flag that
+/// sets it (`spec.pvcs[0]` becomes `--pvc shop/data`).
+pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
+    let mut pairs: Vec<(String, String)> = vec![(
+        "spec.pvcs, spec.includedNamespaces and spec.selector are all empty".into(),
+        "--pvc, --include-namespaces and --selector are all missing".into(),
+    )];
+    for (i, key) in spec.pvcs.iter().enumerate() {
+        pairs.push((format!("spec.pvcs[{i}]"), format!("--pvc {key}")));
+    }
+    for (i, ns) in spec.included_namespaces.iter().enumerate() {
+        pairs.push((
+            format!("spec.includedNamespaces[{i}]"),
+            format!("--include-namespaces {ns}"),
+        ));
+    }
+    for (field, flag) in [
+        ("spec.backupName", "--from-backup"),
+        ("spec.scheduleName", "--from-schedule"),
+        ("spec.includedNamespaces", "--include-namespaces"),
+        ("spec.pvcs", "--pvc"),
+        ("spec.candidateNodes", "--candidate-nodes"),
+        ("spec.consumers", "--consumers"),
+        ("spec.volumeTimeout", "--volume-timeout"),
+        ("spec.timeout", "--timeout"),
+        ("spec.parallel", "--parallel"),
+        ("spec.restoreHelper.image", "--restore-helper-image"),
+        ("spec.standInImage", "--stand-in-image"),
+        ("consumers: Refuse", "--consumers refuse"),
+        ("consumers: ScaleDown", "--consumers scale-down"),
+        ("consumers: Detach", "--consumers detach"),
+        ("backupName", "--from-backup"),
+        ("scheduleName", "--from-schedule"),
+    ] {
+        pairs.push((field.into(), flag.into()));
+    }
+    // A selector's inner fields mean nothing to someone who typed --selector.
+    let mut text = match message.split_once(": ") {
+        Some((field, rest)) if field.starts_with("spec.selector") => {
+            format!("--selector: {rest}")
+        }
+        _ => message.to_string(),
+    };
+    // `spec.candidateNodes["ns/pvc"]` is `--candidate-nodes ns/pvc=...`.
+    let entry = "spec.candidateNodes[\"";
+    while let Some(start) = text.find(entry) {
+        let key_start = start + entry.len();
+        let Some(len) = text[key_start..].find("\"]") else {
+            break;
+        };
+        let key = text[key_start..key_start + len].to_string();
+        text.replace_range(
+            start..key_start + len + 2,
+            &format!("--candidate-nodes {key}=..."),
+        );
+    }
+    for (field, flag) in &pairs {
+        text = text.replace(field.as_str(), flag);
+    }
+    text.replace("spec.selector", "--selector")
 }
 
 /// `title: only` for one item, a bulleted list for several.
@@ -105,6 +238,55 @@ pub fn bulleted(title: &str, items: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_read_as_the_flags_that_set_them() {
+        let spec = DataRestoreSpec {
+            pvcs: vec!["shop/a".into(), "shop/b".into()],
+            candidate_nodes: [("shop/a".to_string(), vec!["n".to_string()])].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            flag_words(&spec, "spec.pvcs[1]: PVC shop/b is not in backup"),
+            "--pvc shop/b: PVC shop/b is not in backup"
+        );
+        assert_eq!(
+            flag_words(
+                &spec,
+                "spec.candidateNodes[\"shop/a\"]: these nodes do not exist: n"
+            ),
+            "--candidate-nodes shop/a=...: these nodes do not exist: n"
+        );
+        assert_eq!(
+            flag_words(&spec, "spec.timeout: \"0s\" is zero"),
+            "--timeout: \"0s\" is zero"
+        );
+        assert_eq!(
+            flag_words(&spec, "spec.volumeTimeout: \"0s\" is zero"),
+            "--volume-timeout: \"0s\" is zero"
+        );
+        assert_eq!(
+            flag_words(
+                &spec,
+                "spec.consumers: PVC shop/a is mounted by pod shop/p: consumers: Refuse forbids it"
+            ),
+            "--consumers: PVC shop/a is mounted by pod shop/p: --consumers refuse forbids it"
+        );
+        assert_eq!(
+            flag_words(
+                &spec,
+                "spec.selector.matchExpressions[0].operator: \"Like\" is not an operator"
+            ),
+            "--selector: \"Like\" is not an operator"
+        );
+        assert_eq!(
+            flag_words(
+                &DataRestoreSpec::default(),
+                "spec.pvcs, spec.includedNamespaces and spec.selector are all empty, so no PVC is selected"
+            ),
+            "--pvc, --include-namespaces and --selector are all missing, so no PVC is selected"
+        );
+    }
 
     #[test]
     fn one_error_is_a_line_several_a_list() {

@@ -8,7 +8,7 @@ use crate::validate::{self, ValidateError};
 
 use super::args::OutputFormat;
 use super::client::Ctx;
-use super::create::bulleted;
+use super::create::refused;
 use super::errors::{CliError, Kind, Result, Target, is_not_found};
 use super::format::{Table, bytes, or_dash};
 use super::output;
@@ -29,10 +29,7 @@ pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> R
     let plan = validate::plan(&ctx.client, None, dr)
         .await
         .map_err(|e| match e {
-            ValidateError::Invalid(invalid) => CliError::new(bulleted(
-                &format!("restore \"{name}\" would be refused"),
-                &invalid.errors,
-            )),
+            ValidateError::Invalid(invalid) => refused(dr, &invalid.errors),
             ValidateError::Kube(k) => ctx.error(&k, Target::all(Kind::Object, &ctx.namespace)),
         })?;
     match format {

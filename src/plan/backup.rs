@@ -19,10 +19,10 @@ impl BackupChoice {
             (Some(b), None) => Ok(BackupChoice::Named(b.to_string())),
             (None, Some(s)) => Ok(BackupChoice::Schedule(s.to_string())),
             (Some(_), Some(_)) => Err(Invalid::one(
-                "spec names both backupName and scheduleName; give exactly one",
+                "spec.backupName and spec.scheduleName are both set: keep exactly one",
             )),
             (None, None) => Err(Invalid::one(
-                "spec names no backup: set backupName, or scheduleName for a schedule's newest backup",
+                "spec.backupName and spec.scheduleName are both missing: set backupName, or scheduleName for a schedule's newest Completed backup",
             )),
         }
     }
@@ -41,13 +41,13 @@ pub fn resolve_backup(
         BackupChoice::Named(name) => {
             let backup = found.ok_or_else(|| {
                 Invalid::one(format!(
-                    "backup \"{name}\" not found in namespace \"{namespace}\""
+                    "spec.backupName: backup \"{name}\" not found in namespace \"{namespace}\"; check the name against the namespace's Velero Backups"
                 ))
             })?;
             match backup.phase() {
                 Some(phase) if phase.holds_usable_data() => Ok(backup.clone()),
                 phase => Err(Invalid::one(format!(
-                    "backup \"{name}\" is {}; only Completed or PartiallyFailed backups can be restored",
+                    "spec.backupName: backup \"{name}\" is {}; only a Completed or PartiallyFailed backup can be restored: wait until it ends, or name another backup",
                     phase
                         .map(|p| format!("{p:?}"))
                         .unwrap_or_else(|| "without a phase".into())
@@ -70,9 +70,9 @@ pub fn resolve_backup(
             .cloned()
             .ok_or_else(|| {
                 Invalid::one(if schedule_exists || !schedule_backups.is_empty() {
-                    format!("schedule \"{schedule}\" has no Completed backup yet")
+                    format!("spec.scheduleName: schedule \"{schedule}\" has no Completed backup yet; wait for one, or name a backup in spec.backupName instead")
                 } else {
-                    format!("schedule \"{schedule}\" not found in namespace \"{namespace}\"")
+                    format!("spec.scheduleName: schedule \"{schedule}\" not found in namespace \"{namespace}\"; check the name against the namespace's Velero Schedules")
                 })
             }),
     }
@@ -114,7 +114,9 @@ mod tests {
         let err = resolve_backup(&choice, "velero", None, false, &[]).unwrap_err();
         assert_eq!(
             err.errors,
-            vec!["backup \"b\" not found in namespace \"velero\""]
+            vec![
+                "spec.backupName: backup \"b\" not found in namespace \"velero\"; check the name against the namespace's Velero Backups"
+            ]
         );
         let failed = backup("b", BackupPhase::Failed, 1);
         let err = resolve_backup(&choice, "velero", Some(&failed), false, &[]).unwrap_err();

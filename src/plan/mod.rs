@@ -7,6 +7,7 @@ mod backup;
 mod consumers;
 mod placement;
 mod selector;
+mod spec;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,7 +24,8 @@ pub use consumers::{
 };
 pub use placement::placement;
 pub use selector::{label_selector_matches, parse_pvc_key};
-pub use volumes::select_volumes;
+pub use spec::{duration, image_reference, quantity, spec_errors};
+pub use volumes::{select_volumes, selection_field};
 
 /// Everything validation needs, read from the cluster beforehand.
 #[derive(Default, Debug, Clone)]
@@ -149,7 +151,8 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
     for (pvc_key, pvb) in &selected {
         if let Some(other) = facts.held_by_others.get(pvc_key) {
             errors.push(format!(
-                "PVC {pvc_key} is already being restored by DataRestore {other}"
+                "{}: PVC {pvc_key} is already being restored by DataRestore {other}; wait until it ends, or leave this PVC out",
+                selection_field(spec, pvc_key)
             ));
         }
         let pvc = &facts.pvcs[pvc_key];
@@ -179,10 +182,11 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
             Err(message) => errors.push(message),
         }
     }
+    // Most often a misspelt PVC: the one meant would go without its candidates.
     for key in spec.candidate_nodes.keys() {
         if !selected.iter().any(|(pvc, _)| pvc == key) {
-            warnings.push(format!(
-                "candidate nodes are given for {key}, which is not among the PVCs to restore"
+            errors.push(format!(
+                "spec.candidateNodes[\"{key}\"]: PVC {key} is not among the PVCs to restore; fix the key to name a selected PVC, or remove the entry"
             ));
         }
     }
@@ -190,7 +194,12 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
     let consumers = match consumer_actions(spec.consumers, &facts.consumers) {
         Ok(consumers) => consumers,
         Err(invalid) => {
-            errors.extend(invalid.errors);
+            errors.extend(
+                invalid
+                    .errors
+                    .into_iter()
+                    .map(|e| format!("spec.consumers: {e}")),
+            );
             Vec::new()
         }
     };
@@ -204,5 +213,104 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
         })
     } else {
         Err(Invalid { errors })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{PodVolumeBackupSpec, PodVolumeBackupStatus, PodVolumePhase};
+    use crate::labels::PVC_NAME_ANNOTATION;
+    use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaimSpec};
+
+    /// Backup `b1` holding `shop/data`, which exists and is bound.
+    fn facts() -> Facts {
+        let mut pvb = PodVolumeBackup::new(
+            "b1-0",
+            PodVolumeBackupSpec {
+                pod: ObjectReference {
+                    namespace: Some("shop".into()),
+                    name: Some("web-0".into()),
+                    ..Default::default()
+                },
+                volume: "data".into(),
+                ..Default::default()
+            },
+        );
+        pvb.metadata.annotations = Some([(PVC_NAME_ANNOTATION.to_string(), "data".into())].into());
+        pvb.status = Some(PodVolumeBackupStatus {
+            phase: Some(PodVolumePhase::Completed),
+            ..Default::default()
+        });
+        let mut pvc = PersistentVolumeClaim::default();
+        pvc.metadata.name = Some("data".into());
+        pvc.spec = Some(PersistentVolumeClaimSpec {
+            volume_name: Some("pv-1".into()),
+            ..Default::default()
+        });
+        Facts {
+            backup: Some(Backup::new("b1", Default::default())),
+            pod_volume_backups: vec![pvb],
+            pvcs: [("shop/data".to_string(), pvc)].into(),
+            ..Default::default()
+        }
+    }
+
+    fn spec() -> DataRestoreSpec {
+        DataRestoreSpec {
+            backup_name: Some("b1".into()),
+            pvcs: vec!["shop/data".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn candidates_for_a_pvc_not_restored_are_refused() {
+        assert!(plan(&spec(), &facts()).is_ok());
+        let mut spec = spec();
+        spec.candidate_nodes = [("shop/other".to_string(), vec!["node-a".to_string()])].into();
+        let err = plan(&spec, &facts()).unwrap_err();
+        assert_eq!(err.errors.len(), 1, "{err}");
+        assert!(
+            err.errors[0].starts_with("spec.candidateNodes[\"shop/other\"]: ")
+                && err.errors[0].contains("not among the PVCs to restore"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_pvc_held_by_another_restore_names_its_entry() {
+        let mut facts = facts();
+        facts
+            .held_by_others
+            .insert("shop/data".into(), "earlier".into());
+        let err = plan(&spec(), &facts).unwrap_err();
+        assert!(
+            err.errors[0].starts_with("spec.pvcs[0]: ")
+                && err.errors[0].contains("already being restored by DataRestore earlier"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn consumer_refusals_name_the_consumers_field() {
+        let mut facts = facts();
+        facts.consumers.insert(
+            "shop/data".into(),
+            vec![ConsumerRef {
+                namespace: "shop".into(),
+                pod: Some("web-0".into()),
+                owner: Owner::Known(ConsumerKind::Deployment, "web".into()),
+                replicas: Some(1),
+            }],
+        );
+        let mut spec = spec();
+        spec.consumers = crate::api::ConsumerPolicy::Refuse;
+        let err = plan(&spec, &facts).unwrap_err();
+        assert!(
+            err.errors[0].starts_with("spec.consumers: ")
+                && err.errors[0].contains("spec.consumers is Refuse, which forbids"),
+            "{err}"
+        );
     }
 }

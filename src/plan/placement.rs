@@ -80,7 +80,7 @@ pub fn placement(
     let candidates = candidates.unwrap_or_default();
     if candidates.is_empty() {
         return Err(format!(
-            "PVC {key} is unbound and its StorageClass \"{}\" binds on first consumer: name the nodes its volume may be created on with candidateNodes[\"{key}\"], or the volume could land where its workload can never run",
+            "spec.candidateNodes[\"{key}\"]: missing; PVC {key} is unbound and its StorageClass \"{}\" binds on first consumer: name the nodes its volume may be created on, or the volume could land where its workload can never run",
             class.unwrap_or_default()
         ));
     }
@@ -91,7 +91,7 @@ pub fn placement(
         .collect();
     if !missing.is_empty() {
         return Err(format!(
-            "candidate nodes for {key} do not exist: {}",
+            "spec.candidateNodes[\"{key}\"]: these nodes do not exist: {}; name nodes of the cluster (kubectl get nodes)",
             missing.join(", ")
         ));
     }

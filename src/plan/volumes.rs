@@ -45,6 +45,19 @@ fn completed_by_pvc(pvbs: &[PodVolumeBackup]) -> BTreeMap<String, &PodVolumeBack
     best
 }
 
+/// The field a selected PVC comes from, for messages: its `spec.pvcs` entry if it has
+/// one, else the namespaces and selector that matched it.
+pub fn selection_field(spec: &DataRestoreSpec, key: &str) -> String {
+    if let Some(i) = spec.pvcs.iter().position(|k| k == key) {
+        return format!("spec.pvcs[{i}]");
+    }
+    match (spec.included_namespaces.is_empty(), spec.selector.is_some()) {
+        (false, true) => "spec.includedNamespaces and spec.selector".into(),
+        (false, false) => "spec.includedNamespaces".into(),
+        _ => "spec.selector".into(),
+    }
+}
+
 /// The PVCs to restore, in `namespace/name` order, each with its PodVolumeBackup.
 pub fn select_volumes(
     spec: &DataRestoreSpec,
@@ -54,23 +67,26 @@ pub fn select_volumes(
 ) -> Result<Vec<(String, PodVolumeBackup)>, Invalid> {
     if spec.pvcs.is_empty() && spec.included_namespaces.is_empty() && spec.selector.is_none() {
         return Err(Invalid::one(
-            "spec selects no PVC: set pvcs, includedNamespaces or selector",
+            "spec.pvcs, spec.includedNamespaces and spec.selector are all empty, so no PVC is selected: set at least one",
         ));
     }
     let in_backup = completed_by_pvc(pvbs);
     let mut errors = Vec::new();
     let mut chosen: BTreeMap<String, PodVolumeBackup> = BTreeMap::new();
 
-    for key in &spec.pvcs {
+    for (i, key) in spec.pvcs.iter().enumerate() {
         if let Err(message) = parse_pvc_key(key) {
-            errors.push(message);
+            errors.push(format!("spec.pvcs[{i}]: {message}"));
             continue;
         }
         match in_backup.get(key) {
             Some(pvb) => {
                 chosen.insert(key.clone(), (*pvb).clone());
             }
-            None => errors.push(not_in_backup(key, backup_name, pvbs)),
+            None => errors.push(format!(
+                "spec.pvcs[{i}]: {}",
+                not_in_backup(key, backup_name, pvbs)
+            )),
         }
     }
 
@@ -91,15 +107,16 @@ pub fn select_volumes(
                 match label_selector_matches(selector, &labels) {
                     Ok(true) => {}
                     Ok(false) => continue,
-                    Err(message) => return Err(Invalid::one(message)),
+                    Err(message) => return Err(Invalid::one(format!("spec.selector: {message}"))),
                 }
             }
             matched_any = true;
             chosen.insert(key.clone(), (*pvb).clone());
         }
         if !matched_any && spec.pvcs.is_empty() {
+            let field = selection_field(spec, "");
             errors.push(format!(
-                "no file-system-backed PVC in backup \"{backup_name}\" matches the given namespaces and selector"
+                "{field}: no file-system-backed PVC in backup \"{backup_name}\" matches; see what the backup holds with: refill backup describe {backup_name}"
             ));
         }
     }
@@ -107,7 +124,8 @@ pub fn select_volumes(
     for key in chosen.keys() {
         if !pvcs.contains_key(key) {
             errors.push(format!(
-                "PVC {key} does not exist now; refill restores into existing PVCs only"
+                "{}: PVC {key} does not exist now; refill restores into existing PVCs only: create the PVC first (a Velero restore of it puts back the claim and its data)",
+                selection_field(spec, key)
             ));
         }
     }
@@ -135,11 +153,11 @@ fn not_in_backup(key: &str, backup_name: &str, pvbs: &[PodVolumeBackup]) -> Stri
         .collect();
     if unfinished.is_empty() {
         format!(
-            "PVC {key} is not in backup \"{backup_name}\" as a file-system backup (no PodVolumeBackup); refill can restore only file-system-backed volumes"
+            "PVC {key} is not in backup \"{backup_name}\" as a file-system backup (no PodVolumeBackup); refill can restore only file-system-backed volumes: check the name, or pick a backup that holds it (refill backup describe {backup_name})"
         )
     } else {
         format!(
-            "PVC {key} has no Completed PodVolumeBackup in backup \"{backup_name}\" ({})",
+            "PVC {key} has no Completed PodVolumeBackup in backup \"{backup_name}\" ({}); its data cannot be restored from this backup: pick another backup",
             unfinished.join(", ")
         )
     }

@@ -21,25 +21,6 @@ pub fn accept(status: &mut DataRestoreStatus) -> Next {
     Next::Again
 }
 
-/// Spec fields the schema cannot check on its own.
-pub fn spec_errors(dr: &DataRestore) -> Vec<String> {
-    let mut errors = Vec::new();
-    for (field, value) in [
-        ("spec.timeout", &dr.spec.timeout),
-        ("spec.volumeTimeout", &dr.spec.volume_timeout),
-    ] {
-        if let Some(value) = value
-            && let Err(e) = restoring::parse_duration(value)
-        {
-            errors.push(format!("{field}: {e}"));
-        }
-    }
-    if dr.spec.parallel == Some(0) {
-        errors.push("spec.parallel must be at least 1".into());
-    }
-    errors
-}
-
 pub async fn validate(
     dr: &DataRestore,
     ctx: &Context,
@@ -63,7 +44,7 @@ pub async fn validate(
         );
         Next::Done
     };
-    let errors = spec_errors(dr);
+    let errors = crate::plan::spec_errors(&dr.spec);
     if !errors.is_empty() {
         return Ok(invalid(status, errors));
     }

@@ -1,0 +1,715 @@
+//! Checks of a DataRestore's spec that need nothing from the cluster. The controller
+//! runs them before it reads anything, and `refill restore create` before it writes.
+//!
+//! Every message starts with the field it is about (`spec.pvcs[0]: ...`), says what is
+//! wrong and how to put it right.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::api::{DataRestoreSpec, RestoreHelperOverrides};
+
+/// Every mistake in the spec that can be told without the cluster, in field order.
+pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
+    let mut errors = Vec::new();
+    source_errors(spec, &mut errors);
+    if spec.pvcs.is_empty() && spec.included_namespaces.is_empty() && spec.selector.is_none() {
+        errors.push(
+            "spec.pvcs, spec.includedNamespaces and spec.selector are all empty, so no PVC is selected: name PVCs in spec.pvcs (as namespace/name), or namespaces in spec.includedNamespaces, or set spec.selector".into(),
+        );
+    }
+    for (i, ns) in spec.included_namespaces.iter().enumerate() {
+        if let Err(why) = dns_label(ns) {
+            errors.push(format!(
+                "spec.includedNamespaces[{i}]: \"{ns}\" is not a namespace name: {why}"
+            ));
+        }
+    }
+    pvc_errors(&spec.pvcs, &mut errors);
+    if let Some(selector) = &spec.selector {
+        selector_errors(selector, &mut errors);
+    }
+    candidate_errors(&spec.candidate_nodes, &mut errors);
+    for (field, value) in [
+        ("spec.volumeTimeout", &spec.volume_timeout),
+        ("spec.timeout", &spec.timeout),
+    ] {
+        if let Some(value) = value
+            && let Err(why) = duration(value)
+        {
+            errors.push(format!("{field}: {why}"));
+        }
+    }
+    if spec.parallel == Some(0) {
+        errors.push(
+            "spec.parallel: 0 would restore nothing; set it to 1 or more, or leave it out for the default of 8".into(),
+        );
+    }
+    if let Some(helper) = &spec.restore_helper {
+        helper_errors(helper, &mut errors);
+    }
+    if let Some(image) = &spec.stand_in_image
+        && let Err(why) = image_reference(image)
+    {
+        errors.push(format!(
+            "spec.standInImage: {why}; leave the field out for the default image"
+        ));
+    }
+    errors
+}
+
+/// Parses a duration as the controller reads `timeout` and `volumeTimeout`.
+pub fn duration(value: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(value) {
+        Ok(d) if d.is_zero() => Err(format!(
+            "\"{value}\" is zero; give a duration longer than zero, like 30m or 2h"
+        )),
+        Ok(d) => Ok(d),
+        Err(_) if value.trim_start().starts_with('-') => Err(format!(
+            "\"{value}\" is negative; give a duration longer than zero, like 30m or 2h"
+        )),
+        Err(e) => Err(format!(
+            "\"{value}\" is not a duration ({e}); write it like 30m, 2h or 1h30m"
+        )),
+    }
+}
+
+fn source_errors(spec: &DataRestoreSpec, errors: &mut Vec<String>) {
+    let named = spec.backup_name.as_deref();
+    let schedule = spec.schedule_name.as_deref();
+    match (named, schedule) {
+        (Some(_), Some(_)) => errors.push(
+            "spec.backupName and spec.scheduleName are both set: keep exactly one (backupName for one backup, scheduleName for a schedule's newest Completed backup)".into(),
+        ),
+        (None, None) => errors.push(
+            "spec.backupName and spec.scheduleName are both missing: set backupName to a Velero Backup, or scheduleName to use a schedule's newest Completed backup".into(),
+        ),
+        (Some(name), None) => name_error("spec.backupName", "backup", name, errors),
+        (None, Some(name)) => name_error("spec.scheduleName", "schedule", name, errors),
+    }
+}
+
+fn name_error(field: &str, what: &str, name: &str, errors: &mut Vec<String>) {
+    if let Err(why) = dns_subdomain(name) {
+        errors.push(format!(
+            "{field}: \"{name}\" is not a {what} name: {why}; list them with: kubectl get {what}s -n <velero namespace>"
+        ));
+    }
+}
+
+fn pvc_errors(pvcs: &[String], errors: &mut Vec<String>) {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, key) in pvcs.iter().enumerate() {
+        let field = format!("spec.pvcs[{i}]");
+        let Some((ns, name)) = key
+            .split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+        else {
+            errors.push(format!(
+                "{field}: \"{key}\" is not a PVC reference: write it as namespace/name, e.g. shop/data-db-0"
+            ));
+            continue;
+        };
+        if let Err(why) = dns_label(ns) {
+            errors.push(format!(
+                "{field}: \"{ns}\" in \"{key}\" is not a namespace name: {why}"
+            ));
+        }
+        if let Err(why) = dns_subdomain(name) {
+            errors.push(format!(
+                "{field}: \"{name}\" in \"{key}\" is not a PVC name: {why}"
+            ));
+        }
+        // A repeated entry is most often a copy whose name was not changed: the PVC
+        // meant instead would silently stay unrestored, so it is refused.
+        if let Some(first) = seen.insert(key.as_str(), i) {
+            seen.insert(key.as_str(), first);
+            errors.push(format!(
+                "{field}: \"{key}\" is already spec.pvcs[{first}]; name each PVC once (was another PVC meant?)"
+            ));
+        }
+    }
+}
+
+fn selector_errors(selector: &LabelSelector, errors: &mut Vec<String>) {
+    for key in selector.match_labels.iter().flat_map(|m| m.keys()) {
+        if let Err(why) = label_key(key) {
+            errors.push(format!(
+                "spec.selector.matchLabels: \"{key}\" is not a label key: {why}"
+            ));
+        }
+    }
+    for (i, expr) in selector.match_expressions.iter().flatten().enumerate() {
+        let field = format!("spec.selector.matchExpressions[{i}]");
+        if let Err(why) = label_key(&expr.key) {
+            errors.push(format!(
+                "{field}.key: \"{}\" is not a label key: {why}",
+                expr.key
+            ));
+        }
+        let values = expr.values.as_deref().unwrap_or_default();
+        match expr.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => errors.push(format!(
+                "{field}.values: operator {} needs at least one value",
+                expr.operator
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(format!(
+                "{field}.values: operator {} takes no values; remove them",
+                expr.operator
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => errors.push(format!(
+                "{field}.operator: \"{other}\" is not an operator: use In, NotIn, Exists or DoesNotExist"
+            )),
+        }
+    }
+}
+
+fn candidate_errors(candidates: &BTreeMap<String, Vec<String>>, errors: &mut Vec<String>) {
+    for (key, nodes) in candidates {
+        let field = format!("spec.candidateNodes[\"{key}\"]");
+        let valid_key = key
+            .split_once('/')
+            .is_some_and(|(ns, name)| dns_label(ns).is_ok() && dns_subdomain(name).is_ok());
+        if !valid_key {
+            errors.push(format!(
+                "{field}: the key \"{key}\" is not a PVC reference: write it as namespace/name of a PVC in spec.pvcs"
+            ));
+        }
+        if nodes.is_empty() {
+            errors.push(format!(
+                "{field}: names no node; list the nodes the PVC's volume may be created on, or remove the entry"
+            ));
+        }
+        for node in nodes {
+            if let Err(why) = dns_subdomain(node) {
+                errors.push(format!(
+                    "{field}: \"{node}\" is not a node name: {why}; list nodes with: kubectl get nodes"
+                ));
+            }
+        }
+    }
+}
+
+fn helper_errors(helper: &RestoreHelperOverrides, errors: &mut Vec<String>) {
+    if let Some(image) = &helper.image
+        && let Err(why) = image_reference(image)
+    {
+        errors.push(format!(
+            "spec.restoreHelper.image: {why}; leave the field out to use Velero's restore-helper image"
+        ));
+    }
+    if let Some(command) = &helper.command
+        && (command.is_empty() || command.iter().all(|c| c.trim().is_empty()))
+    {
+        errors.push(
+            "spec.restoreHelper.command: is empty; give the command of Velero's restore helper, or leave the field out".into(),
+        );
+    }
+    if let Some(resources) = &helper.resources {
+        resource_errors(resources, errors);
+    }
+}
+
+fn resource_errors(resources: &ResourceRequirements, errors: &mut Vec<String>) {
+    for (part, list) in [
+        ("limits", &resources.limits),
+        ("requests", &resources.requests),
+    ] {
+        for (name, value) in list.iter().flatten() {
+            if let Err(why) = quantity(&value.0) {
+                errors.push(format!(
+                    "spec.restoreHelper.resources.{part}.{name}: \"{}\" is not a quantity: {why}; write it like 100m or 128Mi",
+                    value.0
+                ));
+            }
+        }
+    }
+    for (name, limit) in resources.limits.iter().flatten() {
+        let request = resources.requests.as_ref().and_then(|r| r.get(name));
+        if let (Some(request), Ok(limit_v), Some(Ok(request_v))) =
+            (request, quantity(&limit.0), request.map(|r| quantity(&r.0)))
+            && request_v > limit_v
+        {
+            errors.push(format!(
+                "spec.restoreHelper.resources.requests.{name}: {} is more than the limit {}; lower the request or raise the limit",
+                request.0, limit.0
+            ));
+        }
+    }
+}
+
+/// A Kubernetes quantity (`100m`, `1.5Gi`, `2e3`), as a number, or why it is not one.
+pub fn quantity(text: &str) -> Result<f64, String> {
+    if text.is_empty() {
+        return Err("it is empty".into());
+    }
+    if text.chars().any(char::is_whitespace) {
+        return Err("it holds a space".into());
+    }
+    let number_end = text
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && (*c == '+' || *c == '-'))))
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(number_end);
+    let digits = number.trim_start_matches(['+', '-']);
+    if digits.is_empty() || digits == "." || digits.matches('.').count() > 1 {
+        return Err("it does not start with a number".into());
+    }
+    let mut value: f64 = digits
+        .parse()
+        .map_err(|_| "it does not start with a number".to_string())?;
+    if number.starts_with('-') {
+        value = -value;
+    }
+    let factor = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exp if exp.starts_with(['e', 'E']) => {
+            let power: i32 = exp[1..]
+                .parse()
+                .map_err(|_| format!("\"{suffix}\" is not a unit"))?;
+            10f64.powi(power)
+        }
+        other => {
+            return Err(format!(
+                "\"{other}\" is not a unit (use m, k, M, G or Ki, Mi, Gi, ...)"
+            ));
+        }
+    };
+    if value < 0.0 {
+        return Err("it is negative".into());
+    }
+    Ok(value * factor)
+}
+
+/// An image reference as a container runtime accepts it: `[host[:port]/]path[:tag][@digest]`.
+pub fn image_reference(image: &str) -> Result<(), String> {
+    if image.trim().is_empty() {
+        return Err("the image is empty".into());
+    }
+    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "\"{image}\" holds a space or control character; an image reference has none"
+        ));
+    }
+    let bad = |why: &str| Err(format!("\"{image}\" is not an image reference: {why}"));
+    let (rest, digest) = match image.split_once('@') {
+        Some((rest, digest)) => (rest, Some(digest)),
+        None => (image, None),
+    };
+    if let Some(digest) = digest {
+        let ok = digest.split_once(':').is_some_and(|(algo, hex)| {
+            !algo.is_empty()
+                && algo
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+.-_".contains(c))
+                && hex.len() >= 32
+                && hex.chars().all(|c| c.is_ascii_hexdigit())
+        });
+        if !ok {
+            return bad("the digest after @ must look like sha256:<64 hex digits>");
+        }
+    }
+    // A tag follows the last ':' after the last '/'; a ':' before it is a registry port.
+    let last_slash = rest.rfind('/').map(|i| i + 1).unwrap_or(0);
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(tag) = tag {
+        let ok = !tag.is_empty()
+            && tag.len() <= 128
+            && !tag.starts_with(['.', '-'])
+            && tag
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+        if !ok {
+            return bad(
+                "the tag after ':' may hold only letters, digits, '_', '.' and '-' (up to 128)",
+            );
+        }
+    }
+    let mut parts: Vec<&str> = name.split('/').collect();
+    let host = (parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost"))
+        .then(|| parts.remove(0));
+    if let Some(host) = host {
+        let (hostname, port) = host.split_once(':').unwrap_or((host, ""));
+        let host_ok = !hostname.is_empty()
+            && hostname
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-".contains(c));
+        let port_ok = if port.is_empty() {
+            !host.ends_with(':')
+        } else {
+            port.chars().all(|c| c.is_ascii_digit())
+        };
+        if !host_ok || !port_ok {
+            return bad("the registry host before the first '/' is not a host name");
+        }
+    }
+    for part in parts {
+        let ok = !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+            && part.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && part.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !ok {
+            return bad(
+                "each part of the repository path holds only lowercase letters, digits and '.', '_' or '-' between them",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label: namespace names.
+fn dns_label(text: &str) -> Result<(), String> {
+    if text.is_empty() {
+        return Err("it is empty".into());
+    }
+    if text.len() > 63 {
+        return Err("it is longer than 63 characters".into());
+    }
+    let ok = text
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err("use only lowercase letters, digits and '-', starting and ending with a letter or digit".into())
+    }
+}
+
+/// A DNS-1123 subdomain: names of PVCs, nodes, backups.
+fn dns_subdomain(text: &str) -> Result<(), String> {
+    if text.is_empty() {
+        return Err("it is empty".into());
+    }
+    if text.len() > 253 {
+        return Err("it is longer than 253 characters".into());
+    }
+    if text.split('.').all(|part| dns_label(part).is_ok()) {
+        Ok(())
+    } else {
+        Err("use only lowercase letters, digits, '-' and '.', starting and ending with a letter or digit".into())
+    }
+}
+
+/// A label key: `[prefix/]name`, the name up to 63 of letters, digits, '-', '_', '.'.
+fn label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && dns_subdomain(prefix).is_err()
+    {
+        return Err(format!("its prefix \"{prefix}\" is not a DNS subdomain"));
+    }
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("the name part takes up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn valid() -> DataRestoreSpec {
+        DataRestoreSpec {
+            backup_name: Some("nightly".into()),
+            pvcs: vec!["shop/data-db-0".into()],
+            ..Default::default()
+        }
+    }
+
+    /// The errors of `valid()` changed by `change`; each must name `field`.
+    fn errors_of(change: impl FnOnce(&mut DataRestoreSpec)) -> Vec<String> {
+        let mut spec = valid();
+        change(&mut spec);
+        spec_errors(&spec)
+    }
+
+    fn one_error(field: &str, change: impl FnOnce(&mut DataRestoreSpec)) -> String {
+        let errors = errors_of(change);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(
+            errors[0].starts_with(&format!("{field}: ")) || errors[0].starts_with(field),
+            "{} does not start with {field}",
+            errors[0]
+        );
+        errors[0].clone()
+    }
+
+    #[test]
+    fn a_valid_spec_has_no_errors() {
+        assert_eq!(spec_errors(&valid()), Vec::<String>::new());
+        let full = DataRestoreSpec {
+            schedule_name: Some("nightly".into()),
+            backup_name: None,
+            included_namespaces: vec!["shop".into()],
+            selector: Some(LabelSelector {
+                match_labels: Some(
+                    [("app.kubernetes.io/name".to_string(), "db".to_string())].into(),
+                ),
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "In".into(),
+                    values: Some(vec!["gold".into()]),
+                }]),
+            }),
+            candidate_nodes: [("shop/data-db-0".to_string(), vec!["node-a".to_string()])].into(),
+            timeout: Some("2h".into()),
+            volume_timeout: Some("1h30m".into()),
+            parallel: Some(2),
+            restore_helper: Some(RestoreHelperOverrides {
+                image: Some("registry.example.com:5000/velero/velero:v1.17.0".into()),
+                resources: Some(ResourceRequirements {
+                    limits: Some([("cpu".to_string(), Quantity("1".into()))].into()),
+                    requests: Some([("cpu".to_string(), Quantity("100m".into()))].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            stand_in_image: Some("registry.k8s.io/pause:3.10".into()),
+            ..valid()
+        };
+        assert_eq!(spec_errors(&full), Vec::<String>::new());
+    }
+
+    #[test]
+    fn exactly_one_backup_source() {
+        let both = errors_of(|s| s.schedule_name = Some("daily".into()));
+        assert!(
+            both[0].starts_with("spec.backupName and spec.scheduleName are both set"),
+            "{both:?}"
+        );
+        let neither = errors_of(|s| s.backup_name = None);
+        assert!(neither[0].contains("both missing"), "{neither:?}");
+        one_error("spec.backupName", |s| {
+            s.backup_name = Some("Nightly Backup".into())
+        });
+        one_error("spec.scheduleName", |s| {
+            s.backup_name = None;
+            s.schedule_name = Some(String::new());
+        });
+    }
+
+    #[test]
+    fn something_must_be_selected() {
+        let e = one_error(
+            "spec.pvcs, spec.includedNamespaces and spec.selector",
+            |s| s.pvcs.clear(),
+        );
+        assert!(e.contains("no PVC is selected"), "{e}");
+    }
+
+    #[test]
+    fn pvc_entries_are_namespace_slash_name() {
+        let e = one_error("spec.pvcs[0]", |s| s.pvcs = vec!["noslash".into()]);
+        assert!(e.contains("namespace/name"), "{e}");
+        one_error("spec.pvcs[1]", |s| s.pvcs.push("a/b/c".into()));
+        one_error("spec.pvcs[1]", |s| s.pvcs.push("/data".into()));
+        let e = one_error("spec.pvcs[0]", |s| s.pvcs = vec!["Shop_1/data".into()]);
+        assert!(e.contains("not a namespace name"), "{e}");
+        let e = one_error("spec.pvcs[0]", |s| s.pvcs = vec!["shop/Data".into()]);
+        assert!(e.contains("not a PVC name"), "{e}");
+    }
+
+    #[test]
+    fn a_pvc_named_twice_is_refused() {
+        let e = one_error("spec.pvcs[2]", |s| {
+            s.pvcs.push("shop/data-db-1".into());
+            s.pvcs.push("shop/data-db-0".into());
+        });
+        assert!(e.contains("already spec.pvcs[0]"), "{e}");
+    }
+
+    #[test]
+    fn included_namespaces_are_namespace_names() {
+        one_error("spec.includedNamespaces[1]", |s| {
+            s.included_namespaces = vec!["shop".into(), "NOT OK".into()]
+        });
+        one_error("spec.includedNamespaces[0]", |s| {
+            s.included_namespaces = vec![String::new()]
+        });
+    }
+
+    #[test]
+    fn selector_operators_and_values_are_checked() {
+        let expr = |op: &str, values: Option<Vec<String>>| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: op.into(),
+                values,
+            }]),
+            ..Default::default()
+        };
+        one_error("spec.selector.matchExpressions[0].operator", |s| {
+            s.selector = Some(expr("Like", None))
+        });
+        one_error("spec.selector.matchExpressions[0].values", |s| {
+            s.selector = Some(expr("In", None))
+        });
+        one_error("spec.selector.matchExpressions[0].values", |s| {
+            s.selector = Some(expr("Exists", Some(vec!["x".into()])))
+        });
+        one_error("spec.selector.matchLabels", |s| {
+            s.selector = Some(LabelSelector {
+                match_labels: Some([("bad key".to_string(), "x".to_string())].into()),
+                ..Default::default()
+            })
+        });
+    }
+
+    #[test]
+    fn candidate_nodes_keys_and_names_are_checked() {
+        let e = one_error("spec.candidateNodes[\"noslash\"]", |s| {
+            s.candidate_nodes = [("noslash".to_string(), vec!["node-a".to_string()])].into()
+        });
+        assert!(e.contains("namespace/name"), "{e}");
+        one_error("spec.candidateNodes[\"shop/data-db-0\"]", |s| {
+            s.candidate_nodes = [("shop/data-db-0".to_string(), vec![])].into()
+        });
+        one_error("spec.candidateNodes[\"shop/data-db-0\"]", |s| {
+            s.candidate_nodes = [("shop/data-db-0".to_string(), vec!["Node A".to_string()])].into()
+        });
+    }
+
+    #[test]
+    fn durations_must_parse_and_be_positive() {
+        let e = one_error("spec.timeout", |s| s.timeout = Some("soon".into()));
+        assert!(e.contains("like 30m"), "{e}");
+        let e = one_error("spec.volumeTimeout", |s| {
+            s.volume_timeout = Some("0s".into())
+        });
+        assert!(e.contains("is zero"), "{e}");
+        let e = one_error("spec.timeout", |s| s.timeout = Some("-5m".into()));
+        assert!(e.contains("negative"), "{e}");
+        one_error("spec.timeout", |s| s.timeout = Some(String::new()));
+        assert!(duration("1h30m").is_ok());
+    }
+
+    #[test]
+    fn parallel_zero_is_refused() {
+        let e = one_error("spec.parallel", |s| s.parallel = Some(0));
+        assert!(e.contains("1 or more"), "{e}");
+    }
+
+    #[test]
+    fn images_are_references() {
+        for good in [
+            "pause",
+            "registry.k8s.io/pause:3.10",
+            "localhost:5000/a/b_c.d-e:tag",
+            "velero/velero@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(image_reference(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            " ",
+            "velero/velero: v1",
+            "velero /velero",
+            "Velero/velero",
+            "velero/velero:",
+            "velero/velero@sha256:xyz",
+            "velero//velero",
+            "host:port/x",
+        ] {
+            assert!(image_reference(bad).is_err(), "{bad:?} passed");
+        }
+        let e = one_error("spec.restoreHelper.image", |s| {
+            s.restore_helper = Some(RestoreHelperOverrides {
+                image: Some("velero/velero :v1".into()),
+                ..Default::default()
+            })
+        });
+        assert!(e.contains("space"), "{e}");
+        let e = one_error("spec.standInImage", |s| {
+            s.stand_in_image = Some(String::new())
+        });
+        assert!(e.contains("empty"), "{e}");
+        one_error("spec.restoreHelper.command", |s| {
+            s.restore_helper = Some(RestoreHelperOverrides {
+                command: Some(vec![]),
+                ..Default::default()
+            })
+        });
+    }
+
+    #[test]
+    fn quantities_parse_as_kubernetes_reads_them() {
+        assert!((quantity("100m").unwrap() - 0.1).abs() < 1e-12);
+        assert_eq!(quantity("1Ki"), Ok(1024.0));
+        assert_eq!(quantity("2e3"), Ok(2000.0));
+        assert_eq!(quantity(".5"), Ok(0.5));
+        for bad in ["", "lots", "1 Gi", "1GB", "1.2.3", "-1", "1e"] {
+            assert!(quantity(bad).is_err(), "{bad:?} passed");
+        }
+        let resources = |cpu_request: &str, cpu_limit: &str| RestoreHelperOverrides {
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_string(), Quantity(cpu_request.into()))].into()),
+                limits: Some([("cpu".to_string(), Quantity(cpu_limit.into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let e = one_error("spec.restoreHelper.resources.requests.cpu", |s| {
+            s.restore_helper = Some(resources("lots", "1"))
+        });
+        assert!(e.contains("not a quantity"), "{e}");
+        let e = one_error("spec.restoreHelper.resources.requests.cpu", |s| {
+            s.restore_helper = Some(resources("2", "500m"))
+        });
+        assert!(e.contains("more than the limit"), "{e}");
+    }
+
+    #[test]
+    fn every_message_names_its_field_first() {
+        let spec = DataRestoreSpec {
+            pvcs: vec!["x".into()],
+            timeout: Some("soon".into()),
+            parallel: Some(0),
+            stand_in_image: Some(String::new()),
+            ..Default::default()
+        };
+        let errors = spec_errors(&spec);
+        assert_eq!(errors.len(), 5, "{errors:#?}");
+        for e in &errors {
+            assert!(e.starts_with("spec."), "{e}");
+        }
+    }
+}
