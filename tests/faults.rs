@@ -585,9 +585,7 @@ impl Scene {
             match back {
                 Ok(true) => {
                     if expect.pods_ready
-                        && let Err(e) = self
-                            .ready_pods(&w.name, w.replicas as usize, settle)
-                            .await
+                        && let Err(e) = self.ready_pods(&w.name, w.replicas as usize, settle).await
                     {
                         problems.push(format!("{:?} {}: {e:#}", w.kind, w.name));
                     }
@@ -614,7 +612,12 @@ impl Scene {
             })
             .await;
         if gone.is_err() {
-            let names: Vec<String> = self.watch.stand_ins().iter().map(|p| p.name_any()).collect();
+            let names: Vec<String> = self
+                .watch
+                .stand_ins()
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
             problems.push(format!("stand-in pods left: {names:?}"));
         }
 
@@ -725,22 +728,25 @@ async fn run_table(title: &str, cases: Vec<Case>) -> Result<()> {
     }
     let total = selected.len();
     let started = Instant::now();
-    let mut results: Vec<(usize, String, Duration, Result<()>)> =
-        futures::stream::iter(selected)
-            .map(|(i, c)| async move {
-                let began = Instant::now();
-                let body = c.body;
-                let result = run_test(&c.name, move |env| body(env)).await;
-                let line = match &result {
-                    Ok(()) => "PASS",
-                    Err(_) => "FAIL",
-                };
-                eprintln!("[{title}] {line} {} ({:.1}s)", c.name, began.elapsed().as_secs_f64());
-                (i, c.name, began.elapsed(), result)
-            })
-            .buffer_unordered(concurrency())
-            .collect()
-            .await;
+    let mut results: Vec<(usize, String, Duration, Result<()>)> = futures::stream::iter(selected)
+        .map(|(i, c)| async move {
+            let began = Instant::now();
+            let body = c.body;
+            let result = run_test(&c.name, body).await;
+            let line = match &result {
+                Ok(()) => "PASS",
+                Err(_) => "FAIL",
+            };
+            eprintln!(
+                "[{title}] {line} {} ({:.1}s)",
+                c.name,
+                began.elapsed().as_secs_f64()
+            );
+            (i, c.name, began.elapsed(), result)
+        })
+        .buffer_unordered(concurrency())
+        .collect()
+        .await;
     results.sort_by_key(|(i, ..)| *i);
     let mut table = format!(
         "\n===== {title}: {total} cases in {:.0}s =====\n",
@@ -814,9 +820,8 @@ impl Scene {
                     .workloads
                     .iter()
                     .filter(|w| {
-                        self.workload(w).is_some_and(|(r, a)| {
-                            r == 0 || a.contains_key(labels::QUIESCED_BY)
-                        })
+                        self.workload(w)
+                            .is_some_and(|(r, a)| r == 0 || a.contains_key(labels::QUIESCED_BY))
                     })
                     .count();
                 let pvrs = o.pvrs.state();
@@ -834,9 +839,10 @@ impl Scene {
                     Boundary::MidResume => {
                         !pvrs.is_empty()
                             && pvrs.iter().all(|p| p.phase() == PodVolumePhase::Completed)
-                            && app.workloads.iter().any(|w| {
-                                self.workload(w).is_some_and(|(r, _)| r == w.replicas)
-                            })
+                            && app
+                                .workloads
+                                .iter()
+                                .any(|w| self.workload(w).is_some_and(|(r, _)| r == w.replicas))
                     }
                     Boundary::FinalizerRemoval => phase(&dr).is_terminal(),
                 };
@@ -1076,8 +1082,12 @@ async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
         // the volume to be free: the Quiescing phase lasts as long as the test wants.
         for pod in s.live_pods("web") {
             let patch = json!({"metadata": {"finalizers": [hold]}});
-            pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-                .await?;
+            pods.patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
         }
     }
     let _agent = s.node_agent(Some(COPY_RATE));
@@ -1105,8 +1115,12 @@ async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
         for pod in pods.list(&Default::default()).await? {
             if pod.finalizers().iter().any(|f| f == hold) {
                 let patch = json!({"metadata": {"finalizers": null}});
-                pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-                    .await?;
+                pods.patch(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await?;
             }
         }
     }
@@ -1191,7 +1205,8 @@ async fn cronjob_mounting_the_claim(env: TestEnv) -> Result<()> {
         let c = s.watch.cronjob("report");
         problems.push(format!(
             "CronJob report not as it was: suspend {:?}, annotations {:?}",
-            c.as_ref().and_then(|c| c.spec.as_ref().and_then(|sp| sp.suspend)),
+            c.as_ref()
+                .and_then(|c| c.spec.as_ref().and_then(|sp| sp.suspend)),
             c.as_ref().map(|c| c.annotations().clone())
         ));
     }
@@ -1217,13 +1232,19 @@ async fn no_node_agent_with_short_timeout(env: TestEnv) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_during_a_restore() -> Result<()> {
     let cases = vec![
-        case("node-agent-restarted-mid-copy", node_agent_restarted_mid_copy),
+        case(
+            "node-agent-restarted-mid-copy",
+            node_agent_restarted_mid_copy,
+        ),
         case("stand-in-deleted-mid-copy", stand_in_deleted_mid_copy),
         case(
             "stand-in-in-namespace-whose-quota-requires-requests",
             stand_in_in_quota_namespace,
         ),
-        case("stand-in-refused-by-admission", stand_in_refused_by_admission),
+        case(
+            "stand-in-refused-by-admission",
+            stand_in_refused_by_admission,
+        ),
         case(
             "pvr-deleted-by-someone-mid-copy-keep-stopped",
             pvr_deleted_mid_copy_keep_stopped,
@@ -1281,10 +1302,8 @@ async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
         let mut problems = Vec::new();
         for rep in 1..=10 {
             let (a, b) = (format!("r{rep}-a"), format!("r{rep}-b"));
-            let (made_a, made_b) = futures::join!(
-                s.restore(&a, s.spec(&app)),
-                s.restore(&b, s.spec(&app))
-            );
+            let (made_a, made_b) =
+                futures::join!(s.restore(&a, s.spec(&app)), s.restore(&b, s.spec(&app)));
             made_a?;
             made_b?;
             let mut both_held: Option<String> = None;
@@ -1294,12 +1313,18 @@ async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
                 .until(format!("{a} and {b} to end"), BOUND, |o| {
                     let (ra, rb) = (o.restore(&a)?, o.restore(&b)?);
                     if holds(&ra) && holds(&rb) && both_held.is_none() {
-                        both_held = Some(format!("{a}: {}; {b}: {}", describe(Some(&ra)), describe(Some(&rb))));
+                        both_held = Some(format!(
+                            "{a}: {}; {b}: {}",
+                            describe(Some(&ra)),
+                            describe(Some(&rb))
+                        ));
                     }
                     for r in [&ra, &rb] {
-                        let zero = r.status.iter().flat_map(|st| &st.consumers).any(|c| {
-                            c.name == web.name && c.replicas == Some(0)
-                        });
+                        let zero = r
+                            .status
+                            .iter()
+                            .flat_map(|st| &st.consumers)
+                            .any(|c| c.name == web.name && c.replicas == Some(0));
                         if zero && zero_record.is_none() {
                             zero_record = Some(format!("{}: {}", r.name_any(), describe(Some(r))));
                         }
@@ -1312,7 +1337,10 @@ async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
                 found.push(format!("both held the workload at once: {seen}"));
             }
             if let Some(seen) = zero_record {
-                found.push(format!("a restore recorded 0 replicas for {}: {seen}", web.name));
+                found.push(format!(
+                    "a restore recorded 0 replicas for {}: {seen}",
+                    web.name
+                ));
             }
             match ended {
                 Err(e) => found.push(format!(
@@ -1342,10 +1370,14 @@ async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
             }
             let back = s
                 .watch
-                .until(format!("{} back at {}", web.name, web.replicas), SETTLE, |_| {
-                    let (r, ann) = s.workload(&web)?;
-                    (r == web.replicas && !ann.contains_key(labels::QUIESCED_BY)).then_some(())
-                })
+                .until(
+                    format!("{} back at {}", web.name, web.replicas),
+                    SETTLE,
+                    |_| {
+                        let (r, ann) = s.workload(&web)?;
+                        (r == web.replicas && !ann.contains_key(labels::QUIESCED_BY)).then_some(())
+                    },
+                )
                 .await;
             match back {
                 Ok(()) => {
@@ -1360,9 +1392,10 @@ async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
                     web.replicas
                 )),
             }
-            if s
-                .watch
-                .until("stand-ins gone", SETTLE, |o| o.stand_ins().is_empty().then_some(()))
+            if s.watch
+                .until("stand-ins gone", SETTLE, |o| {
+                    o.stand_ins().is_empty().then_some(())
+                })
                 .await
                 .is_err()
             {
@@ -1381,7 +1414,11 @@ async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
             }
             eprintln!(
                 "[overlapping restores] repetition {rep}: {}",
-                if found.is_empty() { "PASS".to_string() } else { format!("FAIL: {}", found.join("; ")) }
+                if found.is_empty() {
+                    "PASS".to_string()
+                } else {
+                    format!("FAIL: {}", found.join("; "))
+                }
             );
             if !found.is_empty() {
                 // What is left behind would only confuse the next repetitions.

@@ -288,7 +288,10 @@ pub async fn start_cluster(dir: &Path, port_offset: u16) -> Result<Cluster> {
         bin_dir: PathBuf::from(bin_dir.trim()),
     };
     if !is_ready(&cluster).await {
-        bail!("the cluster in {} does not answer after up.sh", dir.display());
+        bail!(
+            "the cluster in {} does not answer after up.sh",
+            dir.display()
+        );
     }
     Ok(cluster)
 }
@@ -305,7 +308,11 @@ async fn up(dir: &Path, port_offset: u16) -> Result<()> {
         .await
         .with_context(|| format!("running {}", script.display()))?;
     if !status.success() {
-        bail!("{} failed ({status}) for {}", script.display(), dir.display());
+        bail!(
+            "{} failed ({status}) for {}",
+            script.display(),
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -314,7 +321,11 @@ async fn up(dir: &Path, port_offset: u16) -> Result<()> {
 /// by the pid `up.sh` recorded), waits until the process is gone, and has `up.sh`
 /// start it again, which returns when the cluster is usable. Returns how long the
 /// component was down.
-pub async fn restart_component(cluster: &Cluster, port_offset: u16, component: &str) -> Result<Duration> {
+pub async fn restart_component(
+    cluster: &Cluster,
+    port_offset: u16,
+    component: &str,
+) -> Result<Duration> {
     let pid_file = cluster.dir.join("run").join(format!("{component}.pid"));
     let pid = std::fs::read_to_string(&pid_file)
         .with_context(|| format!("reading {}", pid_file.display()))?
@@ -322,7 +333,10 @@ pub async fn restart_component(cluster: &Cluster, port_offset: u16, component: &
         .to_string();
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     if !pid.chars().all(|c| c.is_ascii_digit()) || !exe.ends_with(component) {
-        bail!("{} names {pid}, which is not a running {component}", pid_file.display());
+        bail!(
+            "{} names {pid}, which is not a running {component}",
+            pid_file.display()
+        );
     }
     let stopped = std::time::Instant::now();
     let status = tokio::process::Command::new("kill")
@@ -332,11 +346,15 @@ pub async fn restart_component(cluster: &Cluster, port_offset: u16, component: &
     if !status.success() {
         bail!("kill -KILL {pid} ({component}) failed: {status}");
     }
-    crate::support::wait_for(format!("{component} ({pid}) to exit"), Duration::from_secs(30), || async {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let gone = state.split_whitespace().nth(2).is_none_or(|s| s == "Z");
-        Ok(gone.then_some(()))
-    })
+    crate::support::wait_for(
+        format!("{component} ({pid}) to exit"),
+        Duration::from_secs(30),
+        || async {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let gone = state.split_whitespace().nth(2).is_none_or(|s| s == "Z");
+            Ok(gone.then_some(()))
+        },
+    )
     .await?;
     up(&cluster.dir, port_offset).await?;
     Ok(stopped.elapsed())

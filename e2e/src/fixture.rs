@@ -675,11 +675,20 @@ impl Observer {
             mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
         ) -> Store<K>
         where
-            K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+            K: kube::Resource
+                + Clone
+                + std::fmt::Debug
+                + serde::de::DeserializeOwned
+                + Send
+                + Sync
+                + 'static,
             K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
         {
             let (store, writer) = reflector::store();
-            let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+            let stream = reflector(
+                writer,
+                watcher(api, watcher::Config::default()).default_backoff(),
+            );
             tasks.push(tokio::spawn(async move {
                 let mut stream = std::pin::pin!(stream);
                 while let Some(event) = stream.next().await {
@@ -692,8 +701,18 @@ impl Observer {
             store
         }
 
-        let restores = follow::<DataRestore>(Api::namespaced(client.clone(), ns), tx.clone(), &mut tasks, |_| {});
-        let pvrs = follow::<PodVolumeRestore>(Api::namespaced(client.clone(), ns), tx.clone(), &mut tasks, |_| {});
+        let restores = follow::<DataRestore>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let pvrs = follow::<PodVolumeRestore>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
         let pod_lives = lives.clone();
         let mut listed: Vec<String> = Vec::new();
         let pods = follow(
@@ -721,9 +740,24 @@ impl Observer {
                 }
             },
         );
-        let deployments = follow::<Deployment>(Api::namespaced(client.clone(), ns), tx.clone(), &mut tasks, |_| {});
-        let statefulsets = follow::<StatefulSet>(Api::namespaced(client.clone(), ns), tx.clone(), &mut tasks, |_| {});
-        let cronjobs = follow::<CronJob>(Api::namespaced(client.clone(), ns), tx.clone(), &mut tasks, |_| {});
+        let deployments = follow::<Deployment>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let statefulsets = follow::<StatefulSet>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let cronjobs = follow::<CronJob>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
         let observer = Observer {
             restores,
             pvrs,
@@ -806,7 +840,9 @@ impl Observer {
         self.pods
             .state()
             .into_iter()
-            .filter(|p| p.labels().get(labels::ROLE).map(String::as_str) == Some(labels::ROLE_STAND_IN))
+            .filter(|p| {
+                p.labels().get(labels::ROLE).map(String::as_str) == Some(labels::ROLE_STAND_IN)
+            })
             .collect()
     }
 
@@ -838,7 +874,10 @@ pub fn writes_under_running_pods(
     let mut found = Vec::new();
     for w in writes {
         let w_end = w.last.unwrap_or(now);
-        for p in pods.iter().filter(|p| !p.stand_in && p.claims.contains(&w.claim)) {
+        for p in pods
+            .iter()
+            .filter(|p| !p.stand_in && p.claims.contains(&w.claim))
+        {
             let Some(started) = p.started else {
                 continue;
             };
@@ -901,9 +940,14 @@ mod tests {
         let found = writes_under_running_pods(&late, &pods, Duration::ZERO, t(2000));
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("web-new"), "{found:?}");
-        assert!(writes_under_running_pods(&late, &pods, Duration::from_secs(1), t(2000)).is_empty());
+        assert!(
+            writes_under_running_pods(&late, &pods, Duration::from_secs(1), t(2000)).is_empty()
+        );
         let open = [write(200, None)];
-        assert_eq!(writes_under_running_pods(&open, &pods, Duration::ZERO, t(2000)).len(), 1);
+        assert_eq!(
+            writes_under_running_pods(&open, &pods, Duration::ZERO, t(2000)).len(),
+            1
+        );
         let other_claim = [node_agent::VolumeWrite {
             claim: "ns/other".into(),
             ..write(200, Some(1500))

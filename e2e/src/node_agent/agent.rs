@@ -24,10 +24,10 @@ use tokio::task::JoinSet;
 
 use super::NodeAgentConfig;
 use super::data::{self, CopyError, Snapshot};
-use super::writes::{self, WriteSpan};
 use super::decide::{
     self, HelperWait, Nodes, PvrAction, RESTORE_WAIT_DONE, Skip, StartupAction, Throttle,
 };
+use super::writes::{self, WriteSpan};
 
 /// Why a restore under way should stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -437,7 +437,11 @@ async fn restore_helper(shared: &Shared, pod: &Pod, wait: &HelperWait) -> Result
         let claim = decide::claim_of(pod, volume).unwrap_or_default();
         let span = WriteSpan::begin(
             shared.cfg.write_log.as_deref(),
-            format!("{}/{volume}/{}", pod.uid().unwrap_or_default(), writes::HELPER_CLEANUP),
+            format!(
+                "{}/{volume}/{}",
+                pod.uid().unwrap_or_default(),
+                writes::HELPER_CLEANUP
+            ),
             "",
             &format!("{namespace}/{claim}"),
             writes::HELPER_CLEANUP,
@@ -556,7 +560,11 @@ impl Job {
             Some(uid) => {
                 let span = WriteSpan::begin(
                     self.shared.cfg.write_log.as_deref(),
-                    format!("{}/{}", self.pvr.uid().unwrap_or_default(), writes::DONE_FILE),
+                    format!(
+                        "{}/{}",
+                        self.pvr.uid().unwrap_or_default(),
+                        writes::DONE_FILE
+                    ),
                     &self.name,
                     &self.claim,
                     writes::DONE_FILE,

@@ -136,7 +136,11 @@ pub fn read_write_log(path: &Path) -> Result<Vec<VolumeWrite>> {
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
     let mut writes: BTreeMap<String, VolumeWrite> = BTreeMap::new();
-    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("line {} of {}", n + 1, path.display()))?;
         let field = |k: &str| v[k].as_str().unwrap_or_default().to_string();
@@ -151,7 +155,11 @@ pub fn read_write_log(path: &Path) -> Result<Vec<VolumeWrite>> {
         match v["event"].as_str() {
             Some("begin") => entry.first = entry.first.min(at),
             Some("end") => entry.last = Some(entry.last.map_or(at, |l| l.max(at))),
-            other => anyhow::bail!("line {} of {}: unknown event {other:?}", n + 1, path.display()),
+            other => anyhow::bail!(
+                "line {} of {}: unknown event {other:?}",
+                n + 1,
+                path.display()
+            ),
         }
     }
     let mut all: Vec<VolumeWrite> = writes.into_values().collect();
@@ -165,10 +173,8 @@ mod tests {
 
     #[test]
     fn begin_and_end_make_one_write_and_an_open_one_has_no_end() {
-        let dir = std::env::temp_dir().join(format!(
-            "refill-writes-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("refill-writes-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("writes.jsonl");
         assert!(read_write_log(&log).unwrap().is_empty());
