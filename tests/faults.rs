@@ -1092,25 +1092,29 @@ async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
     }
     let _agent = s.node_agent(Some(COPY_RATE));
     let _controller = s.controller().await?;
-    s.restore("r1", s.spec(&app)).await?;
     let web = &app.workloads[0];
-    s.watch
-        .until(format!("the volume {phase:?}"), BOUND, |o| {
-            let dr = o.restore("r1")?;
-            let in_phase = dr
-                .status
-                .as_ref()
-                .is_some_and(|st| st.volumes.iter().any(|v| v.phase == phase));
-            let ready = match phase {
-                VolumePhase::Quiescing => s.workload(web).is_some_and(|(r, _)| r == 0),
-                VolumePhase::StartingStandIn => !o.stand_ins().is_empty(),
-                _ => s.any_pvr(PodVolumePhase::InProgress),
-            };
-            // The stand-in's own watch event may come before the status write.
-            (ready && (in_phase || phase == VolumePhase::StartingStandIn)).then_some(())
-        })
-        .await?;
-    s.scale("web", 2, "gitops-sync").await?;
+    let rescaled = async {
+        s.restore("r1", s.spec(&app)).await?;
+        s.watch
+            .until(format!("the volume {phase:?}"), BOUND, |o| {
+                let dr = o.restore("r1")?;
+                let in_phase = dr
+                    .status
+                    .as_ref()
+                    .is_some_and(|st| st.volumes.iter().any(|v| v.phase == phase));
+                let ready = match phase {
+                    VolumePhase::Quiescing => s.workload(web).is_some_and(|(r, _)| r == 0),
+                    VolumePhase::StartingStandIn => !o.stand_ins().is_empty(),
+                    _ => s.any_pvr(PodVolumePhase::InProgress),
+                };
+                // The stand-in's own watch event may come before the status write.
+                (ready && (in_phase || phase == VolumePhase::StartingStandIn)).then_some(())
+            })
+            .await?;
+        s.scale("web", 2, "gitops-sync").await
+    }
+    .await;
+    // Always released: a pod kept by a finalizer would keep the namespace forever.
     if phase == VolumePhase::Quiescing {
         for pod in pods.list(&Default::default()).await? {
             if pod.finalizers().iter().any(|f| f == hold) {
@@ -1124,6 +1128,7 @@ async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
             }
         }
     }
+    rescaled?;
     let expect = Expect {
         bound: SHORT_BOUND,
         grace: REACTION,
