@@ -208,6 +208,8 @@ struct Expect {
     pods_ready: bool,
     /// Writes may overlap consumer pods by this much (see [`REACTION`]).
     grace: Duration,
+    /// The DataRestore may be gone at the end (the case deleted it).
+    gone: bool,
 }
 
 const ENDED: &[Phase] = &[
@@ -225,6 +227,7 @@ impl Expect {
             data: true,
             pods_ready: true,
             grace: Duration::ZERO,
+            gone: false,
         }
     }
 
@@ -262,6 +265,13 @@ impl Scene {
 
     /// A simulated node agent that logs its writes; `rate` limits each copy.
     fn node_agent(&self, rate: Option<u64>) -> NodeAgentHandle {
+        self.slow_stopping_node_agent(rate, Duration::ZERO)
+    }
+
+    /// [`Scene::node_agent`] whose copies go on for `stop_delay` after a cancel, as a
+    /// real data mover may: refill must wait for the PodVolumeRestore to end before it
+    /// brings consumers back.
+    fn slow_stopping_node_agent(&self, rate: Option<u64>, stop_delay: Duration) -> NodeAgentHandle {
         node_agent::spawn(
             self.client.clone(),
             NodeAgentConfig {
@@ -269,6 +279,7 @@ impl Scene {
                 bytes_per_second: rate,
                 progress_interval: Duration::from_millis(200),
                 write_log: Some(self.write_log.clone()),
+                stop_delay,
                 ..NodeAgentConfig::new(&self.snapshots)
             },
         )
@@ -513,12 +524,19 @@ impl Scene {
         let mut problems = Vec::new();
         let ended = self
             .watch
-            .until(format!("DataRestore {name} to end"), expect.bound, |o| {
-                o.restore(name).filter(|dr| phase(dr).is_terminal())
-            })
+            .until(
+                format!("DataRestore {name} to end"),
+                expect.bound,
+                |o| match o.restore(name) {
+                    None if expect.gone => Some(None),
+                    Some(dr) if phase(&dr).is_terminal() => Some(Some(dr)),
+                    _ => None,
+                },
+            )
             .await;
         let ended = match ended {
-            Ok(dr) => {
+            Ok(None) => true,
+            Ok(Some(dr)) => {
                 if !expect.phases.contains(&phase(&dr)) {
                     problems.push(format!(
                         "ended {:?}, expected {:?}: {}",
@@ -868,7 +886,7 @@ async fn controller_killed(env: TestEnv, shape: Shape, boundary: Boundary) -> Re
     s.restore("r1", s.spec(&app)).await?;
     let seen = s.reach(&app, "r1", boundary).await?;
     controller.kill().await;
-    tracing::info!(ns = %s.ns, "controller killed at {}: {seen}", boundary.label());
+    eprintln!("[kill] {}: controller killed with {seen}", s.ns);
     tokio::time::sleep(DOWNTIME).await;
     let _controller = s.controller().await?;
     let (_, problems) = s.check(&app, "r1", &Expect::completed()).await;
@@ -1218,6 +1236,53 @@ async fn cronjob_mounting_the_claim(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
+/// How refill itself rolls a restore back mid-copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rollback {
+    Cancel,
+    Delete,
+    VolumeTimeout,
+}
+
+/// Refill rolls back while the node agent copies, and the node agent takes two seconds
+/// to stop: the consumers may come back only after the copy ended.
+async fn rolled_back_mid_copy(env: TestEnv, how: Rollback) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    // Eight seconds of copying, so the copy is still going when refill rolls back.
+    let _agent = s.slow_stopping_node_agent(Some(COPY_RATE / 4), Duration::from_secs(2));
+    let _controller = s.controller().await?;
+    let mut spec = s.spec(&app);
+    if how == Rollback::VolumeTimeout {
+        spec.volume_timeout = Some("3s".into());
+    }
+    s.restore("r1", spec).await?;
+    s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+    let restores = Api::<DataRestore>::namespaced(s.client.clone(), &s.ns);
+    match how {
+        Rollback::Cancel => {
+            let patch = json!({"spec": {"cancel": true}});
+            restores
+                .patch("r1", &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+        Rollback::Delete => {
+            restores.delete("r1", &DeleteParams::default()).await?;
+        }
+        Rollback::VolumeTimeout => {}
+    }
+    let expect = Expect {
+        phases: match how {
+            Rollback::VolumeTimeout => &[Phase::Failed, Phase::PartiallyFailed],
+            _ => &[Phase::Canceled],
+        },
+        gone: how == Rollback::Delete,
+        ..Expect::ended()
+    };
+    let (_, problems) = s.check(&app, "r1", &expect).await;
+    verdict(problems)
+}
+
 async fn no_node_agent_with_short_timeout(env: TestEnv) -> Result<()> {
     let s = Scene::new(env).await?;
     let app = s.app(Shape::Deployment, false).await?;
@@ -1272,6 +1337,15 @@ async fn faults_during_a_restore() -> Result<()> {
             "no-node-agent-with-short-timeout",
             no_node_agent_with_short_timeout,
         ),
+        case("canceled-mid-copy-slow-stopping-node-agent", |env| {
+            rolled_back_mid_copy(env, Rollback::Cancel)
+        }),
+        case("deleted-mid-copy-slow-stopping-node-agent", |env| {
+            rolled_back_mid_copy(env, Rollback::Delete)
+        }),
+        case("volume-timeout-mid-copy-slow-stopping-node-agent", |env| {
+            rolled_back_mid_copy(env, Rollback::VolumeTimeout)
+        }),
     ];
     run_table("faults during a restore", cases).await
 }

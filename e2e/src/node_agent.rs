@@ -78,6 +78,10 @@ pub struct NodeAgentConfig {
     /// A file to append every write into a volume to (see [`writes`]), so a test can
     /// compare when data were written with when applications ran; `None` logs nothing.
     pub write_log: Option<PathBuf>,
+    /// How long a copy goes on writing after it is asked to stop (cancel or deletion
+    /// of its PodVolumeRestore), as a real data mover finishes the piece it is on;
+    /// zero stops at the next piece.
+    pub stop_delay: Duration,
 }
 
 impl NodeAgentConfig {
@@ -92,6 +96,7 @@ impl NodeAgentConfig {
             bytes_per_second: None,
             concurrency_per_node: 1,
             write_log: None,
+            stop_delay: Duration::ZERO,
         }
     }
 }

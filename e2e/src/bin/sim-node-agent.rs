@@ -97,6 +97,7 @@ async fn main() -> Result<()> {
         bytes_per_second: args.bytes_per_second,
         concurrency_per_node: args.concurrency,
         write_log: None,
+        stop_delay: Duration::ZERO,
     };
     tokio::select! {
         result = node_agent::run(client, cfg) => result,

@@ -758,7 +758,16 @@ impl Job {
                     let why = *self.stop.borrow_and_update();
                     if why != Stop::No {
                         stopping = true;
-                        stop_copy.store(true, Ordering::Relaxed);
+                        let linger = self.shared.cfg.stop_delay;
+                        if linger.is_zero() {
+                            stop_copy.store(true, Ordering::Relaxed);
+                        } else {
+                            let stop_copy = stop_copy.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(linger).await;
+                                stop_copy.store(true, Ordering::Relaxed);
+                            });
+                        }
                         if why == Stop::Cancel
                             && let Err(e) = self.set_status(json!({ "phase": "Canceling" })).await
                         {
