@@ -293,6 +293,7 @@ impl Scene {
         if !rwx {
             fixture::bound_local_volume(&self.client, &self.ns, name, &pv, node, &dir, &labels)
                 .await?;
+            self.bound(name).await?;
             return Ok(dir);
         }
         fixture::local_pv(&self.client, &pv, node, &dir, &labels).await?;
@@ -311,7 +312,20 @@ impl Scene {
                 }
             }))
             .await?;
+        self.bound(name).await?;
         Ok(dir)
+    }
+
+    /// Waits until the binder has bound the claim to its reserved volume: refill
+    /// refuses an unbound WaitForFirstConsumer claim without candidate nodes.
+    async fn bound(&self, claim: &str) -> Result<()> {
+        let claims = self.env.api::<PersistentVolumeClaim>();
+        wait_for(format!("claim {claim} bound"), SETUP, || async {
+            let pvc = claims.get(claim).await?;
+            let phase = pvc.status.and_then(|st| st.phase);
+            Ok((phase.as_deref() == Some("Bound")).then_some(()))
+        })
+        .await
     }
 
     /// A Deployment like [`fixture::deployment`]; with `requests`, its container asks
