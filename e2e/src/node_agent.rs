@@ -38,7 +38,8 @@
 //!
 //! With [`NodeAgentConfig::write_log`] set it logs when each write into a volume began
 //! and ended (see [`writes`]), for tests that prove nothing was written while an
-//! application pod of the volume ran.
+//! application pod of the volume ran. With [`NodeAgentConfig::stop_delay`] a copy goes
+//! on writing that long after a cancel or deletion, as a real data mover may.
 
 mod agent;
 pub mod data;
