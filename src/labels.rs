@@ -24,8 +24,11 @@ pub const DATA_RESTORE_UID: &str = "refill.dev/data-restore-uid";
 pub const DATA_RESTORE_ANNOTATION: &str = "refill.dev/data-restore";
 pub const ROLE: &str = "refill.dev/role";
 pub const ROLE_STAND_IN: &str = "stand-in";
-/// On a stopped consumer: the UID of the DataRestore that stopped it.
+/// On a stopped consumer: the UID of the DataRestore that stopped it. Written with the
+/// resourceVersion read, it is the lock that lets only one restore stop a workload.
 pub const QUIESCED_BY: &str = "refill.dev/quiesced-by";
+/// Beside [`QUIESCED_BY`]: `namespace/name` of that DataRestore, for messages.
+pub const QUIESCED_BY_RESTORE: &str = "refill.dev/quiesced-by-restore";
 /// On a scaled-down workload: its replica count before.
 pub const ORIGINAL_REPLICAS: &str = "refill.dev/original-replicas";
 /// On a parked DaemonSet or suspended CronJob: what to put back, as JSON.
@@ -62,11 +65,13 @@ fn derived_name(prefix: &str, parts: &[&str]) -> String {
     format!("{prefix}-{hash}")
 }
 
-/// The stand-in pod for one PVC (`namespace/name`) of one DataRestore; it lives in the
-/// PVC's namespace, so only the claim's name shows.
-pub fn stand_in_pod_name(restore_uid: &str, pvc_key: &str) -> String {
+/// The stand-in pod for one PVC (`namespace/name`); it lives in the PVC's namespace, so
+/// only the claim's name shows. The name depends on the claim alone, not on the
+/// restore: creating it is then the claim's lock, and a second restore of the same claim
+/// gets a conflict instead of a second writer.
+pub fn stand_in_pod_name(pvc_key: &str) -> String {
     let claim = pvc_key.rsplit('/').next().unwrap_or(pvc_key);
-    derived_name(&format!("refill-{claim}"), &[restore_uid, pvc_key])
+    derived_name(&format!("refill-{claim}"), &[pvc_key])
 }
 
 /// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.
@@ -97,14 +102,15 @@ mod tests {
 
     #[test]
     fn derived_names_are_stable_valid_and_distinct() {
-        let a = stand_in_pod_name("uid-1", "shop/data-web-0");
+        let a = stand_in_pod_name("shop/data-web-0");
         assert!(
             a.starts_with("refill-data-web-0-") && !a.contains('/'),
             "{a}"
         );
-        assert_eq!(a, stand_in_pod_name("uid-1", "shop/data-web-0"));
-        assert_ne!(a, stand_in_pod_name("uid-2", "shop/data-web-0"));
-        let long = stand_in_pod_name("uid-1", &"p".repeat(200));
+        assert_eq!(a, stand_in_pod_name("shop/data-web-0"));
+        assert_ne!(a, stand_in_pod_name("shop/data-web-1"));
+        assert_ne!(a, stand_in_pod_name("other/data-web-0"));
+        let long = stand_in_pod_name(&"p".repeat(200));
         assert!(long.len() <= 63, "{long}");
         let pvr = pod_volume_restore_name("restore-", "uid", "ns/pvc");
         assert!(!pvr.contains("--"), "{pvr}");

@@ -1,6 +1,7 @@
 //! refill: data-only, in-place restore of Kubernetes PVCs from Velero file-system backups.
 
 pub mod api;
+pub mod claims;
 pub mod cli;
 pub mod controller;
 pub mod crds;

@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use crate::api::ConsumerKind;
 use crate::labels;
 use crate::mounts::Mounts;
-use crate::plan::{ConsumerRef, Owner, mounts_claim, top_owner};
+use crate::plan::{ConsumerRef, Owner, is_top_workload, mounts_claim, template_mounts, top_owner};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 /// What the controller keeps knowing between reads, so that asking again costs nothing:
@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 #[derive(Default)]
 pub struct Known {
     pub mounts: Mounts,
+    pub claims: crate::claims::Claims,
     pub owners: OwnerCache,
 }
 
@@ -140,6 +141,28 @@ pub async fn consumers_in(
         if mounted.is_empty() {
             continue;
         }
+        if is_stand_in(pod) {
+            let restore = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::DATA_RESTORE_ANNOTATION))
+                .cloned()
+                .unwrap_or_else(|| "(unknown)".into());
+            for claim in mounted {
+                out.entry(format!("{namespace}/{claim}"))
+                    .or_default()
+                    .push(ConsumerRef {
+                        namespace: namespace.to_string(),
+                        pod: pod.metadata.name.clone(),
+                        owner: Owner::StandIn {
+                            restore: restore.clone(),
+                        },
+                        replicas: None,
+                    });
+            }
+            continue;
+        }
         // Owner lookups are few (one per ReplicaSet or Job) and need async, so they are
         // fetched first and handed to the pure walk as a map.
         for owner in pod.metadata.owner_references.iter().flatten() {
@@ -173,13 +196,91 @@ pub async fn consumers_in(
                 .or_default()
                 .push(ConsumerRef {
                     namespace: namespace.to_string(),
-                    pod: pod.metadata.name.clone().unwrap_or_default(),
+                    pod: pod.metadata.name.clone(),
                     owner: owner.clone(),
                     replicas,
                 });
         }
     }
+    // Workloads whose pod template mounts a claim are consumers too, with no pod running
+    // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
+    for (kind, name, workload) in workloads(client, namespace).await? {
+        if !is_top_workload(kind, &workload) {
+            continue;
+        }
+        for claim in claims {
+            if !template_mounts(kind, &name, &workload, claim) {
+                continue;
+            }
+            let refs = out.entry(format!("{namespace}/{claim}")).or_default();
+            let owner = Owner::Known(kind, name.clone());
+            if refs.iter().any(|r| r.owner == owner) {
+                continue;
+            }
+            let replicas = kind.is_scalable().then(|| {
+                workload["spec"]["replicas"]
+                    .as_i64()
+                    .map(|r| r as i32)
+                    .unwrap_or(1)
+            });
+            refs.push(ConsumerRef {
+                namespace: namespace.to_string(),
+                pod: None,
+                owner,
+                replicas,
+            });
+        }
+    }
     Ok(out)
+}
+
+/// The kinds whose pod templates can mount a claim.
+const TEMPLATE_KINDS: [ConsumerKind; 7] = [
+    ConsumerKind::Deployment,
+    ConsumerKind::StatefulSet,
+    ConsumerKind::ReplicaSet,
+    ConsumerKind::ReplicationController,
+    ConsumerKind::DaemonSet,
+    ConsumerKind::Job,
+    ConsumerKind::CronJob,
+];
+
+/// Every workload of `namespace` with its kind, name and JSON, read side by side.
+async fn workloads(
+    client: &Client,
+    namespace: &str,
+) -> kube::Result<Vec<(ConsumerKind, String, serde_json::Value)>> {
+    let lists = TEMPLATE_KINDS.map(|kind| async move {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
+        let list = api.list(&ListParams::default()).await?;
+        Ok::<_, kube::Error>(
+            list.items
+                .into_iter()
+                .map(|obj| {
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    let mut json = obj.data;
+                    json["metadata"] = serde_json::to_value(&obj.metadata).unwrap_or_default();
+                    (kind, name, json)
+                })
+                .collect::<Vec<_>>(),
+        )
+    });
+    Ok(futures::future::try_join_all(lists)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// Whether the pod is a stand-in of any restore.
+pub fn is_stand_in(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::ROLE))
+        .map(String::as_str)
+        == Some(labels::ROLE_STAND_IN)
 }
 
 pub fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {

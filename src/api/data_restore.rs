@@ -57,10 +57,11 @@ pub struct DataRestoreSpec {
     /// What to do with the stopped consumers when a volume fails.
     #[serde(default)]
     pub on_failure: FailurePolicy,
-    /// How long one volume may take, from quiesce to done (e.g. `30m`).
+    /// How long one volume may take, from quiesce to done (e.g. `30m`; default `4h`,
+    /// as Velero's own pod volume operations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_timeout: Option<String>,
-    /// How long the whole request may take (e.g. `4h`).
+    /// How long the whole request may take (e.g. `12h`; default `24h`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
     /// How many volumes are restored at once.
@@ -80,8 +81,8 @@ pub struct DataRestoreSpec {
 
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ConsumerPolicy {
-    /// Scale Deployments, StatefulSets, ReplicaSets and ReplicationControllers to zero;
-    /// refuse any other consumer.
+    /// Scale Deployments, StatefulSets, ReplicaSets and ReplicationControllers to zero,
+    /// suspend CronJobs and wait for running Jobs; refuse bare pods and DaemonSets.
     #[default]
     ScaleDown,
     /// Also stop consumers that cannot be scaled: delete and re-create bare pods,
@@ -183,6 +184,10 @@ pub enum VolumePhase {
     StartingStandIn,
     /// `restore-wait` runs; the node agent moves the data.
     Restoring,
+    /// The volume failed or was canceled while a node agent may be writing to it: its
+    /// PodVolumeRestore is canceled and waited for, then the stand-in pod removed. Only
+    /// then does it end (as `outcome` says), and only then may its consumers come back.
+    Aborting,
     Completed,
     Failed,
     Canceled,
@@ -199,7 +204,10 @@ impl VolumePhase {
     pub fn is_active(self) -> bool {
         matches!(
             self,
-            VolumePhase::Quiescing | VolumePhase::StartingStandIn | VolumePhase::Restoring
+            VolumePhase::Quiescing
+                | VolumePhase::StartingStandIn
+                | VolumePhase::Restoring
+                | VolumePhase::Aborting
         )
     }
 }
@@ -245,6 +253,20 @@ pub struct VolumeStatus {
     pub total_bytes: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// While Aborting: how the volume ends once nothing writes to it (Failed or Canceled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<VolumePhase>,
+    /// The node agent may have written part of the backup into the volume before it
+    /// stopped: its files are a mix of the backup and what was there before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partly_written: bool,
+    /// Something that does not stop the volume yet but needs a person (no node agent
+    /// takes its PodVolumeRestore, a cancel that is not acknowledged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+    /// When it began Aborting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -307,12 +329,16 @@ pub enum ConsumerState {
     /// Found during validation, not stopped yet.
     #[default]
     Running,
-    /// Recorded; the stop is being applied.
+    /// Recorded before the stop is applied, so that whatever happens next, the finish
+    /// step looks at the object and brings it back if refill's mark is on it.
     Stopping,
     Stopped,
     Resumed,
     /// Left stopped on purpose (onFailure: KeepStopped); the record stays on the object.
     KeptStopped,
+    /// Another DataRestore had stopped it already (see heldBy); this restore did not
+    /// touch it and refused the volumes it mounts.
+    HeldByOther,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -332,6 +358,9 @@ pub struct ConsumerRecord {
     /// as JSON: whatever brings the consumer back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original: Option<String>,
+    /// `namespace/name` of the DataRestore that holds it, when state is HeldByOther.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
 }
 
 impl ConsumerRecord {

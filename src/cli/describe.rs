@@ -304,6 +304,7 @@ mod tests {
                 state: ConsumerState::Stopped,
                 replicas: Some(3),
                 original: None,
+                held_by: None,
             }],
             warnings: vec!["careful".into()],
             ..DataRestoreStatus::default()

@@ -49,6 +49,8 @@ pub struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
+    /// Backoff of each restore whose passes fail.
+    pub backoffs: super::error::Backoffs,
 }
 
 impl Context {
@@ -65,6 +67,7 @@ impl Context {
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),
+            backoffs: Default::default(),
         }
     }
 
@@ -144,6 +147,16 @@ impl Context {
             .flat_map(|s| s.volumes.iter().flatten())
             .filter_map(|v| v.persistent_volume_claim.as_ref())
             .filter_map(|c| claims.get(&(ns.clone(), c.claim_name.clone())).cloned())
+            .collect()
+    }
+
+    /// The restores working on a claim, for mapping its events.
+    pub fn restores_for_claim(&self, namespace: &str, name: &str) -> Vec<ObjectRef<DataRestore>> {
+        let claims = self.claims.lock().expect("claims lock");
+        claims
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+            .into_iter()
             .collect()
     }
 

@@ -1,21 +1,24 @@
 //! The DataRestore controller: one reconcile state machine, whose phases are
 //! [`crate::api::Phase`], driven by kube-runtime.
 
-mod consumers;
+mod consumer;
 mod context;
+mod error;
 pub mod health;
+mod phase;
 mod pod_volume_restore;
+pub mod reasons;
 mod reconcile;
 mod restore_helper;
-mod restoring;
 mod stand_in;
 mod status;
-mod step;
+mod volume;
 
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -23,29 +26,12 @@ use tracing::{info, warn};
 
 use crate::api::{DataRestore, PodVolumeRestore};
 
-pub use consumers::{PARKED_KEY, who_changed};
+pub use consumer::{PARKED_KEY, who_changed};
 pub use context::{Config, Context};
+pub use error::{Error, Result};
+pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
 pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};
 pub use stand_in::DEFAULT_IMAGE as DEFAULT_STAND_IN_IMAGE;
-pub use step::DEFAULT_PARALLEL;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-    #[error("{0}")]
-    Other(String),
-}
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// What a step asks of the reconcile after its status is written.
-#[derive(Debug)]
-pub(crate) enum Next {
-    /// Pass again at once, from the status just written (records before effects).
-    Again,
-    Then(kube::runtime::controller::Action),
-}
 
 /// The user agent of the controller's requests, so they can be told apart in audit logs.
 pub const USER_AGENT: &str = concat!("refill-controller/", env!("CARGO_PKG_VERSION"));
@@ -104,6 +90,19 @@ pub async fn run_with_readiness(
         })
         .touched_objects();
     let mapper_ctx = ctx.clone();
+    // Claims are watched by their metadata only, for one fact: being deleted.
+    let claims_ctx = ctx.clone();
+    let claim_events = watcher(
+        Api::<PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map_ok(move |event| {
+        claims_ctx.known.claims.apply(&event);
+        event
+    })
+    .touched_objects();
+    let claim_mapper_ctx = ctx.clone();
     info!(namespace, "refill controller started");
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     Controller::new(restores, watcher::Config::default())
@@ -113,6 +112,12 @@ pub async fn run_with_readiness(
         // back through the claims refill is working on. The same watch keeps the index
         // of which pods mount which claims.
         .watches_stream(pod_events, move |pod| mapper_ctx.restores_for_pod(&pod))
+        .watches_stream(claim_events, move |claim| {
+            claim_mapper_ctx.restores_for_claim(
+                claim.metadata.namespace.as_deref().unwrap_or_default(),
+                claim.metadata.name.as_deref().unwrap_or_default(),
+            )
+        })
         // No debounce: kube-runtime's pushes a waiting reconcile back on every event, so
         // steady progress from many volumes would starve it. Events that arrive while a
         // pass runs are folded into one next pass anyway.

@@ -1,4 +1,5 @@
-//! One pass of the state machine: observe, decide, act, record.
+//! The entry point of every reconcile: take a fresh copy, hold the finalizer, run the
+//! current phase (see [`super::phase`]), write the status, and say when to come back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,17 +8,19 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use crate::api::{
-    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase, VolumeStatus,
-};
+use crate::api::{DataRestore, DataRestoreStatus};
 use crate::labels::{FIELD_MANAGER, FINALIZER};
-use crate::validate::{self, ValidateError};
 
-use super::status::{self, now};
-use super::step::parse_duration;
-use super::{Context, Error, Next, Result, restoring};
+use super::error::Category;
+use super::phase::{self, Next};
+use super::status;
+use super::{Context, Error, Result};
+
+/// Passes in a row within one reconcile at most: each that only recorded decisions is
+/// followed at once by one that acts on them.
+const MAX_PASSES: usize = 4;
 
 pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
     let api: Api<DataRestore> =
@@ -55,34 +58,32 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
 
-    // A few passes in a row at most: each one that only recorded decisions is followed
-    // at once by one that acts on them.
-    for _ in 0..4 {
+    for _ in 0..MAX_PASSES {
         let started = std::time::Instant::now();
         let before = dr.status.clone().unwrap_or_default();
         let mut status = before.clone();
-        let next = step(&dr, &ctx, &mut status, deleting).await?;
+        // What a pass did is in `status` even when it failed part-way: it is written
+        // before the error is reported, so no effect goes unrecorded.
+        let result = phase::pass(&dr, &ctx, &mut status, deleting).await;
         status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
         status.observed_generation = dr.metadata.generation;
         status.conditions = status::conditions(&status, dr.metadata.generation);
 
-        let again = matches!(next, Next::Again);
-        let mut action = match next {
-            Next::Again => Action::requeue(Duration::ZERO),
-            Next::Then(action) => action,
-        };
+        let mut wait = None;
         let changed = status != before;
         if changed {
             let progress_only = status::only_progress_differs(&before, &status);
-            match ctx.progress_wait(&uid).filter(|_| progress_only) {
-                Some(wait) => action = Action::requeue(wait),
+            match ctx
+                .progress_wait(&uid)
+                .filter(|_| progress_only && result.is_ok())
+            {
+                Some(throttled) => wait = Some(throttled),
                 None => {
                     dr = write_status(&api, &dr, &status).await?;
                     ctx.wrote(&uid, dr.resource_version());
                 }
             }
         }
-
         debug!(
             restore = %dr.name_any(),
             phase = ?status.phase,
@@ -91,14 +92,17 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
             "pass took {} ms",
             started.elapsed().as_millis()
         );
-        if status.phase.is_terminal() {
-            // Everything is rolled back by now; a finished restore needs no finalizer.
-            ctx.forget(&dr);
-            remove_finalizer(&api, &dr).await?;
-            return Ok(Action::await_change());
-        }
-        if !again {
-            return Ok(action);
+        let next = result?;
+        ctx.backoffs.reset(&uid);
+        match next {
+            Next::Again => continue,
+            Next::Done => {
+                // Everything is rolled back by now; a finished restore needs no finalizer.
+                ctx.forget(&dr);
+                remove_finalizer(&api, &dr).await?;
+                return Ok(Action::await_change());
+            }
+            Next::After(after) => return Ok(Action::requeue(wait.map_or(after, |w| w.min(after)))),
         }
     }
     Ok(Action::requeue(Duration::ZERO))
@@ -156,135 +160,16 @@ async fn patch_out_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> kube::
     .map(drop)
 }
 
-async fn step(
-    dr: &DataRestore,
-    ctx: &Context,
-    status: &mut DataRestoreStatus,
-    deleting: bool,
-) -> Result<Next> {
-    loop {
-        match status.phase {
-            Phase::New => {
-                status.phase = Phase::Validating;
-                status.start_time = Some(now());
-            }
-            Phase::Validating => {
-                if deleting || dr.spec.cancel {
-                    status.phase = Phase::Canceled;
-                    status.completion_time = Some(now());
-                    return Ok(Next::Then(Action::await_change()));
-                }
-                let next = validating(dr, ctx, status).await?;
-                if status.phase == Phase::Restoring {
-                    // Deciding the first volumes touches nothing, so it goes out in the
-                    // same write as the validation's result; acting waits for that write.
-                    restoring::record(dr, ctx, status, deleting).await?;
-                }
-                return Ok(next);
-            }
-            Phase::Restoring | Phase::Finalizing => {
-                return restoring::step(dr, ctx, status, deleting).await;
-            }
-            _ => return Ok(Next::Then(Action::await_change())),
+/// How soon a restore whose pass failed is looked at again: at once after a conflict
+/// (the object only moved on), else after a backoff that grows per restore.
+pub fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context>) -> Action {
+    let uid = dr.uid().unwrap_or_default();
+    match error.category() {
+        Category::Conflict => Action::requeue(Duration::from_millis(100)),
+        category => {
+            let delay = ctx.backoffs.next(&uid);
+            warn!(restore = %dr.name_any(), ?category, "will retry in {delay:?}: {error}");
+            Action::requeue(delay)
         }
-    }
-}
-
-/// Spec fields the schema cannot check on its own.
-fn spec_errors(dr: &DataRestore) -> Vec<String> {
-    let mut errors = Vec::new();
-    for value in [&dr.spec.timeout, &dr.spec.volume_timeout]
-        .into_iter()
-        .flatten()
-    {
-        if let Err(e) = parse_duration(value) {
-            errors.push(e);
-        }
-    }
-    if dr.spec.parallel == Some(0) {
-        errors.push("parallel must be at least 1".into());
-    }
-    errors
-}
-
-async fn validating(
-    dr: &DataRestore,
-    ctx: &Context,
-    status: &mut DataRestoreStatus,
-) -> Result<Next> {
-    let invalid = |status: &mut DataRestoreStatus, errors: Vec<String>| {
-        status.phase = Phase::Failed;
-        status.errors = errors;
-        status.completion_time = Some(now());
-    };
-    let errors = spec_errors(dr);
-    if !errors.is_empty() {
-        invalid(status, errors);
-        ctx.event(dr, true, "FailedValidation", status.errors.join("; "));
-        return Ok(Next::Then(Action::await_change()));
-    }
-    match validate::plan(&ctx.client, Some(&ctx.known), dr).await {
-        Err(ValidateError::Invalid(e)) => {
-            info!(restore = %dr.name_any(), "invalid: {e}");
-            invalid(status, e.errors);
-            ctx.event(dr, true, "FailedValidation", status.errors.join("; "));
-            Ok(Next::Then(Action::await_change()))
-        }
-        Err(ValidateError::Kube(e)) => Err(Error::Kube(e)),
-        Ok(plan) => {
-            status.backup_name = Some(plan.backup_name.clone());
-            status.warnings = plan.warnings.clone();
-            status.volumes = plan
-                .volumes
-                .iter()
-                .map(|v| VolumeStatus {
-                    pvc: v.pvc.clone(),
-                    phase: VolumePhase::Pending,
-                    pod_volume_backup: Some(v.pod_volume_backup.clone()),
-                    volume: v.volume.clone(),
-                    snapshot_id: Some(v.snapshot_id.clone()),
-                    total_bytes: v.total_bytes,
-                    candidate_nodes: match &v.placement {
-                        validate::Placement::Candidates(nodes) => nodes.clone(),
-                        _ => Vec::new(),
-                    },
-                    pvc_uid: v.pvc_uid.clone(),
-                    ..Default::default()
-                })
-                .collect();
-            status.consumers = plan
-                .consumers
-                .iter()
-                .map(|c| ConsumerRecord {
-                    kind: c.kind,
-                    namespace: c.namespace.clone(),
-                    name: c.name.clone(),
-                    pvcs: c.pvcs.clone(),
-                    state: ConsumerState::Running,
-                    replicas: c.replicas,
-                    original: None,
-                })
-                .collect();
-            status.phase = Phase::Restoring;
-            let note = format!(
-                "restoring {} volumes from backup {}",
-                status.volumes.len(),
-                plan.backup_name
-            );
-            ctx.event(dr, false, "Validated", note);
-            // Straight on to the first volumes, from the status just written.
-            Ok(Next::Again)
-        }
-    }
-}
-
-pub fn error_policy(dr: Arc<DataRestore>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(restore = %dr.name_any(), "will retry: {error}");
-    // A conflict only means the object moved on: look again at once.
-    match error {
-        Error::Kube(kube::Error::Api(e)) if e.code == 409 => {
-            Action::requeue(Duration::from_millis(100))
-        }
-        _ => Action::requeue(Duration::from_secs(5)),
     }
 }

@@ -76,6 +76,9 @@ pub fn pod(s: StandIn<'_>) -> Pod {
                 name: IDLE_CONTAINER.into(),
                 image: Some(s.image.to_string()),
                 image_pull_policy: Some("IfNotPresent".into()),
+                // The helper's requests and limits (Velero's settings): a namespace whose
+                // quota asks every container for them admits the stand-in.
+                resources: s.restore_wait.resources.clone(),
                 security_context: container_security.or(s.restore_wait.security_context),
                 ..Default::default()
             }],
@@ -96,19 +99,6 @@ pub fn pod(s: StandIn<'_>) -> Pod {
         }),
         ..Default::default()
     }
-}
-
-/// Whether the pod's `restore-wait` container runs, which is what the node agent waits for.
-pub fn restore_wait_running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.init_container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.name == super::restore_helper::CONTAINER_NAME
-                && c.state.as_ref().is_some_and(|st| st.running.is_some())
-        })
 }
 
 #[cfg(test)]

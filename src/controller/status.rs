@@ -10,6 +10,11 @@ pub mod condition {
     pub const READY: &str = "Ready";
     pub const RECONCILING: &str = "Reconciling";
     pub const STALLED: &str = "Stalled";
+    /// True while a volume waits on something a person must look at (no node agent takes
+    /// its PodVolumeRestore, a cancel the node agent does not acknowledge).
+    pub const WARNING: &str = "Warning";
+    pub const VOLUME_WARNING: &str = "VolumeWarning";
+    pub const NO_WARNING: &str = "NoWarning";
 }
 
 pub fn now() -> Time {
@@ -55,7 +60,8 @@ pub fn phase_counts(volumes: &[VolumeStatus]) -> String {
         .join(" ")
 }
 
-fn reason(phase: Phase) -> &'static str {
+/// The reason of the conditions (and the final Event) for a phase.
+pub fn reason(phase: Phase) -> &'static str {
     match phase {
         Phase::New => "Accepted",
         Phase::Validating => "Validating",
@@ -93,25 +99,40 @@ pub fn conditions(status: &DataRestoreStatus, generation: Option<i64>) -> Vec<Co
             phase.is_terminal() && phase != Phase::Completed,
         ),
     ];
-    wanted
+    let warning = status
+        .volumes
+        .iter()
+        .find_map(|v| v.warning.as_ref().map(|w| format!("{}: {w}", v.pvc)));
+    let condition = |type_: &str, on: bool, reason: &str, message: String| {
+        let state = if on { "True" } else { "False" };
+        let previous = status.conditions.iter().find(|c| c.type_ == type_);
+        let last_transition_time = match previous {
+            Some(p) if p.status == state => p.last_transition_time.clone(),
+            _ => now(),
+        };
+        Condition {
+            type_: type_.to_string(),
+            status: state.to_string(),
+            reason: reason.to_string(),
+            message,
+            observed_generation: generation,
+            last_transition_time,
+        }
+    };
+    let mut conditions: Vec<Condition> = wanted
         .into_iter()
-        .map(|(type_, on)| {
-            let state = if on { "True" } else { "False" };
-            let previous = status.conditions.iter().find(|c| c.type_ == type_);
-            let last_transition_time = match previous {
-                Some(p) if p.status == state => p.last_transition_time.clone(),
-                _ => now(),
-            };
-            Condition {
-                type_: type_.to_string(),
-                status: state.to_string(),
-                reason: reason(phase).to_string(),
-                message: message.clone(),
-                observed_generation: generation,
-                last_transition_time,
-            }
-        })
-        .collect()
+        .map(|(type_, on)| condition(type_, on, reason(phase), message.clone()))
+        .collect();
+    conditions.push(match warning {
+        Some(text) => condition(condition::WARNING, true, condition::VOLUME_WARNING, text),
+        None => condition(
+            condition::WARNING,
+            false,
+            condition::NO_WARNING,
+            String::new(),
+        ),
+    });
+    conditions
 }
 
 fn done(status: &DataRestoreStatus) -> usize {
@@ -197,6 +218,16 @@ mod tests {
         let failed = conditions(&status, Some(1));
         assert_eq!(get(&failed, "Stalled"), "True");
         assert!(failed[0].message.contains("not found"));
+        assert_eq!(get(&failed, "Warning"), "False");
+
+        status.phase = Phase::Restoring;
+        status.volumes[0].warning = Some("no node agent".into());
+        let warned = conditions(&status, Some(1));
+        let warning = warned.iter().find(|c| c.type_ == "Warning").unwrap();
+        assert_eq!(
+            (warning.status.as_str(), warning.message.as_str()),
+            ("True", "ns/p: no node agent")
+        );
     }
 
     #[test]

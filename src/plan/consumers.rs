@@ -18,16 +18,94 @@ pub enum Owner {
         kind: String,
         name: String,
     },
+    /// The stand-in pod of another DataRestore (`namespace/name`), which restores the
+    /// claim now.
+    StandIn {
+        restore: String,
+    },
 }
 
-/// A pod mounting a PVC, resolved to its top owner.
+/// A consumer of a PVC: a pod mounting it, resolved to its top owner, or a workload whose
+/// pod template mounts it (even with no pod running now).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsumerRef {
     pub namespace: String,
-    pub pod: String,
+    /// The pod found mounting the claim; None when found from a pod template.
+    pub pod: Option<String>,
     pub owner: Owner,
     /// Replicas of the owner now, for scalable kinds.
     pub replicas: Option<i32>,
+}
+
+impl ConsumerRef {
+    /// How it was found, for messages: `pod shop/web-1 (Deployment web)`, or
+    /// `the pod template of CronJob shop/nightly`.
+    pub fn describe(&self) -> String {
+        let ns = &self.namespace;
+        let owner = match &self.owner {
+            Owner::Known(kind, name) => format!("{kind:?} {name}"),
+            Owner::Unsupported { kind, name } => format!("{kind} {name}"),
+            Owner::StandIn { restore } => format!("stand-in of DataRestore {restore}"),
+        };
+        match &self.pod {
+            Some(pod) => format!("pod {ns}/{pod} ({owner})"),
+            None => format!("the pod template of {owner} in {ns}"),
+        }
+    }
+}
+
+/// The claims a workload's pod template mounts, given the workload as JSON. A
+/// StatefulSet's volumeClaimTemplates name claims `<template>-<set>-<ordinal>`.
+pub fn template_mounts(
+    kind: ConsumerKind,
+    name: &str,
+    workload: &serde_json::Value,
+    claim: &str,
+) -> bool {
+    let template = match kind {
+        ConsumerKind::CronJob => &workload["spec"]["jobTemplate"]["spec"]["template"],
+        _ => &workload["spec"]["template"],
+    };
+    let named = template["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .any(|c| c == claim);
+    let from_claim_template = kind == ConsumerKind::StatefulSet
+        && workload["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["metadata"]["name"].as_str())
+            .any(|t| {
+                claim
+                    .strip_prefix(&format!("{t}-{name}-"))
+                    .is_some_and(|ordinal| {
+                        !ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit())
+                    })
+            });
+    named || from_claim_template
+}
+
+/// Whether a workload found by its template is a consumer of its own: not one whose
+/// owner is (a Deployment's ReplicaSet, a CronJob's Job), and not a Job that finished.
+pub fn is_top_workload(kind: ConsumerKind, workload: &serde_json::Value) -> bool {
+    let owned = workload["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|o| o["controller"].as_bool() == Some(true));
+    let finished_job = kind == ConsumerKind::Job
+        && workload["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                matches!(c["type"].as_str(), Some("Complete") | Some("Failed"))
+                    && c["status"].as_str() == Some("True")
+            });
+    !owned && !finished_job
 }
 
 fn controller_of(owners: &[OwnerReference]) -> Option<&OwnerReference> {
@@ -117,25 +195,37 @@ pub fn consumer_actions(
             let ns = &consumer.namespace;
             let (kind, name) = match &consumer.owner {
                 Owner::Known(kind, name) => (*kind, name),
-                Owner::Unsupported { kind, name } => {
+                Owner::Unsupported { .. } => {
                     errors.push(format!(
-                        "PVC {pvc} is mounted by pod {ns}/{}, owned by {kind} {name}, which refill cannot stop; stop it yourself and retry",
-                        consumer.pod
+                        "PVC {pvc} is used by {}, which refill cannot stop; stop it yourself and retry",
+                        consumer.describe()
+                    ));
+                    continue;
+                }
+                Owner::StandIn { restore } => {
+                    errors.push(format!(
+                        "PVC {pvc} is being restored by DataRestore {restore}; restore it again after that one ends"
                     ));
                     continue;
                 }
             };
             let refused = match policy {
-                ConsumerPolicy::Refuse => Some("consumers: Refuse forbids restoring a PVC in use"),
-                ConsumerPolicy::ScaleDown if !kind.is_scalable() => Some(
-                    "it cannot be scaled down; use consumers: Detach to stop it (a bare pod is deleted and re-created, a DaemonSet parked, a CronJob suspended, a Job waited for)",
-                ),
+                ConsumerPolicy::Refuse => {
+                    Some("spec.consumers is Refuse, which forbids restoring a PVC in use")
+                }
+                ConsumerPolicy::ScaleDown
+                    if matches!(kind, ConsumerKind::Pod | ConsumerKind::DaemonSet) =>
+                {
+                    Some(
+                        "it cannot be scaled down; set spec.consumers to Detach (--consumers detach) to stop it: a bare pod is deleted and re-created, a DaemonSet parked on no node",
+                    )
+                }
                 _ => None,
             };
             if let Some(why) = refused {
                 errors.push(format!(
-                    "PVC {pvc} is mounted by pod {ns}/{} ({kind:?} {name}): {why}",
-                    consumer.pod
+                    "PVC {pvc} is used by {}: {why}",
+                    consumer.describe()
                 ));
                 continue;
             }
@@ -255,7 +345,7 @@ mod tests {
     fn consumer(pod: &str, owner: Owner, replicas: Option<i32>) -> ConsumerRef {
         ConsumerRef {
             namespace: "ns".into(),
-            pod: pod.into(),
+            pod: Some(pod.into()),
             owner,
             replicas,
         }
@@ -295,7 +385,7 @@ mod tests {
         .into();
         let err = consumer_actions(ConsumerPolicy::ScaleDown, &bare).unwrap_err();
         assert!(
-            err.errors[0].contains("cannot be scaled down; use consumers: Detach"),
+            err.errors[0].contains("cannot be scaled down; set spec.consumers to Detach"),
             "{err}"
         );
         let planned = consumer_actions(ConsumerPolicy::Detach, &bare).unwrap();
@@ -326,5 +416,121 @@ mod tests {
         )]
         .into();
         assert!(consumer_actions(ConsumerPolicy::Detach, &odd).is_err());
+
+        let cron = [(
+            "ns/c".to_string(),
+            vec![ConsumerRef {
+                pod: None,
+                ..consumer(
+                    "",
+                    Owner::Known(ConsumerKind::CronJob, "nightly".into()),
+                    None,
+                )
+            }],
+        )]
+        .into();
+        let planned = consumer_actions(ConsumerPolicy::ScaleDown, &cron).unwrap();
+        assert_eq!(
+            planned[0].action,
+            ConsumerAction::SuspendCronJob,
+            "a CronJob is suspended, not refused"
+        );
+
+        let restoring = [(
+            "ns/c".to_string(),
+            vec![consumer(
+                "refill-c-1",
+                Owner::StandIn {
+                    restore: "velero/first".into(),
+                },
+                None,
+            )],
+        )]
+        .into();
+        let err = consumer_actions(ConsumerPolicy::Detach, &restoring).unwrap_err();
+        assert_eq!(
+            err.errors,
+            vec![
+                "PVC ns/c is being restored by DataRestore velero/first; restore it again after that one ends"
+            ],
+            "never a hint to detach refill's own stand-in"
+        );
+    }
+
+    #[test]
+    fn templates_mount_their_claims_even_with_nothing_running() {
+        let cron = serde_json::json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+        }}}}}});
+        assert!(template_mounts(
+            ConsumerKind::CronJob,
+            "nightly",
+            &cron,
+            "data"
+        ));
+        assert!(!template_mounts(
+            ConsumerKind::CronJob,
+            "nightly",
+            &cron,
+            "other"
+        ));
+        let deploy = serde_json::json!({"spec": {"replicas": 0, "template": {"spec": {
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+        }}}});
+        assert!(template_mounts(
+            ConsumerKind::Deployment,
+            "web",
+            &deploy,
+            "data"
+        ));
+        let sts =
+            serde_json::json!({"spec": {"volumeClaimTemplates": [{"metadata": {"name": "data"}}]}});
+        assert!(template_mounts(
+            ConsumerKind::StatefulSet,
+            "db",
+            &sts,
+            "data-db-0"
+        ));
+        assert!(template_mounts(
+            ConsumerKind::StatefulSet,
+            "db",
+            &sts,
+            "data-db-12"
+        ));
+        assert!(!template_mounts(
+            ConsumerKind::StatefulSet,
+            "db",
+            &sts,
+            "data-db-x"
+        ));
+        assert!(!template_mounts(
+            ConsumerKind::StatefulSet,
+            "db",
+            &sts,
+            "data-dbx-0"
+        ));
+        assert!(!template_mounts(
+            ConsumerKind::StatefulSet,
+            "other",
+            &sts,
+            "data-db-0"
+        ));
+    }
+
+    #[test]
+    fn only_top_workloads_and_running_jobs_count() {
+        let owned = serde_json::json!({"metadata": {"ownerReferences": [{"controller": true, "kind": "Deployment"}]}});
+        assert!(!is_top_workload(ConsumerKind::ReplicaSet, &owned));
+        assert!(is_top_workload(
+            ConsumerKind::ReplicaSet,
+            &serde_json::json!({})
+        ));
+        let done =
+            serde_json::json!({"status": {"conditions": [{"type": "Complete", "status": "True"}]}});
+        assert!(!is_top_workload(ConsumerKind::Job, &done));
+        assert!(is_top_workload(
+            ConsumerKind::Job,
+            &serde_json::json!({"status": {"active": 1}})
+        ));
     }
 }

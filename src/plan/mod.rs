@@ -18,7 +18,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup};
 
 pub use backup::{BackupChoice, resolve_backup};
-pub use consumers::{ConsumerRef, Owner, consumer_actions, mounts_claim, top_owner};
+pub use consumers::{
+    ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_mounts, top_owner,
+};
 pub use placement::placement;
 pub use selector::{label_selector_matches, parse_pvc_key};
 pub use volumes::select_volumes;

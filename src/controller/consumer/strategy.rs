@@ -1,31 +1,126 @@
-//! Stopping and bringing back consumers. The patches are pure; the API calls are thin.
+//! How each kind of consumer is stopped, brought back and checked for a restart: one
+//! strategy per kind, as pure functions of the object read. The API calls are in
+//! [`super`].
 //!
-//! Every stop writes its own record on the object in the same patch (the UID of the
-//! DataRestore and what to restore), so no consumer is ever stopped without something
-//! durable that brings it back, even if refill dies right after.
+//! Every stop writes its own record on the object in the same patch (the DataRestore
+//! that holds it and what brings it back), so no consumer is ever stopped without
+//! something durable that brings it back, even if refill dies right after. That record
+//! is also the lock: a workload already marked by another restore is not touched.
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
+use crate::api::{ConsumerKind, ConsumerRecord};
 use crate::labels;
 use crate::observe::replicas;
 
 /// A node-selector key no node carries: a DaemonSet asked to run only there runs nowhere.
 pub const PARKED_KEY: &str = "refill.dev/parked-by";
 
-fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        &record.namespace,
-        &record.kind.api_resource(),
-    )
+/// How one kind of consumer is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Deployments, StatefulSets, ReplicaSets, ReplicationControllers: replicas to 0.
+    Scale,
+    /// DaemonSets: a node selector no node matches.
+    Park,
+    /// CronJobs: suspended (their running Jobs are waited for, as pods on the claim).
+    Suspend,
+    /// Bare pods: deleted, and created again from the recorded manifest.
+    Delete,
+    /// Jobs: waited for, never killed.
+    Wait,
 }
 
-fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
+impl Strategy {
+    pub fn of(kind: ConsumerKind) -> Self {
+        match kind {
+            ConsumerKind::Deployment
+            | ConsumerKind::StatefulSet
+            | ConsumerKind::ReplicaSet
+            | ConsumerKind::ReplicationController => Strategy::Scale,
+            ConsumerKind::DaemonSet => Strategy::Park,
+            ConsumerKind::CronJob => Strategy::Suspend,
+            ConsumerKind::Pod => Strategy::Delete,
+            ConsumerKind::Job => Strategy::Wait,
+        }
+    }
+
+    /// Whether stopping and resuming it patches the object (and so marks it).
+    pub fn patches(self) -> bool {
+        matches!(self, Strategy::Scale | Strategy::Park | Strategy::Suspend)
+    }
+
+    /// The stop as one merge patch carrying the record and the lock, for the object as
+    /// read, and the replica count or state it records; None for kinds not patched.
+    pub fn stop_patch(self, uid: &str, restore: &str, obj: &DynamicObject) -> Option<Stop> {
+        let mut annotations = json!({
+            labels::QUIESCED_BY: uid,
+            labels::QUIESCED_BY_RESTORE: restore,
+        });
+        let (spec, replicas, original) = match self {
+            Strategy::Scale => {
+                let original = replicas(obj);
+                annotations[labels::ORIGINAL_REPLICAS] = json!(original.to_string());
+                (json!({"replicas": 0}), Some(original), None)
+            }
+            Strategy::Park => (
+                json!({"template": {"spec": {"nodeSelector": {PARKED_KEY: uid}}}}),
+                None,
+                None,
+            ),
+            Strategy::Suspend => {
+                let was = obj.data["spec"]["suspend"].as_bool().unwrap_or(false);
+                let original = json!({"suspend": was}).to_string();
+                annotations[labels::ORIGINAL_STATE] = json!(original);
+                (json!({"suspend": true}), None, Some(original))
+            }
+            Strategy::Delete | Strategy::Wait => return None,
+        };
+        Some(Stop {
+            // What was read is what gets recorded: a change in between (a rescale, another
+            // restore's mark) makes the server refuse the patch.
+            patch: json!({
+                "metadata": {
+                    "annotations": annotations,
+                    "resourceVersion": obj.metadata.resource_version,
+                },
+                "spec": spec,
+            }),
+            replicas,
+            original,
+        })
+    }
+
+    /// The field of the object a restart shows in, and whether it shows now.
+    fn restart_field(self, obj: &DynamicObject, uid: &str) -> (bool, &'static [&'static str]) {
+        match self {
+            Strategy::Scale => (replicas(obj) > 0, &["f:spec", "f:replicas"]),
+            Strategy::Park => (
+                obj.data["spec"]["template"]["spec"]["nodeSelector"][PARKED_KEY].as_str()
+                    != Some(uid),
+                &["f:spec", "f:template", "f:spec", "f:nodeSelector"],
+            ),
+            Strategy::Suspend => (
+                obj.data["spec"]["suspend"].as_bool() != Some(true),
+                &["f:spec", "f:suspend"],
+            ),
+            Strategy::Delete | Strategy::Wait => (false, &[]),
+        }
+    }
+}
+
+/// A stop to apply: the patch, and what it records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stop {
+    pub patch: Value,
+    pub replicas: Option<i32>,
+    pub original: Option<String>,
+}
+
+pub fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
     obj.metadata
         .annotations
         .as_ref()?
@@ -33,34 +128,16 @@ fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-pub fn scale_down_patch(uid: &str, original: i32) -> Value {
-    json!({
-        "metadata": {"annotations": {
-            labels::QUIESCED_BY: uid,
-            labels::ORIGINAL_REPLICAS: original.to_string(),
-        }},
-        "spec": {"replicas": 0}
-    })
+/// Who holds the object, if a restore does: `(uid, namespace/name)`.
+pub fn holder(obj: &DynamicObject) -> Option<(&str, &str)> {
+    let uid = annotation(obj, labels::QUIESCED_BY)?;
+    Some((
+        uid,
+        annotation(obj, labels::QUIESCED_BY_RESTORE).unwrap_or("(a DataRestore)"),
+    ))
 }
 
-pub fn park_patch(uid: &str) -> Value {
-    json!({
-        "metadata": {"annotations": {labels::QUIESCED_BY: uid}},
-        "spec": {"template": {"spec": {"nodeSelector": {PARKED_KEY: uid}}}}
-    })
-}
-
-pub fn suspend_patch(uid: &str, was_suspended: bool) -> Value {
-    json!({
-        "metadata": {"annotations": {
-            labels::QUIESCED_BY: uid,
-            labels::ORIGINAL_STATE: json!({"suspend": was_suspended}).to_string(),
-        }},
-        "spec": {"suspend": true}
-    })
-}
-
-/// The undo of [`scale_down_patch`] as one conditional request. Its tests make the server
+/// The undo of a scale-down as one conditional request. Its tests make the server
 /// refuse it unless the workload is exactly as this restore left it (stopped by it, at
 /// 0, `original` recorded), so no read is needed before it; when refused, the workload
 /// is read and [`resume_patch`] decides.
@@ -82,41 +159,61 @@ pub fn scale_back_patch(uid: &str, original: i32) -> Value {
     ])
 }
 
+/// What a resume did, for the words that report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    ScaledBack(i32),
+    /// Someone set a count meanwhile; theirs stands and only refill's marks went.
+    KeptTheirs(i32),
+    Started,
+    /// Not stopped by this restore (or gone): left as it is.
+    Untouched,
+}
+
 /// Undoes any of the stops above; a merge patch with null removes only refill's keys, so
-/// the consumer's own node selector and annotations stay as they were.
-pub fn resume_patch(kind: ConsumerKind, record: &ConsumerRecord, obj: &DynamicObject) -> Value {
+/// the consumer's own node selector and annotations stay as they were. Also says what
+/// the patch does.
+pub fn resume_patch(
+    kind: ConsumerKind,
+    record: &ConsumerRecord,
+    obj: &DynamicObject,
+) -> (Value, Resumed) {
     let clear = json!({"metadata": {"annotations": {
         labels::QUIESCED_BY: null,
+        labels::QUIESCED_BY_RESTORE: null,
         labels::ORIGINAL_REPLICAS: null,
         labels::ORIGINAL_STATE: null,
     }}});
-    let spec = match kind {
-        k if k.is_scalable() => {
+    let spec = match Strategy::of(kind) {
+        Strategy::Scale => {
             let original = annotation(obj, labels::ORIGINAL_REPLICAS)
                 .and_then(|v| v.parse::<i32>().ok())
                 .or(record.replicas)
                 .unwrap_or(1);
             // Someone scaled it up already: their count stands.
-            if replicas(obj) > 0 {
-                return clear;
+            let now = replicas(obj);
+            if now > 0 {
+                return (clear, Resumed::KeptTheirs(now));
             }
-            json!({"replicas": original})
+            (json!({"replicas": original}), Resumed::ScaledBack(original))
         }
-        ConsumerKind::DaemonSet => {
-            json!({"template": {"spec": {"nodeSelector": {PARKED_KEY: null}}}})
-        }
-        ConsumerKind::CronJob => {
+        Strategy::Park => (
+            json!({"template": {"spec": {"nodeSelector": {PARKED_KEY: null}}}}),
+            Resumed::Started,
+        ),
+        Strategy::Suspend => {
             let was = annotation(obj, labels::ORIGINAL_STATE)
                 .and_then(|v| serde_json::from_str::<Value>(v).ok())
                 .and_then(|v| v["suspend"].as_bool())
                 .unwrap_or(false);
-            json!({"suspend": was})
+            (json!({"suspend": was}), Resumed::Started)
         }
-        _ => return clear,
+        Strategy::Delete | Strategy::Wait => return (clear, Resumed::Untouched),
     };
+    let (spec, resumed) = spec;
     let mut patch = clear;
     patch["spec"] = spec;
-    patch
+    (patch, resumed)
 }
 
 /// A bare pod as it can be created again: without what the server set.
@@ -139,155 +236,16 @@ pub fn recreatable_pod(pod: &Pod) -> Pod {
     pod
 }
 
-fn params() -> PatchParams {
-    PatchParams::default()
-}
-
-fn stopped_by_us(obj: &DynamicObject, uid: &str) -> bool {
-    annotation(obj, labels::QUIESCED_BY) == Some(uid)
-}
-
-/// Stops one consumer; safe to repeat. Returns the record updated to Stopped.
-/// For a bare pod, `record.original` must already be persisted in the status.
-pub async fn stop(client: &Client, uid: &str, record: &mut ConsumerRecord) -> kube::Result<()> {
-    let api = api(client, record);
-    let name = record.name.clone();
-    match record.kind {
-        ConsumerKind::Pod => match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        },
-        ConsumerKind::Job => {}
-        kind => {
-            let Some(obj) = api.get_opt(&name).await? else {
-                record.state = ConsumerState::Stopped;
-                return Ok(());
-            };
-            if !stopped_by_us(&obj, uid) {
-                let patch = match kind {
-                    k if k.is_scalable() => {
-                        let original = replicas(&obj);
-                        record.replicas = Some(original);
-                        scale_down_patch(uid, original)
-                    }
-                    ConsumerKind::DaemonSet => park_patch(uid),
-                    _ => {
-                        let was = obj.data["spec"]["suspend"].as_bool().unwrap_or(false);
-                        record.original = Some(json!({"suspend": was}).to_string());
-                        suspend_patch(uid, was)
-                    }
-                };
-                // What was read is what gets recorded: a change in between (a rescale)
-                // makes the server refuse the patch, and the next pass reads again.
-                let mut patch = patch;
-                patch["metadata"]["resourceVersion"] = json!(obj.metadata.resource_version);
-                api.patch(&name, &params(), &Patch::Merge(patch)).await?;
-            } else if kind.is_scalable() {
-                record.replicas = annotation(&obj, labels::ORIGINAL_REPLICAS)
-                    .and_then(|v| v.parse().ok())
-                    .or(record.replicas);
-            }
-        }
-    }
-    record.state = ConsumerState::Stopped;
-    Ok(())
-}
-
-/// Tries [`scale_back_patch`]: true when it applied or the workload is gone, false when
-/// the workload is not as refill left it and must be read to decide.
-async fn scale_back(
-    api: &Api<DynamicObject>,
-    name: &str,
-    uid: &str,
-    original: i32,
-) -> kube::Result<bool> {
-    let patch: json_patch::Patch =
-        serde_json::from_value(scale_back_patch(uid, original)).map_err(kube::Error::SerdeError)?;
-    match api.patch(name, &params(), &Patch::Json::<()>(patch)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
-        // A failed test op: someone changed it since, or it was never stopped by us.
-        Err(kube::Error::Api(e)) if matches!(e.code, 409 | 422) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Brings one consumer back; safe to repeat.
-pub async fn resume(client: &Client, uid: &str, record: &mut ConsumerRecord) -> kube::Result<()> {
-    let api = api(client, record);
-    match record.kind {
-        ConsumerKind::Pod => {
-            if let Some(manifest) = &record.original {
-                let pod: Pod = serde_json::from_str(manifest).map_err(kube::Error::SerdeError)?;
-                let pods: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
-                match pods.create(&PostParams::default(), &pod).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        ConsumerKind::Job => {}
-        kind => {
-            if kind.is_scalable()
-                && let Some(original) = record.replicas
-                && scale_back(&api, &record.name, uid, original).await?
-            {
-                record.state = ConsumerState::Resumed;
-                return Ok(());
-            }
-            if let Some(obj) = api.get_opt(&record.name).await?
-                && stopped_by_us(&obj, uid)
-            {
-                let patch = resume_patch(kind, record, &obj);
-                api.patch(&record.name, &params(), &Patch::Merge(patch))
-                    .await?;
-            }
-        }
-    }
-    record.state = ConsumerState::Resumed;
-    Ok(())
-}
-
 /// When a stopped consumer was started again by someone else, says so, naming who when
 /// the object's managed fields tell.
-pub async fn interference(
-    client: &Client,
-    uid: &str,
-    record: &ConsumerRecord,
-) -> kube::Result<Option<String>> {
-    if record.state != ConsumerState::Stopped
-        || matches!(record.kind, ConsumerKind::Pod | ConsumerKind::Job)
-    {
-        return Ok(None);
-    }
-    let Some(obj) = api(client, record).get_opt(&record.name).await? else {
-        return Ok(None);
-    };
-    Ok(restarted(record, &obj, uid))
-}
-
-/// Pure part of [`interference`].
 pub fn restarted(record: &ConsumerRecord, obj: &DynamicObject, uid: &str) -> Option<String> {
     let what = format!("{:?} {}/{}", record.kind, record.namespace, record.name);
-    let (changed, path): (bool, &[&str]) = match record.kind {
-        k if k.is_scalable() => (replicas(obj) > 0, &["f:spec", "f:replicas"]),
-        ConsumerKind::DaemonSet => (
-            obj.data["spec"]["template"]["spec"]["nodeSelector"][PARKED_KEY].as_str() != Some(uid),
-            &["f:spec", "f:template", "f:spec", "f:nodeSelector"],
-        ),
-        ConsumerKind::CronJob => (
-            obj.data["spec"]["suspend"].as_bool() != Some(true),
-            &["f:spec", "f:suspend"],
-        ),
-        _ => (false, &[]),
-    };
+    let (changed, path) = Strategy::of(record.kind).restart_field(obj, uid);
     if !changed {
         return None;
     }
-    let how = match record.kind {
-        k if k.is_scalable() => format!("was scaled to {}", replicas(obj)),
+    let how = match Strategy::of(record.kind) {
+        Strategy::Scale => format!("was scaled to {}", replicas(obj)),
         _ => "was started again".to_string(),
     };
     let by = who_changed(
@@ -329,6 +287,7 @@ pub fn who_changed(entries: &[ManagedFieldsEntry], path: &[&str]) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ConsumerState;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
     use k8s_openapi::jiff::Timestamp;
 
@@ -341,6 +300,7 @@ mod tests {
             state: ConsumerState::Stopped,
             replicas: Some(3),
             original: None,
+            held_by: None,
         }
     }
 
@@ -357,14 +317,45 @@ mod tests {
     }
 
     #[test]
-    fn scaling_down_records_the_count_in_the_same_patch() {
-        let patch = scale_down_patch("uid", 3);
+    fn a_stop_records_the_count_and_the_lock_in_the_same_conditional_patch() {
+        let mut obj = object(json!({"spec": {"replicas": 3}}), &[]);
+        obj.metadata.resource_version = Some("42".into());
+        let stop = Strategy::Scale
+            .stop_patch("uid", "velero/fix", &obj)
+            .unwrap();
+        let patch = stop.patch;
         assert_eq!(patch["spec"]["replicas"], 0);
+        assert_eq!(stop.replicas, Some(3));
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(annotations[labels::ORIGINAL_REPLICAS], "3");
+        assert_eq!(annotations[labels::QUIESCED_BY], "uid");
+        assert_eq!(annotations[labels::QUIESCED_BY_RESTORE], "velero/fix");
         assert_eq!(
-            patch["metadata"]["annotations"][labels::ORIGINAL_REPLICAS],
-            "3"
+            patch["metadata"]["resourceVersion"], "42",
+            "conditional on what was read"
         );
-        assert_eq!(patch["metadata"]["annotations"][labels::QUIESCED_BY], "uid");
+
+        let cron = object(json!({"spec": {"suspend": false}}), &[]);
+        let stop = Strategy::Suspend
+            .stop_patch("uid", "velero/fix", &cron)
+            .unwrap();
+        assert!(
+            Strategy::Wait
+                .stop_patch("uid", "velero/fix", &cron)
+                .is_none()
+        );
+        assert_eq!(stop.patch["spec"]["suspend"], true);
+        assert_eq!(stop.original.as_deref(), Some("{\"suspend\":false}"));
+
+        let held = object(
+            json!({}),
+            &[
+                (labels::QUIESCED_BY, "other"),
+                (labels::QUIESCED_BY_RESTORE, "velero/first"),
+            ],
+        );
+        assert_eq!(holder(&held), Some(("other", "velero/first")));
+        assert_eq!(holder(&cron), None);
     }
 
     #[test]
@@ -401,7 +392,7 @@ mod tests {
             json!({"spec": {"replicas": 0}}),
             &[(labels::ORIGINAL_REPLICAS, "4")],
         );
-        let patch = resume_patch(
+        let (patch, resumed) = resume_patch(
             ConsumerKind::Deployment,
             &record(ConsumerKind::Deployment),
             &obj,
@@ -410,13 +401,14 @@ mod tests {
             patch["spec"]["replicas"], 4,
             "the annotation wins over the status copy"
         );
+        assert_eq!(resumed, Resumed::ScaledBack(4));
         assert!(patch["metadata"]["annotations"][labels::QUIESCED_BY].is_null());
 
         let up = object(
             json!({"spec": {"replicas": 2}}),
             &[(labels::ORIGINAL_REPLICAS, "4")],
         );
-        let patch = resume_patch(
+        let (patch, resumed) = resume_patch(
             ConsumerKind::Deployment,
             &record(ConsumerKind::Deployment),
             &up,
@@ -425,8 +417,13 @@ mod tests {
             patch.get("spec").is_none(),
             "a count someone else set is left alone"
         );
+        assert_eq!(
+            resumed,
+            Resumed::KeptTheirs(2),
+            "and said so, not 'scaled back'"
+        );
 
-        let ds = resume_patch(
+        let (ds, _) = resume_patch(
             ConsumerKind::DaemonSet,
             &record(ConsumerKind::DaemonSet),
             &object(json!({}), &[]),
@@ -444,7 +441,7 @@ mod tests {
             &[(labels::ORIGINAL_STATE, "{\"suspend\":false}")],
         );
         assert_eq!(
-            resume_patch(ConsumerKind::CronJob, &record(ConsumerKind::CronJob), &cron)["spec"]["suspend"],
+            resume_patch(ConsumerKind::CronJob, &record(ConsumerKind::CronJob), &cron).0["spec"]["suspend"],
             false
         );
     }

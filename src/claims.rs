@@ -1,0 +1,104 @@
+//! Which claims exist and which are being deleted, kept from a metadata watch of PVCs.
+//!
+//! A claim deleted while it is restored must end its volume, and its deletion shows only
+//! on the claim itself (the stand-in pod keeps it from going). Reading every active
+//! claim on every pass would cost a request per volume; the watch costs none.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher::Event;
+
+type Key = (String, String);
+type Meta = PartialObjectMeta<PersistentVolumeClaim>;
+
+#[derive(Default)]
+struct State {
+    /// `(namespace, name)` → being deleted.
+    live: HashMap<Key, bool>,
+    relisting: Option<HashMap<Key, bool>>,
+    ready: bool,
+}
+
+#[derive(Default)]
+pub struct Claims {
+    state: RwLock<State>,
+}
+
+fn entry(meta: &Meta) -> (Key, bool) {
+    (
+        (meta.namespace().unwrap_or_default(), meta.name_any()),
+        meta.metadata.deletion_timestamp.is_some(),
+    )
+}
+
+impl Claims {
+    pub fn apply(&self, event: &Event<Meta>) {
+        let mut state = self.state.write().expect("claims lock");
+        match event {
+            Event::Init => state.relisting = Some(HashMap::new()),
+            Event::InitApply(meta) => {
+                let (key, deleting) = entry(meta);
+                state
+                    .relisting
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, deleting);
+            }
+            Event::InitDone => {
+                state.live = state.relisting.take().unwrap_or_default();
+                state.ready = true;
+            }
+            Event::Apply(meta) => {
+                let (key, deleting) = entry(meta);
+                state.live.insert(key, deleting);
+            }
+            Event::Delete(meta) => {
+                state.live.remove(&entry(meta).0);
+            }
+        }
+    }
+
+    /// Whether the claim is gone or being deleted; None before the first list is done.
+    pub fn deleted(&self, namespace: &str, name: &str) -> Option<bool> {
+        let state = self.state.read().expect("claims lock");
+        state.ready.then(|| {
+            state
+                .live
+                .get(&(namespace.to_string(), name.to_string()))
+                .is_none_or(|deleting| *deleting)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn meta(name: &str, deleting: bool) -> Meta {
+        let mut m = Meta::default();
+        m.metadata.namespace = Some("shop".into());
+        m.metadata.name = Some(name.into());
+        m.metadata.deletion_timestamp = deleting.then(|| Time(Timestamp::from_second(1).unwrap()));
+        m
+    }
+
+    #[test]
+    fn knows_nothing_before_the_first_list_then_follows_deletions() {
+        let claims = Claims::default();
+        assert_eq!(claims.deleted("shop", "data"), None);
+        claims.apply(&Event::Init);
+        claims.apply(&Event::InitApply(meta("data", false)));
+        claims.apply(&Event::InitDone);
+        assert_eq!(claims.deleted("shop", "data"), Some(false));
+        assert_eq!(claims.deleted("shop", "other"), Some(true));
+        claims.apply(&Event::Apply(meta("data", true)));
+        assert_eq!(claims.deleted("shop", "data"), Some(true));
+        claims.apply(&Event::Delete(meta("data", true)));
+        assert_eq!(claims.deleted("shop", "data"), Some(true));
+    }
+}

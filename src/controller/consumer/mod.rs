@@ -1,0 +1,254 @@
+//! Stopping consumers and bringing them back: thin API calls around the pure
+//! [`strategy`] of each kind and the pure [`step`] decision.
+
+mod step;
+mod strategy;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+
+use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
+use crate::labels;
+
+use super::error::has_status;
+
+pub use step::{ConsumerStep, consumer_step};
+pub use strategy::{PARKED_KEY, Resumed, Strategy, recreatable_pod, restarted, who_changed};
+
+fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        &record.namespace,
+        &record.kind.api_resource(),
+    )
+}
+
+/// The result of a stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// Stopped by this restore (now or before); `record` holds what brings it back.
+    Done,
+    /// Another restore holds it: `namespace/name` of that restore. Nothing was changed.
+    HeldBy(String),
+}
+
+/// Stops one consumer; safe to repeat. Updates the record. For a bare pod,
+/// `record.original` must already be recorded in the status.
+pub async fn stop(
+    client: &Client,
+    uid: &str,
+    restore: &str,
+    record: &mut ConsumerRecord,
+) -> kube::Result<Stopped> {
+    let api = api(client, record);
+    let name = record.name.clone();
+    let strategy = Strategy::of(record.kind);
+    match strategy {
+        Strategy::Delete => match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if has_status(&e, 404) => {}
+            Err(e) => return Err(e),
+        },
+        Strategy::Wait => {}
+        _ => {
+            let Some(obj) = api.get_opt(&name).await? else {
+                record.state = ConsumerState::Stopped;
+                return Ok(Stopped::Done);
+            };
+            match strategy::holder(&obj) {
+                Some((holder, _)) if holder == uid => {
+                    record.replicas = strategy::annotation(&obj, labels::ORIGINAL_REPLICAS)
+                        .and_then(|v| v.parse().ok())
+                        .or(record.replicas);
+                }
+                // The mark of another restore is a lock: its record of the count is the
+                // only true one, and writing ours over it would lose the workload.
+                Some((_, restore)) => {
+                    record.state = ConsumerState::HeldByOther;
+                    record.held_by = Some(restore.to_string());
+                    return Ok(Stopped::HeldBy(restore.to_string()));
+                }
+                None => {
+                    let stop = strategy
+                        .stop_patch(uid, restore, &obj)
+                        .expect("patching strategies have a stop patch");
+                    // Conditional on the resourceVersion read: another restore's mark
+                    // written in between makes this fail, and the next pass reads again.
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(stop.patch))
+                        .await?;
+                    record.replicas = stop.replicas.or(record.replicas);
+                    record.original = stop.original.or(record.original.take());
+                }
+            }
+        }
+    }
+    record.state = ConsumerState::Stopped;
+    Ok(Stopped::Done)
+}
+
+/// Tries the one-request scale back: true when it applied or the workload is gone,
+/// false when the workload is not as refill left it and must be read to decide.
+async fn scale_back(
+    api: &Api<DynamicObject>,
+    name: &str,
+    uid: &str,
+    original: i32,
+) -> kube::Result<bool> {
+    let patch: json_patch::Patch =
+        serde_json::from_value(strategy::scale_back_patch(uid, original))
+            .map_err(kube::Error::SerdeError)?;
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if has_status(&e, 404) => Ok(true),
+        // A failed test op: someone changed it since, or it was never stopped by us.
+        Err(e) if has_status(&e, 409) || has_status(&e, 422) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Brings one consumer back, if this restore's mark is on it; safe to repeat.
+pub async fn resume(
+    client: &Client,
+    uid: &str,
+    record: &mut ConsumerRecord,
+) -> kube::Result<Resumed> {
+    let api = api(client, record);
+    let resumed = match Strategy::of(record.kind) {
+        Strategy::Delete => match &record.original {
+            Some(manifest) => {
+                let pod: Pod = serde_json::from_str(manifest).map_err(kube::Error::SerdeError)?;
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
+                match pods.create(&PostParams::default(), &pod).await {
+                    Ok(_) => Resumed::Started,
+                    Err(e) if has_status(&e, 409) => Resumed::Started,
+                    Err(e) => return Err(e),
+                }
+            }
+            None => Resumed::Untouched,
+        },
+        Strategy::Wait => Resumed::Untouched,
+        strategy => {
+            if strategy == Strategy::Scale
+                && let Some(original) = record.replicas
+                && record.state == ConsumerState::Stopped
+                && scale_back(&api, &record.name, uid, original).await?
+            {
+                Resumed::ScaledBack(original)
+            } else {
+                match api.get_opt(&record.name).await? {
+                    Some(obj) if strategy::holder(&obj).is_some_and(|(h, _)| h == uid) => {
+                        let (patch, resumed) = strategy::resume_patch(record.kind, record, &obj);
+                        api.patch(&record.name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await?;
+                        resumed
+                    }
+                    _ => Resumed::Untouched,
+                }
+            }
+        }
+    };
+    record.state = match (&resumed, record.state) {
+        // Marked Stopping but the stop never applied: it ran all along.
+        (Resumed::Untouched, ConsumerState::Stopping) => ConsumerState::Running,
+        _ => ConsumerState::Resumed,
+    };
+    Ok(resumed)
+}
+
+/// Whether this restore's mark is on the consumer (for a record whose stop may or may
+/// not have applied).
+pub async fn marked(client: &Client, uid: &str, record: &ConsumerRecord) -> kube::Result<bool> {
+    if !Strategy::of(record.kind).patches() {
+        return Ok(record.state == ConsumerState::Stopped);
+    }
+    Ok(api(client, record)
+        .get_opt(&record.name)
+        .await?
+        .is_some_and(|obj| strategy::holder(&obj).is_some_and(|(h, _)| h == uid)))
+}
+
+/// When a stopped consumer was started again by someone else, says so, naming who when
+/// the object's managed fields tell.
+pub async fn interference(
+    client: &Client,
+    uid: &str,
+    record: &ConsumerRecord,
+) -> kube::Result<Option<String>> {
+    if record.state != ConsumerState::Stopped || !Strategy::of(record.kind).patches() {
+        return Ok(None);
+    }
+    let Some(obj) = api(client, record).get_opt(&record.name).await? else {
+        return Ok(None);
+    };
+    Ok(restarted(record, &obj, uid))
+}
+
+/// `Deployment shop/web`, for messages.
+pub fn describe(record: &ConsumerRecord) -> String {
+    format!("{:?} {}/{}", record.kind, record.namespace, record.name)
+}
+
+/// The words for a stop that was applied.
+pub fn stop_note(record: &ConsumerRecord) -> String {
+    let what = describe(record);
+    match (Strategy::of(record.kind), record.replicas) {
+        (Strategy::Scale, Some(n)) => format!("scaled {what} from {n} to 0"),
+        (Strategy::Suspend, _) => format!("suspended {what}"),
+        (Strategy::Park, _) => format!("parked {what} on no node"),
+        (Strategy::Delete, _) => format!("deleted {what}; it is created again afterwards"),
+        _ => format!("waiting for {what} to end"),
+    }
+}
+
+/// The words for a resume, saying what was really done.
+pub fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String> {
+    let what = describe(record);
+    Some(match resumed {
+        Resumed::ScaledBack(n) => format!("scaled {what} back to {n}"),
+        Resumed::KeptTheirs(n) => {
+            format!("{what} was already at {n} replicas, set by someone else; left it there")
+        }
+        Resumed::Started if record.kind == ConsumerKind::Pod => format!("created {what} again"),
+        Resumed::Started => format!("started {what} again"),
+        Resumed::Untouched => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: ConsumerKind, replicas: Option<i32>) -> ConsumerRecord {
+        ConsumerRecord {
+            kind,
+            namespace: "shop".into(),
+            name: "web".into(),
+            pvcs: vec![],
+            state: ConsumerState::Stopped,
+            replicas,
+            original: None,
+            held_by: None,
+        }
+    }
+
+    #[test]
+    fn notes_say_exactly_what_was_done() {
+        let deploy = record(ConsumerKind::Deployment, Some(2));
+        assert_eq!(stop_note(&deploy), "scaled Deployment shop/web from 2 to 0");
+        assert_eq!(
+            resume_note(&deploy, &Resumed::ScaledBack(2)).unwrap(),
+            "scaled Deployment shop/web back to 2"
+        );
+        assert_eq!(
+            resume_note(&deploy, &Resumed::KeptTheirs(3)).unwrap(),
+            "Deployment shop/web was already at 3 replicas, set by someone else; left it there"
+        );
+        assert!(resume_note(&deploy, &Resumed::Untouched).is_none());
+        let cron = record(ConsumerKind::CronJob, None);
+        assert_eq!(stop_note(&cron), "suspended CronJob shop/web");
+    }
+}

@@ -1,0 +1,189 @@
+//! What to do with each consumer now, from the restore's records alone. Pure.
+
+use crate::api::{ConsumerState, DataRestoreStatus, FailurePolicy, VolumePhase, VolumeStatus};
+
+/// What to do with a consumer now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerStep {
+    Nothing,
+    /// Record that it is about to be stopped (state Stopping), before anything is done:
+    /// from then on the finish step looks at it whatever happens.
+    Mark,
+    /// Apply the stop recorded.
+    Stop,
+    /// All its volumes ended, and nothing writes to them any more.
+    Resume,
+    KeepStopped,
+}
+
+pub fn consumer_step(
+    status: &DataRestoreStatus,
+    index: usize,
+    on_failure: FailurePolicy,
+) -> ConsumerStep {
+    let record = &status.consumers[index];
+    let volumes: Vec<&VolumeStatus> = status
+        .volumes
+        .iter()
+        .filter(|v| record.pvcs.contains(&v.pvc))
+        .collect();
+    // Terminal means the writer stopped: an aborting volume is not over yet.
+    let all_ended = volumes.iter().all(|v| v.phase.is_terminal());
+    let any_failed = volumes.iter().any(|v| v.phase != VolumePhase::Completed);
+    let come_back = || {
+        if any_failed && on_failure == FailurePolicy::KeepStopped {
+            ConsumerStep::KeepStopped
+        } else {
+            ConsumerStep::Resume
+        }
+    };
+    match record.state {
+        ConsumerState::Running if !all_ended && volumes.iter().any(|v| v.phase.is_active()) => {
+            ConsumerStep::Mark
+        }
+        ConsumerState::Stopping | ConsumerState::Stopped if all_ended => come_back(),
+        ConsumerState::Stopping => ConsumerStep::Stop,
+        _ => ConsumerStep::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ConsumerKind, ConsumerRecord};
+
+    fn volume(pvc: &str, phase: VolumePhase) -> VolumeStatus {
+        VolumeStatus {
+            pvc: pvc.into(),
+            phase,
+            ..Default::default()
+        }
+    }
+
+    fn consumer(pvcs: &[&str], state: ConsumerState) -> ConsumerRecord {
+        ConsumerRecord {
+            kind: ConsumerKind::StatefulSet,
+            namespace: "ns".into(),
+            name: "db".into(),
+            pvcs: pvcs.iter().map(|p| p.to_string()).collect(),
+            state,
+            replicas: Some(3),
+            original: None,
+            held_by: None,
+        }
+    }
+
+    fn status(volumes: &[(&str, VolumePhase)], state: ConsumerState) -> DataRestoreStatus {
+        DataRestoreStatus {
+            volumes: volumes.iter().map(|(p, ph)| volume(p, *ph)).collect(),
+            consumers: vec![consumer(&["a", "b"], state)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_consumer_step() {
+        use ConsumerState as S;
+        use ConsumerStep as Step;
+        use VolumePhase as V;
+        let resume = FailurePolicy::Resume;
+        let keep = FailurePolicy::KeepStopped;
+        let rows = [
+            (
+                "nothing started",
+                [V::Pending, V::Pending],
+                S::Running,
+                resume,
+                Step::Nothing,
+            ),
+            (
+                "first volume starts: mark",
+                [V::Quiescing, V::Pending],
+                S::Running,
+                resume,
+                Step::Mark,
+            ),
+            (
+                "marked: stop",
+                [V::Quiescing, V::Pending],
+                S::Stopping,
+                resume,
+                Step::Stop,
+            ),
+            (
+                "stopped, one left",
+                [V::Completed, V::Restoring],
+                S::Stopped,
+                resume,
+                Step::Nothing,
+            ),
+            (
+                "aborting is not over",
+                [V::Completed, V::Aborting],
+                S::Stopped,
+                resume,
+                Step::Nothing,
+            ),
+            (
+                "all done: resume",
+                [V::Completed, V::Completed],
+                S::Stopped,
+                resume,
+                Step::Resume,
+            ),
+            (
+                "a failure, Resume",
+                [V::Completed, V::Failed],
+                S::Stopped,
+                resume,
+                Step::Resume,
+            ),
+            (
+                "a failure, KeepStopped",
+                [V::Completed, V::Failed],
+                S::Stopped,
+                keep,
+                Step::KeepStopped,
+            ),
+            (
+                "all done, KeepStopped",
+                [V::Completed, V::Completed],
+                S::Stopped,
+                keep,
+                Step::Resume,
+            ),
+            (
+                "marked, then all failed: look at it",
+                [V::Failed, V::Canceled],
+                S::Stopping,
+                resume,
+                Step::Resume,
+            ),
+            (
+                "held by another restore",
+                [V::Failed, V::Failed],
+                S::HeldByOther,
+                resume,
+                Step::Nothing,
+            ),
+            (
+                "back already",
+                [V::Completed, V::Completed],
+                S::Resumed,
+                resume,
+                Step::Nothing,
+            ),
+            (
+                "never stopped, all ended",
+                [V::Failed, V::Failed],
+                S::Running,
+                resume,
+                Step::Nothing,
+            ),
+        ];
+        for (name, phases, state, policy, want) in rows {
+            let s = status(&[("a", phases[0]), ("b", phases[1])], state);
+            assert_eq!(consumer_step(&s, 0, policy), want, "{name}");
+        }
+    }
+}

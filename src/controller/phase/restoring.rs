@@ -1,0 +1,670 @@
+//! Restoring: volumes start as slots free up (spec.parallel), consumers stop before a
+//! volume's stand-in is made and come back after the last of their volumes ended.
+//!
+//! A pass has two halves. [`record`] only decides and records (which volumes start,
+//! their consumers, what brings each back, which consumers are about to be stopped);
+//! when it recorded anything, the status is written before any object is touched.
+//! [`work`] then acts on what is recorded, so a controller killed at any point finds
+//! every record it needs after a restart. Finalizing runs the same [`work`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::api::{
+    ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
+    Phase, PodVolumeRestore, VolumePhase, VolumePluginRestore,
+};
+use crate::controller::consumer::{self, ConsumerStep, Stopped, consumer_step};
+use crate::controller::pod_volume_restore as pvr;
+use crate::controller::restore_helper;
+use crate::controller::volume::decide::{Rules, Stop, expired};
+use crate::controller::volume::execute::Act;
+use crate::controller::volume::observe::{PassView, split};
+use crate::controller::volume::{self, Advanced};
+use crate::controller::{Context, Result, reasons};
+use crate::labels::{self, FIELD_MANAGER};
+use crate::observe::{self, Replicas};
+use crate::plan;
+
+use super::{Next, stopping};
+
+pub const DEFAULT_PARALLEL: u32 = 8;
+/// How long one volume may take when spec.volumeTimeout is not set: as long as Velero
+/// gives its own pod volume operations.
+pub const DEFAULT_VOLUME_TIMEOUT: &str = "4h";
+/// How long the whole restore may take when spec.timeout is not set.
+pub const DEFAULT_TIMEOUT: &str = "24h";
+/// How long restore-wait may run with no node agent taking the PodVolumeRestore.
+pub const AGENT_GRACE: Duration = Duration::from_secs(60);
+/// How long a canceled PodVolumeRestore may go on before the volume warns.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(300);
+
+/// Parses a duration such as `30m` or `2h`.
+pub fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
+    match humantime::parse_duration(value) {
+        Ok(d) if d.is_zero() => Err(format!(
+            "\"{value}\" is zero; give a positive duration like 30m or 2h"
+        )),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!(
+            "\"{value}\" is not a duration ({e}); write it like 30m or 2h"
+        )),
+    }
+}
+
+fn duration_or(value: Option<&str>, default: &str) -> (Duration, String) {
+    let text = value.unwrap_or(default);
+    let parsed = parse_duration(text)
+        .or_else(|_| parse_duration(default))
+        .expect("the defaults parse");
+    (parsed, text.to_string())
+}
+
+/// How many Pending volumes may start now.
+pub fn free_slots(status: &DataRestoreStatus, parallel: Option<u32>) -> usize {
+    let parallel = parallel.unwrap_or(DEFAULT_PARALLEL).max(1) as usize;
+    let active = status
+        .volumes
+        .iter()
+        .filter(|v| v.phase.is_active())
+        .count();
+    parallel.saturating_sub(active)
+}
+
+/// Why the whole restore stops now, if it does.
+fn stop_of(
+    dr: &DataRestore,
+    status: &DataRestoreStatus,
+    deleting: bool,
+    now: Timestamp,
+) -> Option<Stop> {
+    if stopping(dr, deleting) {
+        let why = if deleting {
+            "the DataRestore was deleted"
+        } else {
+            "the restore was canceled (spec.cancel)"
+        };
+        return Some(Stop {
+            outcome: VolumePhase::Canceled,
+            why: why.into(),
+        });
+    }
+    let (limit, text) = duration_or(dr.spec.timeout.as_deref(), DEFAULT_TIMEOUT);
+    expired(status.start_time.as_ref().map(|t| t.0), limit, now).then(|| Stop {
+        outcome: VolumePhase::Failed,
+        why: format!("the restore did not finish within {text} (spec.timeout)"),
+    })
+}
+
+/// The spec's rules as they apply to each volume now.
+pub fn rules(
+    dr: &DataRestore,
+    status: &DataRestoreStatus,
+    deleting: bool,
+    now: Timestamp,
+) -> Rules {
+    let (volume_timeout, volume_timeout_text) =
+        duration_or(dr.spec.volume_timeout.as_deref(), DEFAULT_VOLUME_TIMEOUT);
+    Rules {
+        stop: stop_of(dr, status, deleting, now),
+        volume_timeout,
+        volume_timeout_text,
+        refuse_in_use: dr.spec.consumers == crate::api::ConsumerPolicy::Refuse,
+        agent_grace: AGENT_GRACE,
+        cancel_grace: CANCEL_GRACE,
+    }
+}
+
+pub async fn restore(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<Next> {
+    let before = status.clone();
+    record(dr, ctx, status, deleting).await?;
+    if *status != before {
+        return Ok(Next::Again);
+    }
+    work(dr, ctx, status, deleting).await?;
+    if status.volumes.iter().all(|v| v.phase.is_terminal()) {
+        status.phase = Phase::Finalizing;
+        return Ok(Next::Again);
+    }
+    Ok(Next::After(ctx.config.recheck_interval))
+}
+
+/// First half: decisions and records only. No object but the DataRestore changes.
+pub async fn record(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<()> {
+    if let Some(stop) = stop_of(dr, status, deleting, Timestamp::now()) {
+        // No volume starts any more; the ones under way roll back (see volume::decide).
+        status.phase = Phase::Finalizing;
+        if stop.outcome == VolumePhase::Failed && !status.errors.contains(&stop.why) {
+            status.errors.push(stop.why);
+        }
+        return Ok(());
+    }
+    let slots = free_slots(status, dr.spec.parallel);
+    let starting: Vec<usize> = status
+        .volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.phase == VolumePhase::Pending)
+        .map(|(i, _)| i)
+        .take(slots)
+        .collect();
+    if !starting.is_empty() {
+        start_volumes(dr, ctx, status, &starting).await?;
+    }
+    // A consumer is marked Stopping before the stop is applied: whatever fails after,
+    // the finish step looks at the object and brings it back if refill's mark is on it.
+    for i in 0..status.consumers.len() {
+        if consumer_step(status, i, dr.spec.on_failure) == ConsumerStep::Mark {
+            status.consumers[i].state = ConsumerState::Stopping;
+        }
+    }
+    Ok(())
+}
+
+/// Moves volumes from Pending to Quiescing, recording their consumers as found now
+/// (new ones may have appeared since validation) and what brings each back.
+async fn start_volumes(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    starting: &[usize],
+) -> Result<()> {
+    let uid = dr.uid().unwrap_or_default();
+    let mut by_ns: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for &i in starting {
+        by_ns
+            .entry(split(&status.volumes[i].pvc).0.to_string())
+            .or_default()
+            .push(i);
+    }
+    // Namespaces are looked at side by side: each may need a few reads.
+    let namespaces: Vec<(String, Vec<usize>)> = by_ns.into_iter().collect();
+    let mut looked = Vec::new();
+    {
+        let (volumes, uid) = (&status.volumes, &uid);
+        for_each_concurrently(
+            0..namespaces.len(),
+            |n| {
+                let (ns, indices) = &namespaces[n];
+                async move {
+                    let claims: Vec<&str> =
+                        indices.iter().map(|&i| split(&volumes[i].pvc).1).collect();
+                    let pods =
+                        observe::pods_mounting(&ctx.client, Some(&ctx.known), ns, &claims).await?;
+                    let found = observe::consumers_in(
+                        &ctx.client,
+                        Some(&ctx.known),
+                        ns,
+                        &pods,
+                        &claims,
+                        uid,
+                        Replicas::Skip,
+                    )
+                    .await?;
+                    Ok((pods, found))
+                }
+            },
+            |n, found| looked.push((n, found)),
+        )
+        .await?;
+    }
+    // Recorded in a fixed order, whatever order the reads finished in.
+    looked.sort_by_key(|(n, _)| *n);
+    let now = crate::controller::status::now();
+    for (n, (pods, found)) in looked {
+        for &i in &namespaces[n].1 {
+            let key = status.volumes[i].pvc.clone();
+            let refs = found.get(&key).cloned().unwrap_or_default();
+            let single = BTreeMap::from([(key.clone(), refs.clone())]);
+            match plan::consumer_actions(dr.spec.consumers, &single) {
+                Err(invalid) => {
+                    // Nothing was started for it: it ends at once.
+                    let message = invalid.to_string();
+                    let volume = &mut status.volumes[i];
+                    volume.phase = VolumePhase::Failed;
+                    volume.message = Some(message.clone());
+                    volume.completion_time = Some(now.clone());
+                    push_error(status, format!("{key}: {message}"));
+                }
+                Ok(planned) => {
+                    for consumer in planned {
+                        merge_consumer(status, consumer, &pods);
+                    }
+                    let first_pod = refs.iter().find_map(|r| {
+                        let name = r.pod.as_deref()?;
+                        pods.iter().find(|p| p.name_any() == name)
+                    });
+                    let volume = &mut status.volumes[i];
+                    if let Some(pod) = first_pod {
+                        volume.consumer_security = Some(security_of(pod));
+                    }
+                    volume.phase = VolumePhase::Quiescing;
+                    volume.start_time = Some(now.clone());
+                    volume.message = None;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn push_error(status: &mut DataRestoreStatus, error: String) {
+    if !status.errors.contains(&error) {
+        status.errors.push(error);
+    }
+}
+
+fn security_of(pod: &Pod) -> ConsumerSecurity {
+    let spec = pod.spec.clone().unwrap_or_default();
+    ConsumerSecurity {
+        pod: spec.security_context,
+        container: spec
+            .containers
+            .first()
+            .and_then(|c| c.security_context.clone()),
+    }
+}
+
+/// A bare pod is deleted to stop it, so its manifest is recorded before.
+fn pod_manifest(planned: &plan::PlannedConsumer, pods: &[Arc<Pod>]) -> Option<String> {
+    (planned.kind == ConsumerKind::Pod)
+        .then(|| pods.iter().find(|p| p.name_any() == planned.name))
+        .flatten()
+        .and_then(|p| serde_json::to_string(&consumer::recreatable_pod(p)).ok())
+}
+
+fn merge_consumer(
+    status: &mut DataRestoreStatus,
+    planned: plan::PlannedConsumer,
+    pods: &[Arc<Pod>],
+) {
+    let existing = status.consumers.iter_mut().find(|c| {
+        c.kind == planned.kind && c.namespace == planned.namespace && c.name == planned.name
+    });
+    match existing {
+        Some(record) => {
+            if record.original.is_none() {
+                record.original = pod_manifest(&planned, pods);
+            }
+            for pvc in planned.pvcs {
+                if !record.pvcs.contains(&pvc) {
+                    record.pvcs.push(pvc);
+                }
+            }
+            // A consumer that came back since (someone re-created it) is stopped again.
+            if matches!(record.state, ConsumerState::Resumed) {
+                record.state = ConsumerState::Running;
+            }
+        }
+        None => {
+            let original = pod_manifest(&planned, pods);
+            status.consumers.push(ConsumerRecord {
+                kind: planned.kind,
+                namespace: planned.namespace,
+                name: planned.name,
+                pvcs: planned.pvcs,
+                state: ConsumerState::Running,
+                replicas: planned.replicas,
+                original,
+                held_by: None,
+            })
+        }
+    }
+}
+
+/// How many volumes or consumers one pass works on at once. Their steps are independent
+/// API calls, so running them side by side is what makes many volumes fast.
+const CONCURRENCY: usize = 16;
+
+/// Runs `work` for every index at once (bounded), applies each result with `apply`,
+/// and reports the first error after all have been applied: the effects of the others
+/// happened, so their records must not be lost.
+async fn for_each_concurrently<T, F, Fut>(
+    indices: impl IntoIterator<Item = usize>,
+    work: F,
+    mut apply: impl FnMut(usize, T),
+) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let results: Vec<(usize, Result<T>)> = futures::stream::iter(indices)
+        .map(|i| {
+            let fut = work(i);
+            async move { (i, fut.await) }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let mut first_error = None;
+    for (i, result) in results {
+        match result {
+            Ok(value) => apply(i, value),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Lists what the pass looks at once for all volumes: this restore's stand-ins,
+/// PodVolumeRestores and VolumePluginRestores.
+async fn look(
+    ctx: &Context,
+    uid: &str,
+) -> Result<(PassView, BTreeMap<String, VolumePluginRestore>)> {
+    let ns = &ctx.config.namespace;
+    let owned = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
+    let by_restore = ListParams::default().labels(&format!("{}={uid}", labels::RESTORE_UID));
+    let pods = Api::<Pod>::all(ctx.client.clone());
+    let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), ns);
+    let vprs = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), ns);
+    let (stand_ins, pvrs, vprs) =
+        futures::try_join!(pods.list(&owned), pvrs.list(&by_restore), vprs.list(&owned))?;
+    let view = PassView {
+        stand_ins: stand_ins
+            .items
+            .into_iter()
+            .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
+            .collect(),
+        pvrs: pvrs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
+    };
+    Ok((
+        view,
+        vprs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
+    ))
+}
+
+/// Second half: act on what is recorded. Every volume moves on by a step, consumers are
+/// stopped before their volumes go on and brought back after the last of them ended.
+/// Whatever succeeded is in `status` even when an error is returned.
+pub async fn work(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<bool> {
+    let uid = dr.uid().unwrap_or_default();
+    let (view, vprs) = look(ctx, &uid).await?;
+    let stopped = settle_consumers(dr, ctx, status, &uid).await;
+    let helper = if status
+        .volumes
+        .iter()
+        .any(|v| v.phase == VolumePhase::Quiescing)
+    {
+        Some(restore_helper::read_source(&ctx.client, &ctx.config.namespace).await?)
+    } else {
+        None
+    };
+    let rules = rules(dr, status, deleting, Timestamp::now());
+    let snapshot = status.clone();
+    let act = Act {
+        dr,
+        ctx,
+        uid: &uid,
+        status: &snapshot,
+        pass: &view,
+        helper: helper.as_ref(),
+    };
+    let mut notes = Vec::new();
+    let advanced = for_each_concurrently(
+        0..snapshot.volumes.len(),
+        |i| volume::advance(&act, &rules, snapshot.volumes[i].clone()),
+        |i, Advanced { volume, applied }| {
+            status.volumes[i] = volume;
+            notes.push((status.volumes[i].pvc.clone(), applied));
+        },
+    )
+    .await;
+    for (pvc, applied) in notes {
+        if let Some(error) = applied.error {
+            push_error(status, error);
+        }
+        if let Some(note) = applied.note {
+            let related = crate::controller::Context::pvc_ref(&pvc);
+            ctx.event_about(dr, note.warning, note.reason, note.text, related);
+        }
+    }
+    // Volumes that ended in this pass may free their consumers at once; their
+    // VolumePluginRestores are brought up to date meanwhile (neither waits on the other).
+    let volumes = status.volumes.clone();
+    let synced = for_each_concurrently(
+        0..volumes.len(),
+        |i| sync_plugin_restore(dr, ctx, &volumes[i], &vprs),
+        |_, ()| {},
+    );
+    let (settled, synced) = futures::join!(settle_consumers(dr, ctx, status, &uid), synced);
+    ctx.track_claims(
+        dr,
+        status
+            .volumes
+            .iter()
+            .filter(|v| v.phase.is_active())
+            .map(|v| {
+                let (ns, claim) = split(&v.pvc);
+                (ns.to_string(), claim.to_string())
+            }),
+    );
+    stopped?;
+    advanced?;
+    settled?;
+    synced?;
+    Ok(view.stand_ins.is_empty())
+}
+
+/// Stops, brings back or keeps stopped the consumers whose turn it is.
+async fn settle_consumers(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    uid: &str,
+) -> Result<()> {
+    let steps: BTreeMap<usize, ConsumerStep> = (0..status.consumers.len())
+        .map(|i| (i, consumer_step(status, i, dr.spec.on_failure)))
+        .filter(|(_, step)| {
+            matches!(
+                step,
+                ConsumerStep::Stop | ConsumerStep::Resume | ConsumerStep::KeepStopped
+            )
+        })
+        .collect();
+    let records = status.consumers.clone();
+    let restore = format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any());
+    for_each_concurrently(
+        steps.keys().copied(),
+        |i| {
+            let mut record = records[i].clone();
+            let step = steps[&i];
+            let restore = restore.clone();
+            async move {
+                settle_consumer(dr, ctx, uid, &restore, &mut record, step).await?;
+                Ok(record)
+            }
+        },
+        |i, record| status.consumers[i] = record,
+    )
+    .await
+}
+
+async fn settle_consumer(
+    dr: &DataRestore,
+    ctx: &Context,
+    uid: &str,
+    restore: &str,
+    record: &mut ConsumerRecord,
+    step: ConsumerStep,
+) -> Result<()> {
+    let related = crate::controller::Context::consumer_ref(record);
+    match step {
+        ConsumerStep::Stop => match consumer::stop(&ctx.client, uid, restore, record).await? {
+            Stopped::Done => {
+                let note = consumer::stop_note(record);
+                ctx.event_about(dr, false, reasons::QUIESCED_CONSUMER, note, related);
+            }
+            Stopped::HeldBy(holder) => {
+                let note = format!(
+                    "{} is stopped by DataRestore {holder}; its volumes are not restored by this one",
+                    consumer::describe(record)
+                );
+                ctx.event_about(dr, true, reasons::CONSUMER_HELD, note, related);
+            }
+        },
+        ConsumerStep::Resume => {
+            let resumed = consumer::resume(&ctx.client, uid, record).await?;
+            if let Some(note) = consumer::resume_note(record, &resumed) {
+                ctx.event_about(dr, false, reasons::RESUMED_CONSUMER, note, related);
+            }
+        }
+        ConsumerStep::KeepStopped => {
+            if consumer::marked(&ctx.client, uid, record).await? {
+                record.state = ConsumerState::KeptStopped;
+                let note = format!(
+                    "left {} stopped after a failure (spec.onFailure: KeepStopped); remove the refill.dev annotations and scale it yourself, or restore again",
+                    consumer::describe(record)
+                );
+                ctx.event_about(dr, true, reasons::KEPT_CONSUMER_STOPPED, note, related);
+            } else {
+                record.state = ConsumerState::Running;
+            }
+        }
+        ConsumerStep::Nothing | ConsumerStep::Mark => {}
+    }
+    Ok(())
+}
+
+/// Mirrors a volume into its VolumePluginRestore when anything but throttled progress changed.
+async fn sync_plugin_restore(
+    dr: &DataRestore,
+    ctx: &Context,
+    volume: &crate::api::VolumeStatus,
+    vprs: &BTreeMap<String, VolumePluginRestore>,
+) -> Result<()> {
+    let Some(name) = &volume.pod_volume_restore else {
+        return Ok(());
+    };
+    let Some(existing) = vprs.get(name) else {
+        return Ok(());
+    };
+    let wanted = pvr::plugin_status(volume);
+    let current = existing.status.clone().unwrap_or_default();
+    if current == wanted {
+        return Ok(());
+    }
+    let progress_only = {
+        let mut a = current.clone();
+        let mut b = wanted.clone();
+        a.progress = None;
+        b.progress = None;
+        a == b
+    };
+    let key = format!("{}/{name}", dr.uid().unwrap_or_default());
+    if progress_only && ctx.progress_wait(&key).is_some() {
+        return Ok(());
+    }
+    let body = json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": "VolumePluginRestore",
+        "status": wanted,
+    });
+    Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ctx.config.namespace)
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    ctx.wrote(&key, None);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::VolumeStatus;
+
+    #[test]
+    fn slots_respect_parallelism() {
+        let volume = |phase| VolumeStatus {
+            phase,
+            ..Default::default()
+        };
+        let status = DataRestoreStatus {
+            volumes: vec![
+                volume(VolumePhase::Restoring),
+                volume(VolumePhase::Aborting),
+                volume(VolumePhase::Pending),
+                volume(VolumePhase::Completed),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(free_slots(&status, Some(1)), 0);
+        assert_eq!(
+            free_slots(&status, Some(3)),
+            1,
+            "an aborting volume holds its slot"
+        );
+        assert_eq!(free_slots(&status, Some(0)), 0);
+    }
+
+    #[test]
+    fn durations_and_their_defaults() {
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("0s").unwrap_err().contains("zero"));
+        assert_eq!(duration_or(None, DEFAULT_VOLUME_TIMEOUT).1, "4h");
+        assert_eq!(
+            duration_or(Some("2h"), DEFAULT_TIMEOUT).0,
+            Duration::from_secs(7200)
+        );
+    }
+
+    #[test]
+    fn a_restore_stops_when_canceled_deleted_or_out_of_time() {
+        let mut dr = DataRestore::new("fix", Default::default());
+        let start = Timestamp::from_second(1_000).unwrap();
+        let status = DataRestoreStatus {
+            start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(start)),
+            ..Default::default()
+        };
+        let soon = Timestamp::from_second(1_060).unwrap();
+        assert!(stop_of(&dr, &status, false, soon).is_none());
+        assert_eq!(
+            stop_of(&dr, &status, true, soon).unwrap().outcome,
+            VolumePhase::Canceled
+        );
+        let day_later = Timestamp::from_second(1_000 + 86_401).unwrap();
+        let stop = stop_of(&dr, &status, false, day_later).expect("the default timeout");
+        assert_eq!(stop.outcome, VolumePhase::Failed);
+        assert!(
+            stop.why.contains("within 24h (spec.timeout)"),
+            "{}",
+            stop.why
+        );
+        dr.spec.cancel = true;
+        assert!(
+            stop_of(&dr, &status, false, soon)
+                .unwrap()
+                .why
+                .contains("spec.cancel")
+        );
+    }
+}

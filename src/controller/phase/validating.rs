@@ -1,0 +1,122 @@
+//! New and Validating: check the request against the cluster, touching nothing, and
+//! record the plan (volumes, their consumers) in the status.
+
+use kube::ResourceExt;
+use tracing::info;
+
+use crate::api::{
+    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase, VolumeStatus,
+};
+use crate::controller::status::now;
+use crate::controller::{Context, Error, Result, reasons};
+use crate::validate::{self, ValidateError};
+
+use super::{Next, restoring, stopping};
+
+/// New: the request is taken; validation comes next.
+pub fn accept(status: &mut DataRestoreStatus) -> Next {
+    status.phase = Phase::Validating;
+    status.start_time = Some(now());
+    Next::Again
+}
+
+/// Spec fields the schema cannot check on its own.
+pub fn spec_errors(dr: &DataRestore) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (field, value) in [
+        ("spec.timeout", &dr.spec.timeout),
+        ("spec.volumeTimeout", &dr.spec.volume_timeout),
+    ] {
+        if let Some(value) = value
+            && let Err(e) = restoring::parse_duration(value)
+        {
+            errors.push(format!("{field}: {e}"));
+        }
+    }
+    if dr.spec.parallel == Some(0) {
+        errors.push("spec.parallel must be at least 1".into());
+    }
+    errors
+}
+
+pub async fn validate(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    deleting: bool,
+) -> Result<Next> {
+    if stopping(dr, deleting) {
+        status.phase = Phase::Canceled;
+        status.completion_time = Some(now());
+        return Ok(Next::Done);
+    }
+    let invalid = |status: &mut DataRestoreStatus, errors: Vec<String>| {
+        status.phase = Phase::Failed;
+        status.errors = errors;
+        status.completion_time = Some(now());
+        ctx.event(
+            dr,
+            true,
+            reasons::FAILED_VALIDATION,
+            status.errors.join("; "),
+        );
+        Next::Done
+    };
+    let errors = spec_errors(dr);
+    if !errors.is_empty() {
+        return Ok(invalid(status, errors));
+    }
+    let plan = match validate::plan(&ctx.client, Some(&ctx.known), dr).await {
+        Ok(plan) => plan,
+        Err(ValidateError::Invalid(e)) => {
+            info!(restore = %dr.name_any(), "invalid: {e}");
+            return Ok(invalid(status, e.errors));
+        }
+        Err(ValidateError::Kube(e)) => return Err(Error::Kube(e)),
+    };
+    status.backup_name = Some(plan.backup_name.clone());
+    status.warnings = plan.warnings.clone();
+    status.volumes = plan
+        .volumes
+        .iter()
+        .map(|v| VolumeStatus {
+            pvc: v.pvc.clone(),
+            phase: VolumePhase::Pending,
+            pod_volume_backup: Some(v.pod_volume_backup.clone()),
+            volume: v.volume.clone(),
+            snapshot_id: Some(v.snapshot_id.clone()),
+            total_bytes: v.total_bytes,
+            candidate_nodes: match &v.placement {
+                validate::Placement::Candidates(nodes) => nodes.clone(),
+                _ => Vec::new(),
+            },
+            pvc_uid: v.pvc_uid.clone(),
+            ..Default::default()
+        })
+        .collect();
+    status.consumers = plan
+        .consumers
+        .iter()
+        .map(|c| ConsumerRecord {
+            kind: c.kind,
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            pvcs: c.pvcs.clone(),
+            state: ConsumerState::Running,
+            replicas: c.replicas,
+            original: None,
+            held_by: None,
+        })
+        .collect();
+    status.phase = Phase::Restoring;
+    let note = format!(
+        "restoring {} volumes from backup {}",
+        status.volumes.len(),
+        plan.backup_name
+    );
+    ctx.event(dr, false, reasons::VALIDATED, note);
+    // Deciding the first volumes touches nothing, so it goes out in the same write as the
+    // validation's result; acting on it waits for that write.
+    restoring::record(dr, ctx, status, deleting).await?;
+    Ok(Next::Again)
+}

@@ -1,0 +1,14 @@
+//! Reasons of the Events refill publishes on a DataRestore, so that people and alerts can
+//! match on them. Condition types and reasons live in [`super::status::condition`].
+
+pub const VALIDATED: &str = "Validated";
+pub const FAILED_VALIDATION: &str = "FailedValidation";
+pub const QUIESCED_CONSUMER: &str = "QuiescedConsumer";
+pub const RESUMED_CONSUMER: &str = "ResumedConsumer";
+pub const KEPT_CONSUMER_STOPPED: &str = "KeptConsumerStopped";
+pub const CONSUMER_HELD: &str = "ConsumerHeldByOtherRestore";
+pub const VOLUME_RESTORED: &str = "VolumeRestored";
+pub const VOLUME_FAILED: &str = "VolumeFailed";
+pub const VOLUME_CANCELED: &str = "VolumeCanceled";
+pub const VOLUME_ABORTING: &str = "VolumeAborting";
+pub const VOLUME_WAITING: &str = "VolumeWaiting";

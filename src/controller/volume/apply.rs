@@ -1,0 +1,220 @@
+//! Writes a decided [`Change`] into the volume's record, and says what to tell people
+//! about it. Pure.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{VolumePhase, VolumeStatus};
+
+use super::decide::Change;
+use crate::controller::reasons;
+
+/// An Event to publish about the volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub text: String,
+}
+
+/// What applying a change produced besides the record itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub note: Option<Note>,
+    /// A line for `status.errors`.
+    pub error: Option<String>,
+}
+
+const PARTLY_WRITTEN: &str = "the node agent may have written part of the backup before it stopped, so the volume may hold a mix of old and restored files; restore it again to get the backup's files";
+
+/// The message of a volume that ended, with the plain warning when it may be half written.
+pub fn ending_message(message: &str, partly_written: bool) -> String {
+    if partly_written {
+        format!("{message}; {PARTLY_WRITTEN}")
+    } else {
+        message.to_string()
+    }
+}
+
+pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Applied {
+    let pvc = volume.pvc.clone();
+    let mut applied = Applied::default();
+    match change {
+        Change::Stay { message, warning } => {
+            if warning.is_some() && volume.warning != warning {
+                applied.note = warning.clone().map(|text| Note {
+                    warning: true,
+                    reason: reasons::VOLUME_WAITING,
+                    text: format!("{pvc}: {text}"),
+                });
+            }
+            volume.message = message;
+            volume.warning = warning;
+        }
+        Change::Advance(phase) => {
+            volume.phase = phase;
+            volume.message = None;
+            volume.warning = None;
+        }
+        Change::Completed => {
+            volume.phase = VolumePhase::Completed;
+            volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
+            volume.message = Some("restored".into());
+            volume.warning = None;
+            volume.completion_time = Some(Time(now));
+            applied.note = Some(Note {
+                warning: false,
+                reason: reasons::VOLUME_RESTORED,
+                text: format!("{pvc} restored"),
+            });
+        }
+        Change::Abort { outcome, message } => {
+            volume.phase = VolumePhase::Aborting;
+            volume.outcome = Some(outcome);
+            volume.abort_time = Some(Time(now));
+            volume.warning = None;
+            applied.note = Some(Note {
+                warning: outcome == VolumePhase::Failed,
+                reason: reasons::VOLUME_ABORTING,
+                text: format!(
+                    "{pvc}: {message}; stopping the node agent before its consumers come back"
+                ),
+            });
+            volume.message = Some(message);
+        }
+        Change::End { outcome, message } => {
+            end(volume, outcome, &message, false, now, &mut applied);
+        }
+        Change::Finish { partly_written } => {
+            let outcome = volume.outcome.unwrap_or(VolumePhase::Failed);
+            let message = volume
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("{outcome:?}"));
+            end(volume, outcome, &message, partly_written, now, &mut applied);
+        }
+    }
+    applied
+}
+
+fn end(
+    volume: &mut VolumeStatus,
+    outcome: VolumePhase,
+    message: &str,
+    partly_written: bool,
+    now: Timestamp,
+    applied: &mut Applied,
+) {
+    let pvc = volume.pvc.clone();
+    let message = ending_message(message, partly_written);
+    volume.phase = outcome;
+    volume.partly_written = partly_written;
+    volume.warning = None;
+    volume.completion_time = Some(Time(now));
+    let (warning, reason) = match outcome {
+        VolumePhase::Canceled => (false, reasons::VOLUME_CANCELED),
+        _ => (true, reasons::VOLUME_FAILED),
+    };
+    if outcome == VolumePhase::Failed {
+        applied.error = Some(format!("{pvc}: {message}"));
+    }
+    applied.note = Some(Note {
+        warning,
+        reason,
+        text: format!("{pvc}: {message}"),
+    });
+    volume.message = Some(message);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn volume(phase: VolumePhase) -> VolumeStatus {
+        VolumeStatus {
+            pvc: "shop/data".into(),
+            phase,
+            total_bytes: 10,
+            bytes_done: 4,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_abort_keeps_the_outcome_for_later_and_a_finish_ends_with_it() {
+        let now = Timestamp::from_second(100).unwrap();
+        let mut v = volume(VolumePhase::Restoring);
+        let applied = apply(
+            &mut v,
+            Change::Abort {
+                outcome: VolumePhase::Canceled,
+                message: "the restore was canceled".into(),
+            },
+            now,
+        );
+        assert_eq!(v.phase, VolumePhase::Aborting);
+        assert_eq!(v.outcome, Some(VolumePhase::Canceled));
+        assert!(v.completion_time.is_none(), "not ended yet");
+        assert!(!applied.note.unwrap().warning, "a cancel is no warning");
+
+        let applied = apply(
+            &mut v,
+            Change::Finish {
+                partly_written: true,
+            },
+            now,
+        );
+        assert_eq!(v.phase, VolumePhase::Canceled);
+        assert!(v.partly_written);
+        let message = v.message.clone().unwrap();
+        assert!(
+            message.starts_with("the restore was canceled; the node agent may have written part"),
+            "{message}"
+        );
+        assert!(applied.error.is_none(), "a cancel is not an error");
+        assert_eq!(applied.note.unwrap().reason, reasons::VOLUME_CANCELED);
+    }
+
+    #[test]
+    fn a_failure_is_an_error_of_the_restore_and_says_which_volume() {
+        let mut v = volume(VolumePhase::Quiescing);
+        let applied = apply(
+            &mut v,
+            Change::End {
+                outcome: VolumePhase::Failed,
+                message: "PVC shop/data was deleted during the restore".into(),
+            },
+            Timestamp::from_second(1).unwrap(),
+        );
+        assert_eq!(v.phase, VolumePhase::Failed);
+        assert!(!v.partly_written);
+        assert_eq!(
+            applied.error.as_deref(),
+            Some("shop/data: PVC shop/data was deleted during the restore")
+        );
+    }
+
+    #[test]
+    fn a_warning_is_announced_once() {
+        let mut v = volume(VolumePhase::Restoring);
+        let change = || Change::Stay {
+            message: Some("waiting".into()),
+            warning: Some("no node agent".into()),
+        };
+        let now = Timestamp::from_second(1).unwrap();
+        assert!(apply(&mut v, change(), now).note.is_some());
+        assert!(apply(&mut v, change(), now).note.is_none());
+        assert_eq!(v.warning.as_deref(), Some("no node agent"));
+    }
+
+    #[test]
+    fn completing_fills_the_progress() {
+        let mut v = volume(VolumePhase::Restoring);
+        apply(
+            &mut v,
+            Change::Completed,
+            Timestamp::from_second(1).unwrap(),
+        );
+        assert_eq!((v.phase, v.bytes_done), (VolumePhase::Completed, 10));
+    }
+}

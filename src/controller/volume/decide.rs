@@ -1,0 +1,508 @@
+//! The life of one volume as a pure function: from what the pass saw, what happens next.
+//!
+//! ```text
+//! Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─▶ Completed
+//!    │           │               │                │
+//!    │           └──────(a writer may exist)──────┴──▶ Aborting ─▶ Failed | Canceled
+//!    └──(nothing started)─────────────────────────────────────────▶ Failed | Canceled
+//! ```
+//!
+//! A volume ends Failed or Canceled at once only while nothing can write to it (no
+//! stand-in pod, no PodVolumeRestore). Otherwise it goes through Aborting, whose order is
+//! the safety of the whole restore: cancel the PodVolumeRestore, wait until the node
+//! agent has ended it (or provably never started it), remove the stand-in pod, and only
+//! then end, which is what lets the volume's consumers come back.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{PodVolumePhase, VolumePhase, VolumeStatus};
+
+/// What one pass saw of a volume's world. Built by [`super::observe`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Seen {
+    pub claim: Claim,
+    pub consumers: Consumers,
+    /// Pods other than this restore's stand-in that mount the claim (and still run).
+    pub foreign_pods: Vec<String>,
+    /// Who started a stopped consumer again, when one of them was (read only when
+    /// foreign pods exist).
+    pub restarted: Option<String>,
+    pub stand_in: StandIn,
+    pub pvr: Option<Pvr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Claim {
+    #[default]
+    Exists,
+    /// Deleted, or being deleted (held only by the pods that mount it).
+    Deleted,
+}
+
+/// The state of the consumers that mount this claim, from the restore's records.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Consumers {
+    /// Every one of them is stopped (or there are none).
+    #[default]
+    Stopped,
+    /// Some are still being stopped.
+    Stopping,
+    /// Another restore holds one of them; this restore may not touch it.
+    HeldBy(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StandIn {
+    #[default]
+    Absent,
+    /// This restore's stand-in pod.
+    Ours {
+        name: String,
+        terminating: bool,
+        /// Why it cannot serve: it failed, or a container ended.
+        failed: Option<String>,
+        /// Since when `restore-wait` runs, if it does.
+        restore_wait_since: Option<Timestamp>,
+        /// Why it is not running yet (unschedulable, image pull), when the pod says.
+        waiting: Option<String>,
+    },
+    /// Another restore's stand-in holds the claim (stand-in names derive from the claim).
+    Other {
+        name: String,
+        restore: String,
+        terminating: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pvr {
+    pub name: String,
+    pub phase: PodVolumePhase,
+    pub cancel_requested: bool,
+    pub node: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Pvr {
+    /// A node agent took it up: from then on it may write until it ends.
+    fn started(&self) -> bool {
+        !matches!(self.phase, PodVolumePhase::New)
+    }
+    fn ended(&self) -> bool {
+        self.phase.is_terminal()
+    }
+}
+
+/// Why the whole restore stops (cancel, deletion, overall timeout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stop {
+    pub outcome: VolumePhase,
+    pub why: String,
+}
+
+/// The spec's rules and the controller's limits, as they apply to a volume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    pub stop: Option<Stop>,
+    pub volume_timeout: Duration,
+    /// As written by the user (`4h`), for messages.
+    pub volume_timeout_text: String,
+    /// consumers: Refuse — a volume in use fails instead of waiting.
+    pub refuse_in_use: bool,
+    /// How long `restore-wait` may run with no node agent taking the PodVolumeRestore
+    /// before the volume warns.
+    pub agent_grace: Duration,
+    /// How long a canceled PodVolumeRestore may go on before the volume warns.
+    pub cancel_grace: Duration,
+}
+
+/// What the executor does against the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Create the stand-in pod and, with it, its PodVolumeRestore.
+    CreateStandIn,
+    CreatePodVolumeRestore,
+    CancelPodVolumeRestore,
+    DeleteStandIn,
+}
+
+/// How the volume's record changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Stays where it is; `message` says what it waits for, `warning` what needs a person.
+    Stay {
+        message: Option<String>,
+        warning: Option<String>,
+    },
+    /// On to the next phase of the way that works.
+    Advance(VolumePhase),
+    Completed,
+    /// Something went wrong, or a stop was asked, while a writer may exist.
+    Abort {
+        outcome: VolumePhase,
+        message: String,
+    },
+    /// Ends at once: nothing was started that could write.
+    End {
+        outcome: VolumePhase,
+        message: String,
+    },
+    /// Aborting is over: nothing writes any more and the stand-in is gone.
+    Finish {
+        partly_written: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub effect: Option<Effect>,
+    pub change: Change,
+}
+
+fn stay(message: impl Into<Option<String>>) -> Step {
+    Step {
+        effect: None,
+        change: Change::Stay {
+            message: message.into(),
+            warning: None,
+        },
+    }
+}
+
+fn doing(effect: Effect, change: Change) -> Step {
+    Step {
+        effect: Some(effect),
+        change,
+    }
+}
+
+fn abort(outcome: VolumePhase, message: String) -> Step {
+    Step {
+        effect: None,
+        change: Change::Abort { outcome, message },
+    }
+}
+
+fn failed(message: String) -> Step {
+    abort(VolumePhase::Failed, message)
+}
+
+/// Ends a volume that has not started a writer yet at once, and rolls back one that may.
+fn end_or_abort(seen: &Seen, outcome: VolumePhase, message: String) -> Step {
+    let writer_possible = matches!(seen.stand_in, StandIn::Ours { .. }) || seen.pvr.is_some();
+    let change = if writer_possible {
+        Change::Abort { outcome, message }
+    } else {
+        Change::End { outcome, message }
+    };
+    Step {
+        effect: None,
+        change,
+    }
+}
+
+/// Whether `since` plus `limit` lies before `now`.
+pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> bool {
+    since.is_some_and(|start| {
+        let elapsed = now.duration_since(start);
+        elapsed.is_positive() && elapsed.unsigned_abs() > limit
+    })
+}
+
+/// What happens next to `volume`.
+pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+    let pvc = &volume.pvc;
+    // The whole restore stopping, or this volume's own time running out.
+    let stop = rules.stop.clone().or_else(|| {
+        let started = volume.start_time.as_ref().map(|t| t.0);
+        (volume.phase.is_active()
+            && volume.phase != VolumePhase::Aborting
+            && expired(started, rules.volume_timeout, now))
+        .then(|| Stop {
+            outcome: VolumePhase::Failed,
+            why: format!(
+                "did not finish within {} (spec.volumeTimeout)",
+                rules.volume_timeout_text
+            ),
+        })
+    });
+    match volume.phase {
+        VolumePhase::Pending => match stop {
+            Some(stop) => end_or_abort(seen, stop.outcome, stop.why),
+            // Whether it may start is decided with the other volumes (spec.parallel).
+            None => stay(None),
+        },
+        VolumePhase::Quiescing => {
+            if let Some(stop) = stop {
+                return end_or_abort(seen, stop.outcome, stop.why);
+            }
+            quiescing(pvc, seen, rules)
+        }
+        VolumePhase::StartingStandIn | VolumePhase::Restoring => {
+            if let Some(stop) = stop {
+                return abort(stop.outcome, stop.why);
+            }
+            if let Some(problem) = lost_hold(pvc, seen) {
+                return failed(problem);
+            }
+            if volume.phase == VolumePhase::StartingStandIn {
+                starting(seen)
+            } else {
+                restoring(seen, rules, now)
+            }
+        }
+        VolumePhase::Aborting => aborting(volume, seen, rules, now),
+        // Ended: only its stand-in may be left to remove.
+        VolumePhase::Completed | VolumePhase::Failed | VolumePhase::Canceled => {
+            match &seen.stand_in {
+                StandIn::Ours {
+                    terminating: false, ..
+                } => doing(
+                    Effect::DeleteStandIn,
+                    Change::Stay {
+                        message: volume.message.clone(),
+                        warning: None,
+                    },
+                ),
+                _ => Step {
+                    effect: None,
+                    change: Change::Stay {
+                        message: volume.message.clone(),
+                        warning: None,
+                    },
+                },
+            }
+        }
+    }
+}
+
+fn quiescing(pvc: &str, seen: &Seen, rules: &Rules) -> Step {
+    if seen.claim == Claim::Deleted {
+        return end_or_abort(
+            seen,
+            VolumePhase::Failed,
+            format!("PVC {pvc} was deleted during the restore"),
+        );
+    }
+    match &seen.consumers {
+        Consumers::HeldBy(message) => {
+            return end_or_abort(seen, VolumePhase::Failed, message.clone());
+        }
+        Consumers::Stopping => return stay("stopping the consumers of the volume".to_string()),
+        Consumers::Stopped => {}
+    }
+    if !seen.foreign_pods.is_empty() {
+        if let Some(problem) = &seen.restarted {
+            return end_or_abort(seen, VolumePhase::Failed, problem.clone());
+        }
+        let users = seen.foreign_pods.join(", ");
+        if rules.refuse_in_use {
+            return end_or_abort(
+                seen,
+                VolumePhase::Failed,
+                format!("PVC {pvc} is in use by pod {users} and spec.consumers is Refuse"),
+            );
+        }
+        return stay(format!("waiting for pods to release the volume: {users}"));
+    }
+    match &seen.stand_in {
+        StandIn::Absent => doing(
+            Effect::CreateStandIn,
+            Change::Advance(VolumePhase::StartingStandIn),
+        ),
+        StandIn::Ours {
+            terminating: false, ..
+        } => Step {
+            effect: None,
+            change: Change::Advance(VolumePhase::StartingStandIn),
+        },
+        StandIn::Ours { name, .. } => {
+            stay(format!("waiting for the old stand-in pod {name} to go"))
+        }
+        StandIn::Other {
+            name,
+            restore,
+            terminating: true,
+        } => stay(format!(
+            "waiting for stand-in pod {name} of DataRestore {restore} to go"
+        )),
+        StandIn::Other { name, restore, .. } => end_or_abort(
+            seen,
+            VolumePhase::Failed,
+            format!(
+                "PVC {pvc} is being restored by DataRestore {restore} (stand-in pod {name}); restore it again after that one ends"
+            ),
+        ),
+    }
+}
+
+/// Reasons the stand-in no longer holds the volume alone.
+fn lost_hold(pvc: &str, seen: &Seen) -> Option<String> {
+    if seen.claim == Claim::Deleted {
+        return Some(format!("PVC {pvc} was deleted during the restore"));
+    }
+    match &seen.stand_in {
+        StandIn::Absent | StandIn::Other { .. } => {
+            return Some(format!(
+                "the stand-in pod of {pvc} disappeared (deleted or evicted); the volume is not restored"
+            ));
+        }
+        StandIn::Ours {
+            name,
+            terminating: true,
+            ..
+        } => {
+            return Some(format!(
+                "stand-in pod {name} was deleted during the restore; the volume is not restored"
+            ));
+        }
+        StandIn::Ours {
+            name,
+            failed: Some(why),
+            ..
+        } => return Some(format!("stand-in pod {name} failed: {why}")),
+        StandIn::Ours { .. } => {}
+    }
+    if !seen.foreign_pods.is_empty() {
+        return Some(seen.restarted.clone().unwrap_or_else(|| {
+            format!(
+                "pod {} mounts {pvc} while it is being restored; refill stopped writing to it",
+                seen.foreign_pods.join(", ")
+            )
+        }));
+    }
+    None
+}
+
+fn starting(seen: &Seen) -> Step {
+    let StandIn::Ours {
+        name,
+        restore_wait_since,
+        waiting,
+        ..
+    } = &seen.stand_in
+    else {
+        unreachable!("lost_hold() handles every other stand-in");
+    };
+    let Some(pvr) = &seen.pvr else {
+        return doing(
+            Effect::CreatePodVolumeRestore,
+            Change::Stay {
+                message: None,
+                warning: None,
+            },
+        );
+    };
+    // The node agent may have taken it up already (after a restart, a lost status write),
+    // and restore-wait may be gone with it: it is followed from here on.
+    if restore_wait_since.is_some() || pvr.started() {
+        return Step {
+            effect: None,
+            change: Change::Advance(VolumePhase::Restoring),
+        };
+    }
+    stay(match waiting {
+        Some(why) => format!("stand-in pod {name} is not running yet: {why}"),
+        None => format!("waiting for restore-wait to run in stand-in pod {name}"),
+    })
+}
+
+fn restoring(seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+    let Some(pvr) = &seen.pvr else {
+        return failed("its PodVolumeRestore was deleted by someone else".to_string());
+    };
+    let name = &pvr.name;
+    let detail = pvr.message.as_deref().unwrap_or("no message");
+    match pvr.phase {
+        PodVolumePhase::Completed => Step {
+            effect: None,
+            change: Change::Completed,
+        },
+        PodVolumePhase::Failed => failed(format!("PodVolumeRestore {name} failed: {detail}")),
+        PodVolumePhase::Canceled => failed(format!(
+            "PodVolumeRestore {name} was canceled, not by refill: {detail}"
+        )),
+        PodVolumePhase::New => {
+            let since = match &seen.stand_in {
+                StandIn::Ours {
+                    restore_wait_since, ..
+                } => *restore_wait_since,
+                _ => None,
+            };
+            let warning = expired(since, rules.agent_grace, now).then(|| {
+                format!(
+                    "no node agent has taken PodVolumeRestore {name} for {}s; is Velero's node agent running on node {}?",
+                    rules.agent_grace.as_secs(),
+                    pvr.node.as_deref().unwrap_or("of the stand-in pod")
+                )
+            });
+            Step {
+                effect: None,
+                change: Change::Stay {
+                    message: Some(format!(
+                        "waiting for a node agent to take PodVolumeRestore {name}"
+                    )),
+                    warning,
+                },
+            }
+        }
+        _ => stay(None),
+    }
+}
+
+fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+    let message = volume.message.clone();
+    if let Some(pvr) = &seen.pvr
+        && !pvr.ended()
+    {
+        if !pvr.cancel_requested {
+            return doing(
+                Effect::CancelPodVolumeRestore,
+                Change::Stay {
+                    message,
+                    warning: None,
+                },
+            );
+        }
+        if pvr.started() {
+            let since = volume.abort_time.as_ref().map(|t| t.0);
+            let warning = expired(since, rules.cancel_grace, now).then(|| {
+                format!(
+                    "the node agent has not stopped PodVolumeRestore {} {}s after it was canceled; the volume's consumers stay stopped until it does (deleting the PodVolumeRestore forces it)",
+                    pvr.name,
+                    rules.cancel_grace.as_secs()
+                )
+            });
+            return Step {
+                effect: None,
+                change: Change::Stay { message, warning },
+            };
+        }
+        // Canceled before any node agent took it: once the stand-in is gone, none can
+        // (a node agent starts only while the pod's restore-wait runs).
+    }
+    match &seen.stand_in {
+        StandIn::Ours {
+            terminating: false, ..
+        } => doing(
+            Effect::DeleteStandIn,
+            Change::Stay {
+                message,
+                warning: None,
+            },
+        ),
+        StandIn::Ours { .. } => stay(message),
+        StandIn::Absent | StandIn::Other { .. } => Step {
+            effect: None,
+            change: Change::Finish {
+                partly_written: volume.partly_written
+                    || seen.pvr.as_ref().is_some_and(Pvr::started),
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,664 @@
+//! One row per transition of [`decide`]: the volume's phase, what the pass saw, what the
+//! restore asks, and the step expected.
+
+use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+const NOW: i64 = 10_000;
+
+fn at(second: i64) -> Timestamp {
+    Timestamp::from_second(second).unwrap()
+}
+
+fn rules() -> Rules {
+    Rules {
+        stop: None,
+        volume_timeout: Duration::from_secs(3600),
+        volume_timeout_text: "1h".into(),
+        refuse_in_use: false,
+        agent_grace: Duration::from_secs(60),
+        cancel_grace: Duration::from_secs(300),
+    }
+}
+
+fn canceled() -> Rules {
+    Rules {
+        stop: Some(Stop {
+            outcome: VolumePhase::Canceled,
+            why: "the restore was canceled".into(),
+        }),
+        ..rules()
+    }
+}
+
+fn refuse() -> Rules {
+    Rules {
+        refuse_in_use: true,
+        ..rules()
+    }
+}
+
+fn volume(phase: VolumePhase) -> VolumeStatus {
+    VolumeStatus {
+        pvc: "shop/data".into(),
+        phase,
+        start_time: Some(Time(at(NOW - 10))),
+        ..Default::default()
+    }
+}
+
+fn aborting(outcome: VolumePhase) -> VolumeStatus {
+    VolumeStatus {
+        outcome: Some(outcome),
+        message: Some("why".into()),
+        abort_time: Some(Time(at(NOW - 10))),
+        ..volume(VolumePhase::Aborting)
+    }
+}
+
+fn old(phase: VolumePhase) -> VolumeStatus {
+    VolumeStatus {
+        start_time: Some(Time(at(NOW - 7200))),
+        ..volume(phase)
+    }
+}
+
+fn ours() -> StandIn {
+    StandIn::Ours {
+        name: "refill-data-1".into(),
+        terminating: false,
+        failed: None,
+        restore_wait_since: None,
+        waiting: None,
+    }
+}
+
+fn waiting_for(why: &str) -> StandIn {
+    StandIn::Ours {
+        name: "refill-data-1".into(),
+        terminating: false,
+        failed: None,
+        restore_wait_since: None,
+        waiting: Some(why.into()),
+    }
+}
+
+fn running_since(second: i64) -> StandIn {
+    StandIn::Ours {
+        name: "refill-data-1".into(),
+        terminating: false,
+        failed: None,
+        restore_wait_since: Some(at(second)),
+        waiting: None,
+    }
+}
+
+fn terminating() -> StandIn {
+    StandIn::Ours {
+        name: "refill-data-1".into(),
+        terminating: true,
+        failed: None,
+        restore_wait_since: None,
+        waiting: None,
+    }
+}
+
+fn broken() -> StandIn {
+    StandIn::Ours {
+        name: "refill-data-1".into(),
+        terminating: false,
+        failed: Some("container idle exited".into()),
+        restore_wait_since: None,
+        waiting: None,
+    }
+}
+
+fn others(terminating: bool) -> StandIn {
+    StandIn::Other {
+        name: "refill-data-1".into(),
+        restore: "velero/first".into(),
+        terminating,
+    }
+}
+
+fn pvr(phase: PodVolumePhase) -> Option<Pvr> {
+    Some(Pvr {
+        name: "fix-1".into(),
+        phase,
+        cancel_requested: false,
+        node: Some("node-a".into()),
+        message: Some("agent says".into()),
+    })
+}
+
+fn canceled_pvr(phase: PodVolumePhase) -> Option<Pvr> {
+    pvr(phase).map(|p| Pvr {
+        cancel_requested: true,
+        ..p
+    })
+}
+
+fn seen(stand_in: StandIn, pvr: Option<Pvr>) -> Seen {
+    Seen {
+        stand_in,
+        pvr,
+        ..Default::default()
+    }
+}
+
+fn with_users(mut s: Seen, users: &[&str], restarted: Option<&str>) -> Seen {
+    s.foreign_pods = users.iter().map(|u| u.to_string()).collect();
+    s.restarted = restarted.map(String::from);
+    s
+}
+
+fn with_consumers(mut s: Seen, consumers: Consumers) -> Seen {
+    s.consumers = consumers;
+    s
+}
+
+fn claim_deleted(mut s: Seen) -> Seen {
+    s.claim = Claim::Deleted;
+    s
+}
+
+// What a step must be; messages are checked by a fragment.
+#[derive(Debug)]
+enum Want {
+    Stay(Option<Effect>, Option<&'static str>),
+    StayWarning(&'static str),
+    Advance(Option<Effect>, VolumePhase),
+    Completed,
+    Abort(VolumePhase, &'static str),
+    End(VolumePhase, &'static str),
+    Finish(bool),
+}
+
+fn check(name: &str, step: &Step, want: &Want) {
+    let ok = match (want, &step.change) {
+        (Want::Stay(effect, fragment), Change::Stay { message, warning }) => {
+            step.effect == *effect
+                && warning.is_none()
+                && match fragment {
+                    Some(f) => message.as_deref().is_some_and(|m| m.contains(f)),
+                    None => true,
+                }
+        }
+        (Want::StayWarning(fragment), Change::Stay { warning, .. }) => {
+            step.effect.is_none() && warning.as_deref().is_some_and(|w| w.contains(fragment))
+        }
+        (Want::Advance(effect, phase), Change::Advance(p)) => step.effect == *effect && p == phase,
+        (Want::Completed, Change::Completed) => step.effect.is_none(),
+        (
+            Want::Abort(outcome, fragment),
+            Change::Abort {
+                outcome: o,
+                message,
+            },
+        ) => step.effect.is_none() && o == outcome && message.contains(fragment),
+        (
+            Want::End(outcome, fragment),
+            Change::End {
+                outcome: o,
+                message,
+            },
+        ) => step.effect.is_none() && o == outcome && message.contains(fragment),
+        (Want::Finish(partly), Change::Finish { partly_written }) => {
+            step.effect.is_none() && partly == partly_written
+        }
+        _ => false,
+    };
+    assert!(ok, "{name}: want {want:?}, got {step:?}");
+}
+
+#[test]
+fn every_transition() {
+    use PodVolumePhase as P;
+    use VolumePhase::*;
+    let now = at(NOW);
+    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+        // Pending
+        (
+            "pending waits for a slot",
+            volume(Pending),
+            Seen::default(),
+            rules(),
+            Want::Stay(None, None),
+        ),
+        (
+            "pending canceled ends at once",
+            volume(Pending),
+            Seen::default(),
+            canceled(),
+            Want::End(Canceled, "canceled"),
+        ),
+        // Quiescing
+        (
+            "quiescing while consumers stop",
+            volume(Quiescing),
+            with_consumers(Seen::default(), Consumers::Stopping),
+            rules(),
+            Want::Stay(None, Some("stopping the consumers")),
+        ),
+        (
+            "quiescing refused: consumer held by another restore",
+            volume(Quiescing),
+            with_consumers(
+                Seen::default(),
+                Consumers::HeldBy(
+                    "Deployment shop/web is stopped by DataRestore velero/first".into(),
+                ),
+            ),
+            rules(),
+            Want::End(Failed, "velero/first"),
+        ),
+        (
+            "quiescing waits for pods to go",
+            volume(Quiescing),
+            with_users(Seen::default(), &["web-1"], None),
+            rules(),
+            Want::Stay(None, Some("release the volume: web-1")),
+        ),
+        (
+            "quiescing notices a rescale",
+            volume(Quiescing),
+            with_users(
+                Seen::default(),
+                &["web-2"],
+                Some("Deployment shop/web was scaled to 2 by argocd"),
+            ),
+            rules(),
+            Want::End(Failed, "scaled to 2 by argocd"),
+        ),
+        (
+            "quiescing under Refuse fails a volume in use",
+            volume(Quiescing),
+            with_users(Seen::default(), &["web-1"], None),
+            refuse(),
+            Want::End(Failed, "spec.consumers is Refuse"),
+        ),
+        (
+            "quiescing done creates the stand-in",
+            volume(Quiescing),
+            Seen::default(),
+            rules(),
+            Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
+        ),
+        (
+            "quiescing finds its stand-in (restart)",
+            volume(Quiescing),
+            seen(ours(), None),
+            rules(),
+            Want::Advance(None, StartingStandIn),
+        ),
+        (
+            "quiescing waits for its old stand-in",
+            volume(Quiescing),
+            seen(terminating(), None),
+            rules(),
+            Want::Stay(None, Some("old stand-in")),
+        ),
+        (
+            "quiescing waits for another restore's stand-in to go",
+            volume(Quiescing),
+            seen(others(true), None),
+            rules(),
+            Want::Stay(None, Some("DataRestore velero/first to go")),
+        ),
+        (
+            "quiescing refused: claim restored by another",
+            volume(Quiescing),
+            seen(others(false), None),
+            rules(),
+            Want::End(Failed, "being restored by DataRestore velero/first"),
+        ),
+        (
+            "quiescing: claim deleted",
+            volume(Quiescing),
+            claim_deleted(Seen::default()),
+            rules(),
+            Want::End(Failed, "was deleted"),
+        ),
+        (
+            "quiescing canceled with nothing started",
+            volume(Quiescing),
+            Seen::default(),
+            canceled(),
+            Want::End(Canceled, "canceled"),
+        ),
+        (
+            "quiescing canceled after a stand-in was made (restart)",
+            volume(Quiescing),
+            seen(ours(), pvr(P::New)),
+            canceled(),
+            Want::Abort(Canceled, "canceled"),
+        ),
+        (
+            "quiescing too long",
+            old(Quiescing),
+            with_users(Seen::default(), &["web-1"], None),
+            rules(),
+            Want::End(Failed, "did not finish within 1h (spec.volumeTimeout)"),
+        ),
+        // StartingStandIn
+        (
+            "starting creates a missing PodVolumeRestore",
+            volume(StartingStandIn),
+            seen(ours(), None),
+            rules(),
+            Want::Stay(Some(Effect::CreatePodVolumeRestore), None),
+        ),
+        (
+            "starting waits for restore-wait",
+            volume(StartingStandIn),
+            seen(ours(), pvr(P::New)),
+            rules(),
+            Want::Stay(None, Some("waiting for restore-wait")),
+        ),
+        (
+            "starting says why the pod waits",
+            volume(StartingStandIn),
+            seen(waiting_for("0/3 nodes are available"), pvr(P::New)),
+            rules(),
+            Want::Stay(None, Some("0/3 nodes are available")),
+        ),
+        (
+            "starting: restore-wait runs",
+            volume(StartingStandIn),
+            seen(running_since(NOW - 1), pvr(P::New)),
+            rules(),
+            Want::Advance(None, Restoring),
+        ),
+        (
+            "starting: the agent took it already (restart)",
+            volume(StartingStandIn),
+            seen(ours(), pvr(P::Completed)),
+            rules(),
+            Want::Advance(None, Restoring),
+        ),
+        (
+            "starting: stand-in deleted",
+            volume(StartingStandIn),
+            seen(StandIn::Absent, pvr(P::New)),
+            rules(),
+            Want::Abort(Failed, "disappeared"),
+        ),
+        (
+            "starting: stand-in being deleted",
+            volume(StartingStandIn),
+            seen(terminating(), pvr(P::New)),
+            rules(),
+            Want::Abort(Failed, "was deleted during the restore"),
+        ),
+        (
+            "starting: stand-in failed",
+            volume(StartingStandIn),
+            seen(broken(), pvr(P::New)),
+            rules(),
+            Want::Abort(Failed, "container idle exited"),
+        ),
+        (
+            "starting: a consumer came back",
+            volume(StartingStandIn),
+            with_users(seen(ours(), pvr(P::New)), &["web-3"], None),
+            rules(),
+            Want::Abort(Failed, "pod web-3 mounts shop/data"),
+        ),
+        (
+            "starting: claim deleted",
+            volume(StartingStandIn),
+            claim_deleted(seen(ours(), pvr(P::New))),
+            rules(),
+            Want::Abort(Failed, "was deleted"),
+        ),
+        (
+            "starting canceled",
+            volume(StartingStandIn),
+            seen(ours(), pvr(P::New)),
+            canceled(),
+            Want::Abort(Canceled, "canceled"),
+        ),
+        (
+            "starting too long",
+            old(StartingStandIn),
+            seen(waiting_for("Unschedulable"), pvr(P::New)),
+            rules(),
+            Want::Abort(Failed, "did not finish within 1h"),
+        ),
+        // Restoring
+        (
+            "restoring follows progress",
+            volume(Restoring),
+            seen(running_since(NOW - 5), pvr(P::InProgress)),
+            rules(),
+            Want::Stay(None, None),
+        ),
+        (
+            "restoring: accepted by Velero 1.18",
+            volume(Restoring),
+            seen(running_since(NOW - 5), pvr(P::Accepted)),
+            rules(),
+            Want::Stay(None, None),
+        ),
+        (
+            "restoring: prepared by Velero 1.18",
+            volume(Restoring),
+            seen(running_since(NOW - 5), pvr(P::Prepared)),
+            rules(),
+            Want::Stay(None, None),
+        ),
+        (
+            "restoring: waits for a node agent",
+            volume(Restoring),
+            seen(running_since(NOW - 5), pvr(P::New)),
+            rules(),
+            Want::Stay(None, Some("waiting for a node agent")),
+        ),
+        (
+            "restoring: no node agent for a minute warns",
+            volume(Restoring),
+            seen(running_since(NOW - 61), pvr(P::New)),
+            rules(),
+            Want::StayWarning("node agent running on node node-a"),
+        ),
+        (
+            "restoring: completed",
+            volume(Restoring),
+            seen(ours(), pvr(P::Completed)),
+            rules(),
+            Want::Completed,
+        ),
+        (
+            "restoring: failed by the agent",
+            volume(Restoring),
+            seen(ours(), pvr(P::Failed)),
+            rules(),
+            Want::Abort(Failed, "PodVolumeRestore fix-1 failed: agent says"),
+        ),
+        (
+            "restoring: canceled by someone (Velero 1.18)",
+            volume(Restoring),
+            seen(ours(), pvr(P::Canceled)),
+            rules(),
+            Want::Abort(Failed, "canceled, not by refill"),
+        ),
+        (
+            "restoring: PodVolumeRestore deleted",
+            volume(Restoring),
+            seen(ours(), None),
+            rules(),
+            Want::Abort(Failed, "deleted by someone"),
+        ),
+        (
+            "restoring: stand-in deleted",
+            volume(Restoring),
+            seen(StandIn::Absent, pvr(P::InProgress)),
+            rules(),
+            Want::Abort(Failed, "disappeared"),
+        ),
+        (
+            "restoring: consumer rescaled",
+            volume(Restoring),
+            with_users(
+                seen(ours(), pvr(P::InProgress)),
+                &["web-4"],
+                Some("Deployment shop/web was scaled to 1 by kubectl"),
+            ),
+            rules(),
+            Want::Abort(Failed, "scaled to 1 by kubectl"),
+        ),
+        (
+            "restoring canceled",
+            volume(Restoring),
+            seen(ours(), pvr(P::InProgress)),
+            canceled(),
+            Want::Abort(Canceled, "canceled"),
+        ),
+        (
+            "restoring too long",
+            old(Restoring),
+            seen(ours(), pvr(P::InProgress)),
+            rules(),
+            Want::Abort(Failed, "did not finish within 1h"),
+        ),
+        // Aborting: cancel, wait for the agent, remove the stand-in, end.
+        (
+            "aborting cancels the PodVolumeRestore first",
+            aborting(Canceled),
+            seen(ours(), pvr(P::InProgress)),
+            rules(),
+            Want::Stay(Some(Effect::CancelPodVolumeRestore), Some("why")),
+        ),
+        (
+            "aborting waits for the agent to stop (1.18)",
+            aborting(Canceled),
+            seen(ours(), canceled_pvr(P::Canceling)),
+            rules(),
+            Want::Stay(None, Some("why")),
+        ),
+        (
+            "aborting waits for the agent to stop (1.14)",
+            aborting(Failed),
+            seen(ours(), canceled_pvr(P::InProgress)),
+            rules(),
+            Want::Stay(None, Some("why")),
+        ),
+        (
+            "aborting warns when the cancel is ignored",
+            VolumeStatus {
+                abort_time: Some(Time(at(NOW - 301))),
+                ..aborting(Failed)
+            },
+            seen(ours(), canceled_pvr(P::InProgress)),
+            rules(),
+            Want::StayWarning("has not stopped PodVolumeRestore fix-1"),
+        ),
+        (
+            "aborting ignores the volume's own timeout",
+            VolumeStatus {
+                start_time: Some(Time(at(NOW - 7200))),
+                ..aborting(Failed)
+            },
+            seen(ours(), canceled_pvr(P::InProgress)),
+            rules(),
+            Want::Stay(None, Some("why")),
+        ),
+        (
+            "aborting: the agent ended it, the stand-in goes",
+            aborting(Canceled),
+            seen(ours(), canceled_pvr(P::Canceled)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("why")),
+        ),
+        (
+            "aborting: never taken up, the stand-in goes",
+            aborting(Failed),
+            seen(ours(), canceled_pvr(P::New)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("why")),
+        ),
+        (
+            "aborting waits for the stand-in to go",
+            aborting(Failed),
+            seen(terminating(), canceled_pvr(P::Failed)),
+            rules(),
+            Want::Stay(None, Some("why")),
+        ),
+        (
+            "aborting ends, partly written",
+            aborting(Canceled),
+            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            rules(),
+            Want::Finish(true),
+        ),
+        (
+            "aborting ends, nothing written",
+            aborting(Failed),
+            seen(StandIn::Absent, canceled_pvr(P::New)),
+            rules(),
+            Want::Finish(false),
+        ),
+        (
+            "aborting ends without a PodVolumeRestore",
+            aborting(Failed),
+            seen(StandIn::Absent, None),
+            rules(),
+            Want::Finish(false),
+        ),
+        (
+            "aborting keeps going when canceled again",
+            aborting(Failed),
+            seen(ours(), canceled_pvr(P::InProgress)),
+            canceled(),
+            Want::Stay(None, Some("why")),
+        ),
+        // Ended
+        (
+            "completed removes its stand-in",
+            volume(Completed),
+            seen(ours(), pvr(P::Completed)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), None),
+        ),
+        (
+            "completed and clean stays",
+            volume(Completed),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Stay(None, None),
+        ),
+        (
+            "failed leaves another restore's stand-in alone",
+            volume(Failed),
+            seen(others(false), None),
+            canceled(),
+            Want::Stay(None, None),
+        ),
+    ];
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, now), want);
+    }
+}
+
+#[test]
+fn a_started_copy_is_never_ended_before_the_agent_stops() {
+    // Whatever else is seen, an Aborting volume whose PodVolumeRestore a node agent took
+    // up and has not ended does not finish, so its consumers cannot come back.
+    use PodVolumePhase as P;
+    for phase in [P::Accepted, P::Prepared, P::InProgress, P::Canceling] {
+        for stand_in in [ours(), terminating(), StandIn::Absent] {
+            for rules in [rules(), canceled()] {
+                let step = decide(
+                    &aborting(VolumePhase::Failed),
+                    &seen(stand_in.clone(), canceled_pvr(phase)),
+                    &rules,
+                    at(NOW),
+                );
+                assert!(
+                    matches!(step.change, Change::Stay { .. }) && step.effect.is_none(),
+                    "{phase:?} {stand_in:?}: {step:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Performs the [`Effect`] that [`super::decide`] chose. Thin: each effect is one or two
+//! idempotent API calls on objects with names derived from the request, so a pass that
+//! dies half-way is simply done again.
+//!
+//! A refusal that no retry can change (quota, admission, an invalid object: 403, 422)
+//! ends the volume at once with the server's words, instead of being retried until the
+//! restore times out; other errors are returned, and the pass is tried again with backoff.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::info;
+
+use crate::api::{
+    DataRestore, DataRestoreStatus, PodVolumeBackup, PodVolumeRestore, VolumePhase,
+    VolumePluginRestore, VolumeStatus,
+};
+use crate::controller::error::{Category, Error, has_status};
+use crate::controller::pod_volume_restore as pvr;
+use crate::controller::restore_helper::{self, HelperSource};
+use crate::controller::stand_in::{self, StandIn};
+use crate::controller::{Context, Result};
+use crate::labels;
+
+use super::decide::{Change, Effect};
+use super::observe::{PassView, split};
+
+/// What the executor needs of the pass.
+pub struct Act<'a> {
+    pub dr: &'a DataRestore,
+    pub ctx: &'a Context,
+    pub uid: &'a str,
+    /// The pass's starting view of the status (the backup name).
+    pub status: &'a DataRestoreStatus,
+    pub pass: &'a PassView,
+    /// Velero's restore-helper settings, read when a volume may create its stand-in.
+    pub helper: Option<&'a HelperSource>,
+}
+
+/// Performs `effect` for `volume`. Returns a change that replaces the decided one when
+/// the API's answer changes the outcome (a refusal, a conflict).
+pub async fn perform(
+    act: &Act<'_>,
+    volume: &mut VolumeStatus,
+    effect: Effect,
+) -> Result<Option<Change>> {
+    match effect {
+        Effect::CreateStandIn => create_stand_in(act, volume).await,
+        Effect::CreatePodVolumeRestore => {
+            let (ns, _) = split(&volume.pvc);
+            let name = labels::stand_in_pod_name(&volume.pvc);
+            let Some(pod) = act.pass.stand_ins.get(&(ns.to_string(), name)) else {
+                return Ok(None);
+            };
+            let pod = pod.clone();
+            refused_as(create_pod_volume_restore(act, volume, &pod).await, |why| {
+                Change::Abort {
+                    outcome: VolumePhase::Failed,
+                    message: why,
+                }
+            })
+        }
+        Effect::CancelPodVolumeRestore => {
+            let name = labels::pod_volume_restore_name(&act.dr.name_any(), act.uid, &volume.pvc);
+            let api: Api<PodVolumeRestore> =
+                Api::namespaced(act.ctx.client.clone(), &act.ctx.config.namespace);
+            let patch = json!({"spec": {"cancel": true}});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => Ok(None),
+                Err(e) if has_status(&e, 404) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Effect::DeleteStandIn => {
+            let (ns, _) = split(&volume.pvc);
+            let name = labels::stand_in_pod_name(&volume.pvc);
+            let Some(pod) = act.pass.stand_ins.get(&(ns.to_string(), name.clone())) else {
+                return Ok(None);
+            };
+            // Only this very pod: the name is the claim's, and another restore's stand-in
+            // may take it as soon as this one is gone.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: pod.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match Api::<Pod>::namespaced(act.ctx.client.clone(), ns)
+                .delete(&name, &params)
+                .await
+            {
+                Ok(_) => Ok(None),
+                Err(e) if has_status(&e, 404) || has_status(&e, 409) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Turns a permanent refusal into the change `to` makes of the server's words; other
+/// errors stay errors.
+fn refused_as(result: Result<()>, to: impl FnOnce(String) -> Change) -> Result<Option<Change>> {
+    match result {
+        Ok(()) => Ok(None),
+        Err(e) if e.category() == Category::Permanent => Ok(Some(to(e.reason()))),
+        Err(e) => Err(e),
+    }
+}
+
+async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Option<Change>> {
+    let dr = act.dr;
+    let pvc = volume.pvc.clone();
+    let (ns, claim) = split(&pvc);
+    let name = labels::stand_in_pod_name(&pvc);
+    let source = act
+        .helper
+        .expect("read at the start of a pass with volumes quiescing");
+    let security = volume.consumer_security.clone();
+    let container = match restore_helper::container(
+        act.uid,
+        &volume.volume,
+        dr.spec.restore_helper.as_ref(),
+        source,
+        security.as_ref().and_then(|s| s.container.as_ref()),
+    ) {
+        Ok(c) => c,
+        Err(message) => {
+            return Ok(Some(Change::End {
+                outcome: VolumePhase::Failed,
+                message,
+            }));
+        }
+    };
+    let pod = stand_in::pod(StandIn {
+        name: name.clone(),
+        namespace: ns,
+        claim,
+        volume: &volume.volume,
+        restore_key: format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any()),
+        restore_uid: act.uid,
+        candidate_nodes: &volume.candidate_nodes,
+        security: security.as_ref(),
+        image: dr
+            .spec
+            .stand_in_image
+            .as_deref()
+            .unwrap_or(stand_in::DEFAULT_IMAGE),
+        restore_wait: container,
+    });
+    let created = match Api::<Pod>::namespaced(act.ctx.client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+    {
+        Ok(created) => created,
+        // Ours from before a restart, or another restore's: the next pass looks.
+        Err(e) if has_status(&e, 409) => {
+            return Ok(Some(Change::Stay {
+                message: Some(format!(
+                    "stand-in pod {name} exists already; looking at it again"
+                )),
+                warning: None,
+            }));
+        }
+        Err(e) => {
+            return refused_as(Err(e.into()), |why| Change::End {
+                outcome: VolumePhase::Failed,
+                message: format!("the API server refused stand-in pod {name}: {why}"),
+            });
+        }
+    };
+    volume.stand_in_pod = Some(name);
+    // The node agent itself waits for restore-wait to run before it starts, as it does
+    // for Velero's own restores, so the PodVolumeRestore goes out with the stand-in.
+    refused_as(
+        create_pod_volume_restore(act, volume, &created).await,
+        |why| Change::Abort {
+            outcome: VolumePhase::Failed,
+            message: why,
+        },
+    )
+}
+
+async fn create_pod_volume_restore(
+    act: &Act<'_>,
+    volume: &mut VolumeStatus,
+    pod: &Pod,
+) -> Result<()> {
+    let (dr, ctx) = (act.dr, act.ctx);
+    let ns = &ctx.config.namespace;
+    let name = labels::pod_volume_restore_name(&dr.name_any(), act.uid, &volume.pvc);
+    let pvb_name = volume.pod_volume_backup.clone().unwrap_or_default();
+    let pvb = Api::<PodVolumeBackup>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&pvb_name)
+        .await?
+        .ok_or_else(|| {
+            Error::Permanent(format!(
+                "PodVolumeBackup {pvb_name} is gone (the backup was deleted?)"
+            ))
+        })?;
+    let object = pvr::pod_volume_restore(dr, &name, volume, &pvb, pod);
+    let backup = act.status.backup_name.clone().unwrap_or_default();
+    let plugin = pvr::volume_plugin_restore(
+        dr,
+        &name,
+        &backup,
+        volume,
+        pvb.spec.uploader_type.as_deref(),
+    );
+    let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), ns);
+    let plugins = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), ns);
+    let params = PostParams::default();
+    let (created, mirrored) = futures::join!(
+        pvrs.create(&params, &object),
+        plugins.create(&params, &plugin)
+    );
+    for result in [created.map(drop), mirrored.map(drop)] {
+        match result {
+            Ok(()) => {}
+            Err(e) if has_status(&e, 409) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    volume.pod_volume_restore = Some(name.clone());
+    // Which node and stand-in serve the volume is in its status and VolumePluginRestore;
+    // an Event per volume for it would only add a write to every volume.
+    info!(
+        restore = %dr.name_any(),
+        pvc = %volume.pvc,
+        stand_in = %pod.name_any(),
+        node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default(),
+        "created PodVolumeRestore {name} for snapshot {}",
+        volume.snapshot_id.as_deref().unwrap_or_default()
+    );
+    Ok(())
+}

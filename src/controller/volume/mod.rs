@@ -1,0 +1,50 @@
+//! One volume's restore: [`observe`] what its world looks like, [`decide`] what happens
+//! next (pure, with a table of every transition), [`execute`] the effect, and [`apply`]
+//! the change to its record.
+
+pub mod apply;
+pub mod decide;
+pub mod execute;
+pub mod observe;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::api::VolumeStatus;
+
+use super::Result;
+use apply::Applied;
+use decide::Rules;
+use execute::Act;
+
+/// A volume after one pass.
+pub struct Advanced {
+    pub volume: VolumeStatus,
+    pub applied: Applied,
+}
+
+/// Moves one volume on by one step. On an error, nothing of this pass is kept for the
+/// volume: every effect is idempotent under its derived name, and is done again.
+pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Result<Advanced> {
+    let mut volume = volume;
+    observe::follow(&mut volume, act.pass);
+    let seen = observe::seen(
+        act.ctx,
+        &act.dr.name_any(),
+        act.uid,
+        act.status,
+        &volume,
+        act.pass,
+    )
+    .await?;
+    let now = Timestamp::now();
+    let step = decide::decide(&volume, &seen, rules, now);
+    let change = match step.effect {
+        Some(effect) => execute::perform(act, &mut volume, effect)
+            .await?
+            .unwrap_or(step.change),
+        None => step.change,
+    };
+    let applied = apply::apply(&mut volume, change, now);
+    Ok(Advanced { volume, applied })
+}
