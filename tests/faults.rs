@@ -1377,7 +1377,7 @@ fn holds(dr: &DataRestore) -> bool {
             || s.volumes.iter().any(|v| {
                 matches!(
                     v.phase,
-                    VolumePhase::StartingStandIn | VolumePhase::Restoring
+                    VolumePhase::StartingStandIn | VolumePhase::Restoring | VolumePhase::Aborting
                 )
             })
     })
