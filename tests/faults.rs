@@ -1367,13 +1367,14 @@ async fn faults_during_a_restore() -> Result<()> {
 // ------------------------------------------------------------------------------------
 // Two restores of one PVC at once
 
-/// Whether a restore holds the workload or the volume: it stopped (or is stopping) a
-/// consumer, or its stand-in or copy is under way.
+/// Whether a restore holds the workload or the volume: it has stopped a consumer, or its
+/// stand-in or copy is under way. (Stopping is only the intent, recorded before the
+/// conditional write that takes the workload; two restores may both have it.)
 fn holds(dr: &DataRestore) -> bool {
     dr.status.as_ref().is_some_and(|s| {
         s.consumers
             .iter()
-            .any(|c| matches!(c.state, ConsumerState::Stopping | ConsumerState::Stopped))
+            .any(|c| c.state == ConsumerState::Stopped)
             || s.volumes.iter().any(|v| {
                 matches!(
                     v.phase,

@@ -433,6 +433,18 @@ async fn restore_helper(shared: &Shared, pod: &Pod, wait: &HelperWait) -> Result
         return Ok(());
     }
     let namespace = pod.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(shared.client.clone(), &namespace);
+    // A kubelet kills the init containers of a pod being deleted: the helper of a
+    // stand-in removed meanwhile does not go on to touch the volume.
+    match pods.get_opt(&pod.name_any()).await {
+        Ok(Some(current))
+            if current.metadata.deletion_timestamp.is_none() && current.uid() == pod.uid() => {}
+        Ok(_) => {
+            tracing::debug!(pod = %key, "deleted before its restore helper finished; the .velero folders stay");
+            return Ok(());
+        }
+        Err(e) => return Err(e).context("reading the pod"),
+    }
     for (volume, root) in wait.volumes.iter().zip(&roots) {
         let claim = decide::claim_of(pod, volume).unwrap_or_default();
         let span = WriteSpan::begin(
@@ -450,8 +462,6 @@ async fn restore_helper(shared: &Shared, pod: &Pod, wait: &HelperWait) -> Result
             .with_context(|| format!("removing {}", root.join(data::DONE_DIR).display()))?;
         span.end();
     }
-    let pods: Api<Pod> =
-        Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
     let patch = json!({ "metadata": { "annotations": { RESTORE_WAIT_DONE: "true" } } });
     let mut delay = Duration::from_millis(100);
     for attempt in 1.. {
