@@ -274,6 +274,92 @@ async fn find_or_start() -> Result<Cluster> {
     Ok(cluster)
 }
 
+/// Starts (or finds) a cluster of its own in `dir`, its ports moved by `port_offset`,
+/// with `e2e/cluster/up.sh`: for a test that stops and starts the control plane, which
+/// must not disturb the shared cluster other tests use. Left running afterwards, like
+/// the shared one (`REFILL_CLUSTER_DIR=<dir> e2e/cluster/down.sh` stops it).
+pub async fn start_cluster(dir: &Path, port_offset: u16) -> Result<Cluster> {
+    up(dir, port_offset).await?;
+    let bin_dir = std::fs::read_to_string(dir.join("bin-dir"))
+        .with_context(|| format!("up.sh left no {}", dir.join("bin-dir").display()))?;
+    let cluster = Cluster {
+        dir: dir.to_path_buf(),
+        kubeconfig: dir.join("admin.kubeconfig"),
+        bin_dir: PathBuf::from(bin_dir.trim()),
+    };
+    if !is_ready(&cluster).await {
+        bail!(
+            "the cluster in {} does not answer after up.sh",
+            dir.display()
+        );
+    }
+    Ok(cluster)
+}
+
+async fn up(dir: &Path, port_offset: u16) -> Result<()> {
+    let script = scripts_dir().join("up.sh");
+    let status = tokio::process::Command::new(&script)
+        .env("REFILL_CLUSTER_DIR", dir)
+        .env("REFILL_PORT_OFFSET", port_offset.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .status()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    if !status.success() {
+        bail!(
+            "{} failed ({status}) for {}",
+            script.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Kills one component of a cluster started with [`start_cluster`] at once (SIGKILL,
+/// by the pid `up.sh` recorded), waits until the process is gone, and has `up.sh`
+/// start it again, which returns when the cluster is usable. Returns how long the
+/// component was down.
+pub async fn restart_component(
+    cluster: &Cluster,
+    port_offset: u16,
+    component: &str,
+) -> Result<Duration> {
+    let pid_file = cluster.dir.join("run").join(format!("{component}.pid"));
+    let pid = std::fs::read_to_string(&pid_file)
+        .with_context(|| format!("reading {}", pid_file.display()))?
+        .trim()
+        .to_string();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    if !pid.chars().all(|c| c.is_ascii_digit()) || !exe.ends_with(component) {
+        bail!(
+            "{} names {pid}, which is not a running {component}",
+            pid_file.display()
+        );
+    }
+    let stopped = std::time::Instant::now();
+    let status = tokio::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .await?;
+    if !status.success() {
+        bail!("kill -KILL {pid} ({component}) failed: {status}");
+    }
+    crate::support::wait_for(
+        format!("{component} ({pid}) to exit"),
+        Duration::from_secs(30),
+        || async {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let gone = state.split_whitespace().nth(2).is_none_or(|s| s == "Z");
+            Ok(gone.then_some(()))
+        },
+    )
+    .await?;
+    up(&cluster.dir, port_offset).await?;
+    Ok(stopped.elapsed())
+}
+
 async fn is_ready(cluster: &Cluster) -> bool {
     let probe = async {
         let mut config = cluster.admin_config().await?;

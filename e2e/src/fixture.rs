@@ -4,25 +4,32 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::{ApiResource, Discovery};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::conditions;
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::wait::await_condition;
+use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{
     Backup, BackupPhase, BackupStatus, DataRestore, DataRestoreSpec, Phase, PodVolumeBackup,
-    PodVolumeBackupSpec, PodVolumeBackupStatus, PodVolumePhase, Progress,
+    PodVolumeBackupSpec, PodVolumeBackupStatus, PodVolumePhase, PodVolumeRestore, Progress,
 };
 use refill::labels;
 use serde::Deserialize;
 use serde_json::json;
+use tokio::sync::watch;
 
 use crate::cluster::Cluster;
 use crate::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
@@ -576,4 +583,380 @@ pub async fn resource_versions(client: &Client, ns: &str) -> Result<BTreeMap<Str
         }
     }
     Ok(out)
+}
+
+/// What a test saw of one pod: which claims it mounts and when it ran, by this
+/// process's clock (the clock of the simulated node agent's write log).
+#[derive(Clone, Debug)]
+pub struct PodLife {
+    pub name: String,
+    /// `namespace/name` of every claim it mounts.
+    pub claims: Vec<String>,
+    /// One of refill's stand-in pods.
+    pub stand_in: bool,
+    /// When it was first seen on a node (it may run, and write, from then on). For a
+    /// pod already running when the watch began: its `status.startTime`.
+    pub started: Option<SystemTime>,
+    /// When it was seen finished or gone.
+    pub ended: Option<SystemTime>,
+}
+
+/// Watches of one namespace, kept while a test runs: DataRestores, PodVolumeRestores,
+/// pods (with the life of every pod, so that pods deleted since are not missed),
+/// Deployments, StatefulSets and CronJobs. A test waits on them with
+/// [`Observer::until`] instead of polling the API server.
+pub struct Observer {
+    pub restores: Store<DataRestore>,
+    pub pvrs: Store<PodVolumeRestore>,
+    pub pods: Store<Pod>,
+    pub deployments: Store<Deployment>,
+    pub statefulsets: Store<StatefulSet>,
+    pub cronjobs: Store<CronJob>,
+    lives: Arc<Mutex<BTreeMap<String, PodLife>>>,
+    changed: watch::Receiver<u64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn claims_of(pod: &Pod) -> Vec<String> {
+    let ns = pod.namespace().unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| format!("{ns}/{}", c.claim_name))
+        .collect()
+}
+
+fn record_pod(lives: &Mutex<BTreeMap<String, PodLife>>, pod: &Pod, initial: bool, gone: bool) {
+    let Some(uid) = pod.uid() else {
+        return;
+    };
+    let now = SystemTime::now();
+    let mut lives = lives.lock().unwrap_or_else(|e| e.into_inner());
+    let life = lives.entry(uid).or_insert_with(|| PodLife {
+        name: pod.name_any(),
+        claims: claims_of(pod),
+        stand_in: pod.labels().get(labels::ROLE).map(String::as_str) == Some(labels::ROLE_STAND_IN),
+        started: None,
+        ended: None,
+    });
+    let status = pod.status.clone().unwrap_or_default();
+    let on_node = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    if life.started.is_none() && (on_node || gone) {
+        // A pod that ran before the watch began: its own start time (whole seconds,
+        // so never later than the truth).
+        let since = status
+            .start_time
+            .filter(|_| initial)
+            .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t.0.as_second().max(0) as u64));
+        life.started = Some(since.unwrap_or(now).min(now));
+    }
+    let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    if life.ended.is_none() && (gone || finished) {
+        life.ended = Some(now);
+    }
+}
+
+impl Observer {
+    /// Starts the watches of `ns` and waits until each has its first list.
+    pub async fn start(client: &Client, ns: &str) -> Result<Observer> {
+        let (tx, changed) = watch::channel(0u64);
+        let tx = Arc::new(tx);
+        let lives: Arc<Mutex<BTreeMap<String, PodLife>>> = Arc::default();
+        let mut tasks = Vec::new();
+
+        fn follow<K>(
+            api: Api<K>,
+            tx: Arc<watch::Sender<u64>>,
+            tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+            mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+        ) -> Store<K>
+        where
+            K: kube::Resource
+                + Clone
+                + std::fmt::Debug
+                + serde::de::DeserializeOwned
+                + Send
+                + Sync
+                + 'static,
+            K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+        {
+            let (store, writer) = reflector::store();
+            let stream = reflector(
+                writer,
+                watcher(api, watcher::Config::default()).default_backoff(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    if let Ok(event) = event {
+                        on_event(&event);
+                    }
+                    tx.send_modify(|n| *n += 1);
+                }
+            }));
+            store
+        }
+
+        let restores = follow::<DataRestore>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let pvrs = follow::<PodVolumeRestore>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let pod_lives = lives.clone();
+        let mut listed: Vec<String> = Vec::new();
+        let pods = follow(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            move |event| match event {
+                watcher::Event::Apply(pod) => record_pod(&pod_lives, pod, false, false),
+                watcher::Event::Delete(pod) => record_pod(&pod_lives, pod, false, true),
+                watcher::Event::Init => listed.clear(),
+                watcher::Event::InitApply(pod) => {
+                    record_pod(&pod_lives, pod, true, false);
+                    listed.extend(pod.uid());
+                }
+                // After a broken watch (an API server restart), pods missing from the new
+                // list went while nobody looked.
+                watcher::Event::InitDone => {
+                    let now = SystemTime::now();
+                    let mut lives = pod_lives.lock().unwrap_or_else(|e| e.into_inner());
+                    for (uid, life) in lives.iter_mut() {
+                        if life.ended.is_none() && !listed.contains(uid) {
+                            life.ended = Some(now);
+                        }
+                    }
+                }
+            },
+        );
+        let deployments = follow::<Deployment>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let statefulsets = follow::<StatefulSet>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let cronjobs = follow::<CronJob>(
+            Api::namespaced(client.clone(), ns),
+            tx.clone(),
+            &mut tasks,
+            |_| {},
+        );
+        let observer = Observer {
+            restores,
+            pvrs,
+            pods,
+            deployments,
+            statefulsets,
+            cronjobs,
+            lives,
+            changed,
+            tasks,
+        };
+        let ready = async {
+            observer.restores.wait_until_ready().await?;
+            observer.pvrs.wait_until_ready().await?;
+            observer.pods.wait_until_ready().await?;
+            observer.deployments.wait_until_ready().await?;
+            observer.statefulsets.wait_until_ready().await?;
+            observer.cronjobs.wait_until_ready().await
+        };
+        tokio::time::timeout(Duration::from_secs(60), ready)
+            .await
+            .with_context(|| format!("the watches of namespace {ns} did not list within 60s"))??;
+        Ok(observer)
+    }
+
+    /// Evaluates `check` on every change seen until it returns a value; an error
+    /// naming `what` after `timeout`.
+    pub async fn until<T>(
+        &self,
+        what: impl std::fmt::Display,
+        timeout: Duration,
+        mut check: impl FnMut(&Observer) -> Option<T>,
+    ) -> Result<T> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changed = self.changed.clone();
+        loop {
+            changed.borrow_and_update();
+            if let Some(value) = check(self) {
+                return Ok(value);
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => anyhow::bail!("the watches stopped while waiting for {what}"),
+                Err(_) => anyhow::bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+    }
+
+    /// The DataRestore `name` as last seen.
+    pub fn restore(&self, name: &str) -> Option<Arc<DataRestore>> {
+        self.restores
+            .state()
+            .into_iter()
+            .find(|r| r.name_any() == name)
+    }
+
+    pub fn deployment(&self, name: &str) -> Option<Arc<Deployment>> {
+        self.deployments
+            .state()
+            .into_iter()
+            .find(|d| d.name_any() == name)
+    }
+
+    pub fn statefulset(&self, name: &str) -> Option<Arc<StatefulSet>> {
+        self.statefulsets
+            .state()
+            .into_iter()
+            .find(|d| d.name_any() == name)
+    }
+
+    pub fn cronjob(&self, name: &str) -> Option<Arc<CronJob>> {
+        self.cronjobs
+            .state()
+            .into_iter()
+            .find(|d| d.name_any() == name)
+    }
+
+    /// refill's stand-in pods now.
+    pub fn stand_ins(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .state()
+            .into_iter()
+            .filter(|p| {
+                p.labels().get(labels::ROLE).map(String::as_str) == Some(labels::ROLE_STAND_IN)
+            })
+            .collect()
+    }
+
+    /// Every pod seen since the watch began, gone ones too.
+    pub fn pod_lives(&self) -> Vec<PodLife> {
+        self.lives
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+fn at(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Writes into a volume while a pod of its claim other than a stand-in ran, by more
+/// than `grace` (the time refill may need to notice a pod someone else started; zero
+/// where refill itself decides when pods start). One line per overlap; a write or pod
+/// not ended counts as going on at `now`.
+pub fn writes_under_running_pods(
+    writes: &[node_agent::VolumeWrite],
+    pods: &[PodLife],
+    grace: Duration,
+    now: SystemTime,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for w in writes {
+        let w_end = w.last.unwrap_or(now);
+        for p in pods
+            .iter()
+            .filter(|p| !p.stand_in && p.claims.contains(&w.claim))
+        {
+            let Some(started) = p.started else {
+                continue;
+            };
+            let p_end = p.ended.unwrap_or(now);
+            let from = w.first.max(started);
+            let to = w_end.min(p_end);
+            let Ok(overlap) = to.duration_since(from) else {
+                continue;
+            };
+            if overlap > grace || (grace.is_zero() && from <= to) {
+                found.push(format!(
+                    "{} of {} wrote into {} from {} to {} while pod {} ran (from {} to {}): {overlap:?} under a running consumer",
+                    w.what,
+                    if w.pvr.is_empty() { "the restore helper" } else { w.pvr.as_str() },
+                    w.claim,
+                    at(w.first),
+                    w.last.map_or("(still writing)".into(), at),
+                    p.name,
+                    at(started),
+                    p.ended.map_or("(still running)".into(), at),
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(1_000_000 + ms)
+    }
+
+    #[test]
+    fn a_write_overlapping_a_running_consumer_is_found_and_others_are_not() {
+        let write = |first, last: Option<u64>| node_agent::VolumeWrite {
+            claim: "ns/data".into(),
+            pvr: "r1-x".into(),
+            what: "copy".into(),
+            first: t(first),
+            last: last.map(t),
+        };
+        let pod = |name: &str, started, ended: Option<u64>, stand_in| PodLife {
+            name: name.into(),
+            claims: vec!["ns/data".into()],
+            stand_in,
+            started: Some(t(started)),
+            ended: ended.map(t),
+        };
+        let pods = [
+            pod("web-old", 0, Some(100), false),
+            pod("stand-in", 100, Some(900), true),
+            pod("web-new", 1000, None, false),
+        ];
+        let clean = [write(200, Some(800))];
+        assert!(writes_under_running_pods(&clean, &pods, Duration::ZERO, t(2000)).is_empty());
+        let late = [write(200, Some(1500))];
+        let found = writes_under_running_pods(&late, &pods, Duration::ZERO, t(2000));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("web-new"), "{found:?}");
+        assert!(
+            writes_under_running_pods(&late, &pods, Duration::from_secs(1), t(2000)).is_empty()
+        );
+        let open = [write(200, None)];
+        assert_eq!(
+            writes_under_running_pods(&open, &pods, Duration::ZERO, t(2000)).len(),
+            1
+        );
+        let other_claim = [node_agent::VolumeWrite {
+            claim: "ns/other".into(),
+            ..write(200, Some(1500))
+        }];
+        assert!(writes_under_running_pods(&other_claim, &pods, Duration::ZERO, t(2000)).is_empty());
+    }
 }

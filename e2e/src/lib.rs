@@ -27,9 +27,10 @@ pub mod support;
 
 pub use cluster::{
     COMPONENTS, Cluster, NODES, RESTORE_WAIT_CONTAINER, RESTORE_WAIT_DONE, TEST_USER_AGENT,
-    admin_client, cluster, cluster_dir, scripts_dir, service_account_token,
+    admin_client, cluster, cluster_dir, restart_component, scripts_dir, service_account_token,
+    start_cluster,
 };
 pub use support::{
     POLL_INTERVAL, TEST_NAMESPACE_LABEL, TEST_TIMEOUT, TestEnv, TestNamespace, dns_label, dump,
-    is_pod_ready, run_test, wait_for,
+    is_pod_ready, run_test, run_test_on, wait_for,
 };

@@ -35,10 +35,16 @@
 //! removes the `.velero` folders and annotates the pod
 //! `refill.dev/restore-wait-done: "true"`, which lets the simulated kubelet run it.
 //! Pod events and finished restores trigger that check; nothing polls.
+//!
+//! With [`NodeAgentConfig::write_log`] set it logs when each write into a volume began
+//! and ended (see [`writes`]), for tests that prove nothing was written while an
+//! application pod of the volume ran. With [`NodeAgentConfig::stop_delay`] a copy goes
+//! on writing that long after a cancel or deletion, as a real data mover may.
 
 mod agent;
 pub mod data;
 pub mod decide;
+pub mod writes;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,6 +57,7 @@ use kube::{Api, Client, ResourceExt};
 use serde::Deserialize;
 
 pub use data::write_snapshot;
+pub use writes::{VolumeWrite, read_write_log};
 
 /// How a simulated node agent runs.
 #[derive(Clone, Debug)]
@@ -69,6 +76,13 @@ pub struct NodeAgentConfig {
     /// Restores copying data at once on one node; Velero's node agent runs 1 unless
     /// configured otherwise. Values below 1 count as 1.
     pub concurrency_per_node: usize,
+    /// A file to append every write into a volume to (see [`writes`]), so a test can
+    /// compare when data were written with when applications ran; `None` logs nothing.
+    pub write_log: Option<PathBuf>,
+    /// How long a copy goes on writing after it is asked to stop (cancel or deletion
+    /// of its PodVolumeRestore), as a real data mover finishes the piece it is on;
+    /// zero stops at the next piece.
+    pub stop_delay: Duration,
 }
 
 impl NodeAgentConfig {
@@ -82,6 +96,8 @@ impl NodeAgentConfig {
             progress_interval: Duration::from_millis(250),
             bytes_per_second: None,
             concurrency_per_node: 1,
+            write_log: None,
+            stop_delay: Duration::ZERO,
         }
     }
 }

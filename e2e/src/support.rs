@@ -286,7 +286,16 @@ where
     F: FnOnce(TestEnv) -> Fut,
     Fut: Future<Output = Result<()>>,
 {
-    let cluster = cluster().await?;
+    run_test_on(cluster().await?, name, body).await
+}
+
+/// [`run_test`] on a given cluster, such as one a test started for itself with
+/// [`crate::cluster::start_cluster`] because it restarts its components.
+pub async fn run_test_on<F, Fut>(cluster: &'static Cluster, name: &str, body: F) -> Result<()>
+where
+    F: FnOnce(TestEnv) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
     let client = cluster.admin_client().await?;
     let ns = TestNamespace::create(&client, name).await?;
     let env = TestEnv {

@@ -96,6 +96,8 @@ async fn main() -> Result<()> {
         progress_interval: args.progress_interval,
         bytes_per_second: args.bytes_per_second,
         concurrency_per_node: args.concurrency,
+        write_log: None,
+        stop_delay: Duration::ZERO,
     };
     tokio::select! {
         result = node_agent::run(client, cfg) => result,

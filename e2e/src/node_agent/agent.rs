@@ -27,6 +27,7 @@ use super::data::{self, CopyError, Snapshot};
 use super::decide::{
     self, HelperWait, Nodes, PvrAction, RESTORE_WAIT_DONE, Skip, StartupAction, Throttle,
 };
+use super::writes::{self, WriteSpan};
 
 /// Why a restore under way should stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,6 +262,7 @@ impl Agent {
                     node,
                     stop: stopped,
                     started: false,
+                    claim: String::new(),
                 };
                 self.tasks.spawn(async move {
                     let release = job.run().await;
@@ -430,12 +432,36 @@ async fn restore_helper(shared: &Shared, pod: &Pod, wait: &HelperWait) -> Result
         tracing::debug!(pod = %key, "restore helper waits for done files {} in volumes {missing:?}", wait.uid);
         return Ok(());
     }
-    for root in &roots {
+    let namespace = pod.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(shared.client.clone(), &namespace);
+    // A kubelet kills the init containers of a pod being deleted: the helper of a
+    // stand-in removed meanwhile does not go on to touch the volume.
+    match pods.get_opt(&pod.name_any()).await {
+        Ok(Some(current))
+            if current.metadata.deletion_timestamp.is_none() && current.uid() == pod.uid() => {}
+        Ok(_) => {
+            tracing::debug!(pod = %key, "deleted before its restore helper finished; the .velero folders stay");
+            return Ok(());
+        }
+        Err(e) => return Err(e).context("reading the pod"),
+    }
+    for (volume, root) in wait.volumes.iter().zip(&roots) {
+        let claim = decide::claim_of(pod, volume).unwrap_or_default();
+        let span = WriteSpan::begin(
+            shared.cfg.write_log.as_deref(),
+            format!(
+                "{}/{volume}/{}",
+                pod.uid().unwrap_or_default(),
+                writes::HELPER_CLEANUP
+            ),
+            "",
+            &format!("{namespace}/{claim}"),
+            writes::HELPER_CLEANUP,
+        );
         data::remove_done_dir(root)
             .with_context(|| format!("removing {}", root.join(data::DONE_DIR).display()))?;
+        span.end();
     }
-    let pods: Api<Pod> =
-        Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
     let patch = json!({ "metadata": { "annotations": { RESTORE_WAIT_DONE: "true" } } });
     let mut delay = Duration::from_millis(100);
     for attempt in 1.. {
@@ -490,6 +516,8 @@ struct Job {
     stop: watch::Receiver<Stop>,
     /// Whether the phase InProgress (with its start time) was written.
     started: bool,
+    /// `namespace/name` of the claim restored into, once known: for the write log.
+    claim: String,
 }
 
 impl Job {
@@ -509,7 +537,10 @@ impl Job {
             return Ok(None);
         }
         let root = match self.volume_root().await {
-            Ok(root) => root,
+            Ok((root, claim)) => {
+                self.claim = claim;
+                root
+            }
             Err(e) => return self.fail(format!("error to expose PVR: {e:#}")).await,
         };
         if self.stop_requested() {
@@ -537,9 +568,21 @@ impl Job {
         // only a warning there too (the pod then never starts).
         match decide::restore_uid(&self.pvr) {
             Some(uid) => {
+                let span = WriteSpan::begin(
+                    self.shared.cfg.write_log.as_deref(),
+                    format!(
+                        "{}/{}",
+                        self.pvr.uid().unwrap_or_default(),
+                        writes::DONE_FILE
+                    ),
+                    &self.name,
+                    &self.claim,
+                    writes::DONE_FILE,
+                );
                 if let Err(e) = data::write_done_file(&root, uid) {
                     tracing::warn!(pvr = %self.name, "failed to write completion mark, restored pod may fail to start: {e}");
                 }
+                span.end();
             }
             None => tracing::warn!(
                 pvr = %self.name,
@@ -596,14 +639,17 @@ impl Job {
         Ok(false)
     }
 
-    async fn volume_root(&self) -> Result<PathBuf> {
+    /// The volume's directory and `namespace/name` of its claim.
+    async fn volume_root(&self) -> Result<(PathBuf, String)> {
         let (namespace, pod_name) =
             decide::target_pod(&self.pvr).context("spec.pod names no pod")?;
         let pod = Api::<Pod>::namespaced(self.shared.client.clone(), namespace)
             .get(pod_name)
             .await
             .with_context(|| format!("getting pod {namespace}/{pod_name}"))?;
-        volume_root(&self.shared.client, &pod, &self.pvr.spec.volume).await
+        let root = volume_root(&self.shared.client, &pod, &self.pvr.spec.volume).await?;
+        let claim = decide::claim_of(&pod, &self.pvr.spec.volume).map_err(anyhow::Error::msg)?;
+        Ok((root, format!("{namespace}/{claim}")))
     }
 
     fn stop_requested(&self) -> bool {
@@ -675,8 +721,16 @@ impl Job {
             let stop_copy = stop_copy.clone();
             let root = root.to_path_buf();
             let rate = self.shared.cfg.bytes_per_second;
+            let (log, id, pvr, claim) = (
+                self.shared.cfg.write_log.clone(),
+                format!("{}/{}", self.pvr.uid().unwrap_or_default(), writes::COPY),
+                self.name.clone(),
+                self.claim.clone(),
+            );
             tokio::task::spawn_blocking(move || {
-                data::restore(
+                // Begun and ended on the copying thread: it outlives an aborted agent.
+                let span = WriteSpan::begin(log.as_deref(), id, &pvr, &claim, writes::COPY);
+                let result = data::restore(
                     &snapshot,
                     &root,
                     rate,
@@ -684,7 +738,9 @@ impl Job {
                         progress_tx.send_replace(done);
                     },
                     || stop_copy.load(Ordering::Relaxed),
-                )
+                );
+                span.end();
+                result
             })
         };
         let mut pending: Option<u64> = None;
@@ -712,7 +768,16 @@ impl Job {
                     let why = *self.stop.borrow_and_update();
                     if why != Stop::No {
                         stopping = true;
-                        stop_copy.store(true, Ordering::Relaxed);
+                        let linger = self.shared.cfg.stop_delay;
+                        if linger.is_zero() {
+                            stop_copy.store(true, Ordering::Relaxed);
+                        } else {
+                            let stop_copy = stop_copy.clone();
+                            tokio::spawn(async move {
+                                tokio::time::sleep(linger).await;
+                                stop_copy.store(true, Ordering::Relaxed);
+                            });
+                        }
                         if why == Stop::Cancel
                             && let Err(e) = self.set_status(json!({ "phase": "Canceling" })).await
                         {

@@ -1,0 +1,1589 @@
+//! The fault matrix (issue 11): a restore hit by a fault at each step must still end
+//! cleanly, and refill must never write into a volume while its application runs.
+//!
+//! * The controller killed (its task aborted wherever it is, as kill -9 does) at each
+//!   phase boundary, for a Deployment, a StatefulSet with three claims and a
+//!   ReadWriteMany claim shared by two Deployments; a new controller then finishes.
+//! * Faults from outside: the node agent restarted mid-copy, the stand-in pod deleted,
+//!   a stand-in in a namespace whose quota requires requests or refused by admission,
+//!   the PodVolumeRestore or the PVC deleted, the consumer re-scaled by someone in each
+//!   volume phase, a CronJob mounting the claim, no node agent at all.
+//! * Two restores of one PVC created at the same moment, ten times over.
+//! * The API server restarted mid-copy, on a cluster of this test's own.
+//!
+//! Every case checks the same end state: the DataRestore ends (Completed,
+//! PartiallyFailed, Failed or Canceled) within a bound and loses its finalizer; every
+//! consumer is back at its replica count (or, with `onFailure: KeepStopped`, stopped
+//! with the record that brings it back); no stand-in pod is left; no PodVolumeRestore
+//! is left running (it ended, or it was asked to cancel); and no write of the simulated
+//! node agent (it logs each, see `refill_e2e::node_agent::writes`) overlaps the time a
+//! pod of that claim other than a stand-in ran (a pod watch keeps every pod's life, so
+//! deleted pods count too).
+//!
+//! Cases run side by side, each in its own namespace; each table prints a line per case.
+//! `REFILL_FAULTS=<text>` runs only the cases whose name contains the text;
+//! `REFILL_FAULTS_CONCURRENCY` sets how many run at once (default 4).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use futures::future::LocalBoxFuture;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuota};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use refill::api::{
+    ConsumerPolicy, ConsumerState, DataRestore, DataRestoreSpec, FailurePolicy, Phase,
+    PodVolumePhase, PodVolumeRestore, VolumePhase,
+};
+use refill::labels;
+use refill_e2e::cluster::Cluster;
+use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle, Observer};
+use refill_e2e::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
+use refill_e2e::{TEST_NAMESPACE_LABEL, TestEnv, run_test, run_test_on, wait_for};
+use serde_json::json;
+
+/// How long a restore may take to end after its fault.
+const BOUND: Duration = Duration::from_secs(90);
+/// For faults that a correct refill ends at once (a refused stand-in, a re-scale).
+const SHORT_BOUND: Duration = Duration::from_secs(45);
+/// Setting a scene up: pods starting, watches listing.
+const SETUP: Duration = Duration::from_secs(60);
+/// Things that follow the end of a restore: pods coming back, stand-ins going.
+const SETTLE: Duration = Duration::from_secs(30);
+/// How long a killed controller stays down before a new one starts.
+const DOWNTIME: Duration = Duration::from_secs(1);
+/// Each snapshot's size, and the node agent's copy speed: two seconds per volume, so
+/// that "copying" is a state a test can see and act in.
+const SNAPSHOT_BYTES: usize = 256 * 1024;
+const COPY_RATE: u64 = 128 * 1024;
+/// Refill's time to notice a pod someone else started, while the node agent still
+/// copies: only for the cases where the test itself starts consumer pods.
+const REACTION: Duration = Duration::from_secs(3);
+const DATA_FILE: &str = "data.bin";
+
+// ------------------------------------------------------------------------------------
+// Scenes
+
+/// What mounts the restored claims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// Deployment `web` (2 replicas) on claim `data`.
+    Deployment,
+    /// StatefulSet `db` (3 replicas), claims `data-db-0..2` on three nodes.
+    StatefulSet,
+    /// ReadWriteMany claim `shared` mounted by Deployments `front` (2) and `back` (1).
+    Rwx,
+}
+
+impl Shape {
+    fn label(self) -> &'static str {
+        match self {
+            Shape::Deployment => "deployment",
+            Shape::StatefulSet => "statefulset-3-claims",
+            Shape::Rwx => "rwx-claim-2-deployments",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Deployment,
+    StatefulSet,
+}
+
+#[derive(Clone, Debug)]
+struct Workload {
+    kind: Kind,
+    name: String,
+    replicas: i32,
+}
+
+#[derive(Clone, Debug)]
+struct Claim {
+    name: String,
+    dir: PathBuf,
+    content: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+struct App {
+    claims: Vec<Claim>,
+    workloads: Vec<Workload>,
+}
+
+/// A test's world: refill installed, the namespace watched, data directories.
+struct Scene {
+    env: TestEnv,
+    client: Client,
+    ns: String,
+    snapshots: PathBuf,
+    scratch: PathBuf,
+    write_log: PathBuf,
+    watch: Observer,
+}
+
+fn content(claim: &str) -> Vec<u8> {
+    format!("{claim}: the good data\n")
+        .into_bytes()
+        .into_iter()
+        .cycle()
+        .take(SNAPSHOT_BYTES)
+        .collect()
+}
+
+fn phase(dr: &DataRestore) -> Phase {
+    dr.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+/// The restore as one line: phase, volumes, consumers, errors.
+fn describe(dr: Option<&DataRestore>) -> String {
+    let Some(dr) = dr else {
+        return "(the DataRestore is gone)".into();
+    };
+    let Some(status) = &dr.status else {
+        return "(no status)".into();
+    };
+    let volumes: Vec<String> = status
+        .volumes
+        .iter()
+        .map(|v| {
+            format!(
+                "{}={:?}{}",
+                v.pvc,
+                v.phase,
+                v.message
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    let consumers: Vec<String> = status
+        .consumers
+        .iter()
+        .map(|c| format!("{:?}/{}={:?}@{:?}", c.kind, c.name, c.state, c.replicas))
+        .collect();
+    format!(
+        "phase {:?}; volumes [{}]; consumers [{}]; errors {:?}; warnings {:?}",
+        status.phase,
+        volumes.join(", "),
+        consumers.join(", "),
+        status.errors,
+        status.warnings
+    )
+}
+
+/// Every text the restore shows a user: errors, warnings, volume messages, conditions.
+fn texts(dr: &DataRestore) -> String {
+    let Some(status) = &dr.status else {
+        return String::new();
+    };
+    let mut all: Vec<String> = status.errors.clone();
+    all.extend(status.warnings.clone());
+    all.extend(status.volumes.iter().filter_map(|v| v.message.clone()));
+    all.extend(status.conditions.iter().map(|c| c.message.clone()));
+    all.join("\n")
+}
+
+/// A PodVolumeRestore still running: neither ended nor asked to cancel.
+fn running_pvr(pvr: &PodVolumeRestore) -> bool {
+    !pvr.phase().is_terminal() && pvr.spec.cancel != Some(true)
+}
+
+/// What a case expects at the end.
+struct Expect {
+    phases: &'static [Phase],
+    bound: Duration,
+    /// The snapshot's files are in the volumes.
+    data: bool,
+    /// Consumer pods come back Ready (not when their claim was deleted).
+    pods_ready: bool,
+    /// Writes may overlap consumer pods by this much (see [`REACTION`]).
+    grace: Duration,
+    /// The DataRestore may be gone at the end (the case deleted it).
+    gone: bool,
+}
+
+const ENDED: &[Phase] = &[
+    Phase::Completed,
+    Phase::PartiallyFailed,
+    Phase::Failed,
+    Phase::Canceled,
+];
+
+impl Expect {
+    fn completed() -> Expect {
+        Expect {
+            phases: &[Phase::Completed],
+            bound: BOUND,
+            data: true,
+            pods_ready: true,
+            grace: Duration::ZERO,
+            gone: false,
+        }
+    }
+
+    fn ended() -> Expect {
+        Expect {
+            phases: ENDED,
+            data: false,
+            ..Expect::completed()
+        }
+    }
+}
+
+impl Scene {
+    async fn new(env: TestEnv) -> Result<Scene> {
+        let ns = env.namespace().to_string();
+        fixture::install_refill(&env.client, &ns).await?;
+        let scratch = env.cluster.scratch_dir(&ns)?;
+        let snapshots = scratch.join("snapshots");
+        std::fs::create_dir_all(&snapshots)?;
+        let watch = Observer::start(&env.client, &ns).await?;
+        Ok(Scene {
+            client: env.client.clone(),
+            write_log: scratch.join("writes.jsonl"),
+            env,
+            ns,
+            snapshots,
+            scratch,
+            watch,
+        })
+    }
+
+    async fn controller(&self) -> Result<ControllerHandle> {
+        ControllerHandle::start(self.env.cluster, &self.ns).await
+    }
+
+    /// A simulated node agent that logs its writes; `rate` limits each copy.
+    fn node_agent(&self, rate: Option<u64>) -> NodeAgentHandle {
+        self.slow_stopping_node_agent(rate, Duration::ZERO)
+    }
+
+    /// [`Scene::node_agent`] whose copies go on for `stop_delay` after a cancel, as a
+    /// real data mover may: refill must wait for the PodVolumeRestore to end before it
+    /// brings consumers back.
+    fn slow_stopping_node_agent(&self, rate: Option<u64>, stop_delay: Duration) -> NodeAgentHandle {
+        node_agent::spawn(
+            self.client.clone(),
+            NodeAgentConfig {
+                velero_namespace: self.ns.clone(),
+                bytes_per_second: rate,
+                progress_interval: Duration::from_millis(200),
+                write_log: Some(self.write_log.clone()),
+                stop_delay,
+                ..NodeAgentConfig::new(&self.snapshots)
+            },
+        )
+    }
+
+    /// A local PV on `node` and the claim `name` bound to it (ReadWriteMany if `rwx`).
+    async fn volume(&self, name: &str, node: &str, rwx: bool) -> Result<PathBuf> {
+        let dir = self.scratch.join("pv").join(name);
+        let pv = format!("{}-{name}", self.ns);
+        let labels = self.env.ns.labels();
+        if !rwx {
+            fixture::bound_local_volume(&self.client, &self.ns, name, &pv, node, &dir, &labels)
+                .await?;
+            self.bound(name).await?;
+            return Ok(dir);
+        }
+        fixture::local_pv(&self.client, &pv, node, &dir, &labels).await?;
+        let reserve = json!({"spec": {"claimRef": {"namespace": self.ns, "name": name}}});
+        self.env
+            .api_all::<k8s_openapi::api::core::v1::PersistentVolume>()
+            .patch(&pv, &PatchParams::default(), &Patch::Merge(reserve))
+            .await?;
+        self.env
+            .create::<PersistentVolumeClaim>(json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": fixture::STORAGE_CLASS,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                }
+            }))
+            .await?;
+        self.bound(name).await?;
+        Ok(dir)
+    }
+
+    /// Waits until the binder has bound the claim to its reserved volume: refill
+    /// refuses an unbound WaitForFirstConsumer claim without candidate nodes.
+    async fn bound(&self, claim: &str) -> Result<()> {
+        let claims = self.env.api::<PersistentVolumeClaim>();
+        wait_for(format!("claim {claim} bound"), SETUP, || async {
+            let pvc = claims.get(claim).await?;
+            let phase = pvc.status.and_then(|st| st.phase);
+            Ok((phase.as_deref() == Some("Bound")).then_some(()))
+        })
+        .await
+    }
+
+    /// A Deployment like [`fixture::deployment`]; with `requests`, its container asks
+    /// for a little CPU and memory (for namespaces whose quota requires that).
+    async fn deployment(
+        &self,
+        name: &str,
+        replicas: i32,
+        claims: &[&str],
+        requests: bool,
+    ) -> Result<()> {
+        let mut template = fixture::pod_template(name, claims);
+        if requests {
+            template["spec"]["containers"][0]["resources"] =
+                json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
+        }
+        self.env
+            .create::<Deployment>(json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": template,
+                }
+            }))
+            .await?;
+        Ok(())
+    }
+
+    /// The application of `shape`, running, with a backup `b1` of its claims taken
+    /// when they were good, and its files broken since.
+    async fn app(&self, shape: Shape, requests: bool) -> Result<App> {
+        let (claims, workloads): (Vec<(&str, &str)>, Vec<Workload>) = match shape {
+            Shape::Deployment => (
+                vec![("data", "node-a")],
+                vec![Workload {
+                    kind: Kind::Deployment,
+                    name: "web".into(),
+                    replicas: 2,
+                }],
+            ),
+            Shape::StatefulSet => (
+                vec![
+                    ("data-db-0", "node-a"),
+                    ("data-db-1", "node-b"),
+                    ("data-db-2", "node-c"),
+                ],
+                vec![Workload {
+                    kind: Kind::StatefulSet,
+                    name: "db".into(),
+                    replicas: 3,
+                }],
+            ),
+            Shape::Rwx => (
+                vec![("shared", "node-c")],
+                vec![
+                    Workload {
+                        kind: Kind::Deployment,
+                        name: "front".into(),
+                        replicas: 2,
+                    },
+                    Workload {
+                        kind: Kind::Deployment,
+                        name: "back".into(),
+                        replicas: 1,
+                    },
+                ],
+            ),
+        };
+        let mut app = App {
+            claims: Vec::new(),
+            workloads: workloads.clone(),
+        };
+        for (claim, node) in &claims {
+            let dir = self.volume(claim, node, shape == Shape::Rwx).await?;
+            std::fs::write(dir.join(DATA_FILE), b"good data, as backed up")?;
+            app.claims.push(Claim {
+                name: claim.to_string(),
+                dir,
+                content: content(claim),
+            });
+        }
+        for w in &workloads {
+            match w.kind {
+                Kind::Deployment => {
+                    let names: Vec<&str> = app.claims.iter().map(|c| c.name.as_str()).collect();
+                    self.deployment(&w.name, w.replicas, &names, requests)
+                        .await?;
+                }
+                Kind::StatefulSet => {
+                    fixture::statefulset(&self.client, &self.ns, &w.name, w.replicas).await?;
+                }
+            }
+        }
+        for w in &workloads {
+            self.ready_pods(&w.name, w.replicas as usize, SETUP).await?;
+        }
+        let volumes: Vec<BackedUpVolume> = app
+            .claims
+            .iter()
+            .map(|c| BackedUpVolume {
+                namespace: &self.ns,
+                pvc: &c.name,
+                pod: "backed-up-pod",
+                volume: "data",
+                snapshot_id: format!("{}-{}", self.ns, c.name),
+                files: vec![(DATA_FILE, c.content.clone())],
+            })
+            .collect();
+        fixture::backup(&self.client, &self.ns, "b1", &self.snapshots, &volumes).await?;
+        for c in &app.claims {
+            std::fs::write(c.dir.join(DATA_FILE), b"broken")?;
+        }
+        Ok(app)
+    }
+
+    fn spec(&self, app: &App) -> DataRestoreSpec {
+        DataRestoreSpec {
+            backup_name: Some("b1".into()),
+            pvcs: app
+                .claims
+                .iter()
+                .map(|c| format!("{}/{}", self.ns, c.name))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    async fn restore(&self, name: &str, spec: DataRestoreSpec) -> Result<DataRestore> {
+        fixture::data_restore(&self.client, &self.ns, name, spec).await
+    }
+
+    fn live_pods(&self, app: &str) -> Vec<Arc<Pod>> {
+        self.watch
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| p.labels().get("app").map(String::as_str) == Some(app))
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+
+    async fn ready_pods(&self, app: &str, count: usize, timeout: Duration) -> Result<()> {
+        self.watch
+            .until(format!("{count} ready pods of {app}"), timeout, |_| {
+                let ready = self
+                    .live_pods(app)
+                    .iter()
+                    .filter(|p| refill_e2e::is_pod_ready(p))
+                    .count();
+                (ready == count).then_some(())
+            })
+            .await
+    }
+
+    /// A workload's replica count and refill's annotations on it, as last seen.
+    fn workload(&self, w: &Workload) -> Option<(i32, std::collections::BTreeMap<String, String>)> {
+        match w.kind {
+            Kind::Deployment => self.watch.deployment(&w.name).map(|d| {
+                (
+                    d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+                    d.annotations().clone(),
+                )
+            }),
+            Kind::StatefulSet => self.watch.statefulset(&w.name).map(|d| {
+                (
+                    d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+                    d.annotations().clone(),
+                )
+            }),
+        }
+    }
+
+    fn any_pvr(&self, phase: PodVolumePhase) -> bool {
+        self.watch.pvrs.state().iter().any(|p| p.phase() == phase)
+    }
+
+    async fn until_pvr(&self, phase: PodVolumePhase, timeout: Duration) -> Result<()> {
+        self.watch
+            .until(format!("a PodVolumeRestore {phase:?}"), timeout, |_| {
+                self.any_pvr(phase).then_some(())
+            })
+            .await
+    }
+
+    async fn scale(&self, name: &str, replicas: i32, manager: &str) -> Result<()> {
+        let params = PatchParams {
+            field_manager: Some(manager.into()),
+            ..Default::default()
+        };
+        self.env
+            .api::<Deployment>()
+            .patch(
+                name,
+                &params,
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Checks the end state every case shares (see the file's doc); returns the
+    /// restore as last seen and every problem found.
+    async fn check(
+        &self,
+        app: &App,
+        name: &str,
+        expect: &Expect,
+    ) -> (Option<Arc<DataRestore>>, Vec<String>) {
+        let mut problems = Vec::new();
+        let ended = self
+            .watch
+            .until(
+                format!("DataRestore {name} to end"),
+                expect.bound,
+                |o| match o.restore(name) {
+                    None if expect.gone => Some(None),
+                    Some(dr) if phase(&dr).is_terminal() => Some(Some(dr)),
+                    _ => None,
+                },
+            )
+            .await;
+        let ended = match ended {
+            Ok(None) => true,
+            Ok(Some(dr)) => {
+                if !expect.phases.contains(&phase(&dr)) {
+                    problems.push(format!(
+                        "ended {:?}, expected {:?}: {}",
+                        phase(&dr),
+                        expect.phases,
+                        describe(Some(&dr))
+                    ));
+                }
+                true
+            }
+            Err(_) => {
+                let now = self.watch.restore(name);
+                problems.push(format!(
+                    "did not end within {:?}: {}",
+                    expect.bound,
+                    describe(now.as_deref())
+                ));
+                false
+            }
+        };
+        // Whatever is stuck stays stuck: no long waits after a restore that did not end.
+        let settle = if ended {
+            SETTLE
+        } else {
+            Duration::from_secs(3)
+        };
+
+        if ended {
+            let released = self
+                .watch
+                .until("the finalizer to go", settle, |o| {
+                    o.restore(name)
+                        .is_none_or(|dr| !dr.finalizers().iter().any(|f| f == labels::FINALIZER))
+                        .then_some(())
+                })
+                .await;
+            if released.is_err() {
+                problems.push("the DataRestore ended but kept refill's finalizer".into());
+            }
+        }
+
+        let dr = self.watch.restore(name);
+        for w in &app.workloads {
+            let kept = dr.as_ref().is_some_and(|dr| {
+                dr.status.iter().flat_map(|s| &s.consumers).any(|c| {
+                    c.name == w.name
+                        && c.state == ConsumerState::KeptStopped
+                        && c.replicas == Some(w.replicas)
+                })
+            });
+            let want = format!("{:?} {} back at {} replicas", w.kind, w.name, w.replicas);
+            let back = self
+                .watch
+                .until(&want, settle, |_| {
+                    let (replicas, annotations) = self.workload(w)?;
+                    let record = annotations.get(labels::ORIGINAL_REPLICAS);
+                    let clean = record.is_none() && !annotations.contains_key(labels::QUIESCED_BY);
+                    let restored = replicas == w.replicas && clean;
+                    let kept_with_record =
+                        kept && replicas == 0 && record == Some(&w.replicas.to_string());
+                    (restored || kept_with_record).then_some(restored)
+                })
+                .await;
+            match back {
+                Ok(true) => {
+                    if expect.pods_ready
+                        && let Err(e) = self.ready_pods(&w.name, w.replicas as usize, settle).await
+                    {
+                        problems.push(format!("{:?} {}: {e:#}", w.kind, w.name));
+                    }
+                }
+                Ok(false) => {}
+                Err(_) => {
+                    let (replicas, annotations) = self.workload(w).unwrap_or_default();
+                    let ours: Vec<_> = annotations
+                        .iter()
+                        .filter(|(k, _)| k.starts_with("refill.dev/"))
+                        .collect();
+                    problems.push(format!(
+                        "{:?} {} at {replicas} replicas (want {}), refill's annotations {ours:?}",
+                        w.kind, w.name, w.replicas
+                    ));
+                }
+            }
+        }
+
+        let gone = self
+            .watch
+            .until("stand-in pods to go", settle, |o| {
+                o.stand_ins().is_empty().then_some(())
+            })
+            .await;
+        if gone.is_err() {
+            let names: Vec<String> = self
+                .watch
+                .stand_ins()
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            problems.push(format!("stand-in pods left: {names:?}"));
+        }
+
+        let running: Vec<String> = self
+            .watch
+            .pvrs
+            .state()
+            .iter()
+            .filter(|p| running_pvr(p))
+            .map(|p| format!("{} ({:?})", p.name_any(), p.phase()))
+            .collect();
+        if !running.is_empty() {
+            problems.push(format!(
+                "PodVolumeRestores left running, not canceled: {running:?}"
+            ));
+        }
+
+        match node_agent::read_write_log(&self.write_log) {
+            Ok(writes) => problems.extend(fixture::writes_under_running_pods(
+                &writes,
+                &self.watch.pod_lives(),
+                expect.grace,
+                SystemTime::now(),
+            )),
+            Err(e) => problems.push(format!("reading the write log: {e:#}")),
+        }
+
+        if expect.data {
+            for c in &app.claims {
+                match fixture::read(&c.dir, DATA_FILE) {
+                    Ok(data) if data == c.content => {}
+                    Ok(data) => problems.push(format!(
+                        "{} not restored: {} bytes, not the snapshot's {}",
+                        c.name,
+                        data.len(),
+                        c.content.len()
+                    )),
+                    Err(e) => problems.push(format!("{}: {e:#}", c.name)),
+                }
+            }
+        }
+        (dr, problems)
+    }
+}
+
+fn verdict(problems: Vec<String>) -> Result<()> {
+    if problems.is_empty() {
+        return Ok(());
+    }
+    bail!("\n  - {}", problems.join("\n  - "))
+}
+
+// ------------------------------------------------------------------------------------
+// Running tables of cases
+
+// Not Send: the fixture's install parses YAML across awaits. The cases run inside the
+// test's own task, never spawned.
+type Body = Box<dyn FnOnce(TestEnv) -> LocalBoxFuture<'static, Result<()>> + Send>;
+
+struct Case {
+    name: String,
+    body: Body,
+}
+
+fn case<F, Fut>(name: impl Into<String>, body: F) -> Case
+where
+    F: FnOnce(TestEnv) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<()>> + 'static,
+{
+    Case {
+        name: name.into(),
+        body: Box::new(move |env| Box::pin(body(env))),
+    }
+}
+
+fn init_logging() {
+    // Quieter than the fixture's default: a table runs dozens of controllers.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "refill=warn,refill_e2e=warn,kube=warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+fn concurrency() -> usize {
+    std::env::var("REFILL_FAULTS_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(4)
+}
+
+/// Runs the cases (those `REFILL_FAULTS` selects) side by side, prints a line per
+/// case, and fails naming every case that failed.
+async fn run_table(title: &str, cases: Vec<Case>) -> Result<()> {
+    init_logging();
+    let filter = std::env::var("REFILL_FAULTS").ok();
+    let selected: Vec<(usize, Case)> = cases
+        .into_iter()
+        .filter(|c| filter.as_deref().is_none_or(|f| c.name.contains(f)))
+        .enumerate()
+        .collect();
+    if selected.is_empty() {
+        eprintln!("{title}: REFILL_FAULTS={filter:?} selects none of its cases");
+        return Ok(());
+    }
+    let total = selected.len();
+    let started = Instant::now();
+    let mut results: Vec<(usize, String, Duration, Result<()>)> = futures::stream::iter(selected)
+        .map(|(i, c)| async move {
+            let began = Instant::now();
+            let body = c.body;
+            let result = run_test(&c.name, body).await;
+            let line = match &result {
+                Ok(()) => "PASS",
+                Err(_) => "FAIL",
+            };
+            eprintln!(
+                "[{title}] {line} {} ({:.1}s)",
+                c.name,
+                began.elapsed().as_secs_f64()
+            );
+            (i, c.name, began.elapsed(), result)
+        })
+        .buffer_unordered(concurrency())
+        .collect()
+        .await;
+    results.sort_by_key(|(i, ..)| *i);
+    let mut table = format!(
+        "\n===== {title}: {total} cases in {:.0}s =====\n",
+        started.elapsed().as_secs_f64()
+    );
+    let mut failed = 0;
+    for (_, name, took, result) in &results {
+        match result {
+            Ok(()) => table += &format!("PASS {name} ({:.1}s)\n", took.as_secs_f64()),
+            Err(e) => {
+                failed += 1;
+                let why = format!("{:#}", e).replace('\n', "\n       ");
+                table += &format!("FAIL {name} ({:.1}s): {why}\n", took.as_secs_f64());
+            }
+        }
+    }
+    eprintln!("{table}");
+    if failed > 0 {
+        bail!("{failed} of {total} cases failed:{table}");
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------
+// The controller killed at each phase boundary
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Boundary {
+    AfterValidation,
+    MidQuiesce,
+    StandInCreated,
+    PvrCreated,
+    PvrInProgress,
+    MidResume,
+    FinalizerRemoval,
+}
+
+impl Boundary {
+    const ALL: [Boundary; 7] = [
+        Boundary::AfterValidation,
+        Boundary::MidQuiesce,
+        Boundary::StandInCreated,
+        Boundary::PvrCreated,
+        Boundary::PvrInProgress,
+        Boundary::MidResume,
+        Boundary::FinalizerRemoval,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Boundary::AfterValidation => "after-validation",
+            Boundary::MidQuiesce => "mid-quiesce",
+            Boundary::StandInCreated => "stand-in-created",
+            Boundary::PvrCreated => "pvr-created",
+            Boundary::PvrInProgress => "pvr-in-progress",
+            Boundary::MidResume => "mid-resume",
+            Boundary::FinalizerRemoval => "finalizer-removal",
+        }
+    }
+}
+
+impl Scene {
+    /// Waits, by watching, until the restore reaches `boundary`; returns what was seen.
+    async fn reach(&self, app: &App, name: &str, boundary: Boundary) -> Result<String> {
+        let what = format!("{name} to reach {}", boundary.label());
+        self.watch
+            .until(what, BOUND, |o| {
+                let dr = o.restore(name)?;
+                let status = dr.status.as_ref();
+                let stopped = app
+                    .workloads
+                    .iter()
+                    .filter(|w| {
+                        self.workload(w)
+                            .is_some_and(|(r, a)| r == 0 || a.contains_key(labels::QUIESCED_BY))
+                    })
+                    .count();
+                let pvrs = o.pvrs.state();
+                let reached = match boundary {
+                    Boundary::AfterValidation => status.is_some_and(|s| {
+                        !matches!(s.phase, Phase::New | Phase::Validating) && !s.volumes.is_empty()
+                    }),
+                    Boundary::MidQuiesce => stopped > 0,
+                    Boundary::StandInCreated => !o.stand_ins().is_empty(),
+                    Boundary::PvrCreated => !pvrs.is_empty(),
+                    Boundary::PvrInProgress => {
+                        pvrs.iter().any(|p| p.phase() == PodVolumePhase::InProgress)
+                    }
+                    // Every copy done, and a consumer scaled back while refill works.
+                    Boundary::MidResume => {
+                        !pvrs.is_empty()
+                            && pvrs.iter().all(|p| p.phase() == PodVolumePhase::Completed)
+                            && app
+                                .workloads
+                                .iter()
+                                .any(|w| self.workload(w).is_some_and(|(r, _)| r == w.replicas))
+                    }
+                    Boundary::FinalizerRemoval => phase(&dr).is_terminal(),
+                };
+                reached.then(|| {
+                    format!(
+                        "{} workloads stopped, {} stand-ins, {} PVRs; {}",
+                        stopped,
+                        o.stand_ins().len(),
+                        pvrs.len(),
+                        describe(Some(&dr))
+                    )
+                })
+            })
+            .await
+    }
+}
+
+async fn controller_killed(env: TestEnv, shape: Shape, boundary: Boundary) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(shape, false).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let controller = s.controller().await?;
+    s.restore("r1", s.spec(&app)).await?;
+    let seen = s.reach(&app, "r1", boundary).await?;
+    controller.kill().await;
+    eprintln!("[kill] {}: controller killed with {seen}", s.ns);
+    tokio::time::sleep(DOWNTIME).await;
+    let _controller = s.controller().await?;
+    let (_, problems) = s.check(&app, "r1", &Expect::completed()).await;
+    verdict(problems)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_killed_at_each_phase_boundary() -> Result<()> {
+    let mut cases = Vec::new();
+    for boundary in Boundary::ALL {
+        for shape in [Shape::Deployment, Shape::StatefulSet, Shape::Rwx] {
+            cases.push(case(
+                format!("kill-{}-{}", boundary.label(), shape.label()),
+                move |env| controller_killed(env, shape, boundary),
+            ));
+        }
+    }
+    run_table("controller killed at each phase boundary", cases).await
+}
+
+// ------------------------------------------------------------------------------------
+// Faults from outside the controller
+
+async fn node_agent_restarted_mid_copy(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    s.restore("r1", s.spec(&app)).await?;
+    s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+    agent.stop().await;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let (_, problems) = s.check(&app, "r1", &Expect::ended()).await;
+    verdict(problems)
+}
+
+async fn stand_in_deleted_mid_copy(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    s.restore("r1", s.spec(&app)).await?;
+    s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+    let pods = s.env.api::<Pod>();
+    for pod in s.watch.stand_ins() {
+        pods.delete(&pod.name_any(), &DeleteParams::default())
+            .await?;
+    }
+    let (dr, mut problems) = s.check(&app, "r1", &Expect::ended()).await;
+    // The status says what became of the volume: failed because its stand-in went, or
+    // retried with a new one.
+    let said = dr.as_deref().map(texts).unwrap_or_default();
+    if !said.contains("stand-in") {
+        problems.push(format!(
+            "the status does not say the stand-in pod was deleted: {}",
+            describe(dr.as_deref())
+        ));
+    }
+    verdict(problems)
+}
+
+async fn stand_in_in_quota_namespace(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, true).await?;
+    // Every pod here must ask for CPU and memory; refill's stand-in too.
+    s.env
+        .create::<ResourceQuota>(json!({
+            "metadata": {"name": "requests-required"},
+            "spec": {"hard": {"requests.cpu": "8", "requests.memory": "8Gi"}},
+        }))
+        .await?;
+    let quotas = s.env.api::<ResourceQuota>();
+    wait_for("the quota to be counted", SETUP, || async {
+        let q = quotas.get("requests-required").await?;
+        Ok(q.status.and_then(|st| st.hard).is_some().then_some(()))
+    })
+    .await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    // A timeout, so that a refill that retries the refused stand-in ends anyway.
+    let mut spec = s.spec(&app);
+    spec.timeout = Some("30s".into());
+    s.restore("r1", spec).await?;
+    let (_, problems) = s.check(&app, "r1", &Expect::completed()).await;
+    verdict(problems)
+}
+
+async fn stand_in_refused_by_admission(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let policy = format!("{}-no-stand-ins", s.ns);
+    let message = "stand-in pods are not admitted in this namespace";
+    let scope = json!({"namespaceSelector": {"matchLabels": {TEST_NAMESPACE_LABEL: s.ns}}});
+    let policies = s.env.api_all::<ValidatingAdmissionPolicy>();
+    let bindings = s.env.api_all::<ValidatingAdmissionPolicyBinding>();
+    let created: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy, "labels": s.env.ns.labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                   "operations": ["CREATE"], "resources": ["pods"]}],
+                "namespaceSelector": scope["namespaceSelector"],
+            },
+            "validations": [{
+                "expression": format!("!has(object.metadata.labels) || !('{}' in object.metadata.labels)", labels::ROLE),
+                "message": message,
+                "reason": "Forbidden",
+            }],
+        }
+    }))?;
+    policies.create(&PostParams::default(), &created).await?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy, "labels": s.env.ns.labels()},
+        "spec": {"policyName": policy, "validationActions": ["Deny"], "matchResources": scope},
+    }))?;
+    bindings.create(&PostParams::default(), &binding).await?;
+    let outcome = async {
+        // In force once a dry-run pod that looks like a stand-in is refused.
+        let probe: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "probe", "namespace": s.ns,
+                         "labels": {(labels::ROLE): labels::ROLE_STAND_IN}},
+            "spec": {"containers": [{"name": "c", "image": "registry.local/app:1"}]},
+        }))?;
+        let dry_run = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let pods = s.env.api::<Pod>();
+        wait_for("the admission policy to be in force", SETUP, || async {
+            match pods.create(&dry_run, &probe).await {
+                Err(kube::Error::Api(e)) if e.message.contains(message) => Ok(Some(())),
+                _ => Ok(None),
+            }
+        })
+        .await?;
+        let _agent = s.node_agent(Some(COPY_RATE));
+        let _controller = s.controller().await?;
+        s.restore("r1", s.spec(&app)).await?;
+        let expect = Expect {
+            phases: &[Phase::Failed],
+            bound: SHORT_BOUND,
+            ..Expect::ended()
+        };
+        let (dr, mut problems) = s.check(&app, "r1", &expect).await;
+        let said = dr.as_deref().map(texts).unwrap_or_default();
+        if !said.contains(message) {
+            problems.push(format!(
+                "the status does not carry the API server's refusal ({message:?}): {}",
+                describe(dr.as_deref())
+            ));
+        }
+        verdict(problems)
+    }
+    .await;
+    let _ = bindings.delete(&policy, &DeleteParams::default()).await;
+    let _ = policies.delete(&policy, &DeleteParams::default()).await;
+    outcome
+}
+
+async fn pvr_deleted_mid_copy_keep_stopped(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    let mut spec = s.spec(&app);
+    spec.on_failure = FailurePolicy::KeepStopped;
+    s.restore("r1", spec).await?;
+    s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+    let pvrs = Api::<PodVolumeRestore>::namespaced(s.client.clone(), &s.ns);
+    for pvr in s.watch.pvrs.state() {
+        pvrs.delete(&pvr.name_any(), &DeleteParams::default())
+            .await?;
+    }
+    let (_, problems) = s.check(&app, "r1", &Expect::ended()).await;
+    verdict(problems)
+}
+
+async fn pvc_deleted_mid_copy(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    s.restore("r1", s.spec(&app)).await?;
+    s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+    s.env
+        .api::<PersistentVolumeClaim>()
+        .delete("data", &DeleteParams::default())
+        .await?;
+    // The claim goes once nothing mounts it; the app cannot start without it, but its
+    // replica count must be back.
+    let expect = Expect {
+        pods_ready: false,
+        ..Expect::ended()
+    };
+    let (_, problems) = s.check(&app, "r1", &expect).await;
+    verdict(problems)
+}
+
+/// Someone (a GitOps sync) scales `web` back to 2 while its volume is in `phase`.
+async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let pods = s.env.api::<Pod>();
+    let hold = "refill-e2e/hold";
+    if phase == VolumePhase::Quiescing {
+        // The old pods stay Terminating until released, which keeps refill waiting for
+        // the volume to be free: the Quiescing phase lasts as long as the test wants.
+        for pod in s.live_pods("web") {
+            let patch = json!({"metadata": {"finalizers": [hold]}});
+            pods.patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
+        }
+    }
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    let web = &app.workloads[0];
+    let rescaled = async {
+        s.restore("r1", s.spec(&app)).await?;
+        s.watch
+            .until(format!("the volume {phase:?}"), BOUND, |o| {
+                let dr = o.restore("r1")?;
+                let in_phase = dr
+                    .status
+                    .as_ref()
+                    .is_some_and(|st| st.volumes.iter().any(|v| v.phase == phase));
+                let ready = match phase {
+                    VolumePhase::Quiescing => s.workload(web).is_some_and(|(r, _)| r == 0),
+                    VolumePhase::StartingStandIn => !o.stand_ins().is_empty(),
+                    _ => s.any_pvr(PodVolumePhase::InProgress),
+                };
+                // The stand-in's own watch event may come before the status write.
+                (ready && (in_phase || phase == VolumePhase::StartingStandIn)).then_some(())
+            })
+            .await?;
+        s.scale("web", 2, "gitops-sync").await
+    }
+    .await;
+    // Always released: a pod kept by a finalizer would keep the namespace forever.
+    if phase == VolumePhase::Quiescing {
+        for pod in pods.list(&Default::default()).await? {
+            if pod.finalizers().iter().any(|f| f == hold) {
+                let patch = json!({"metadata": {"finalizers": null}});
+                pods.patch(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await?;
+            }
+        }
+    }
+    rescaled?;
+    let expect = Expect {
+        bound: SHORT_BOUND,
+        grace: REACTION,
+        ..Expect::ended()
+    };
+    let (_, problems) = s.check(&app, "r1", &expect).await;
+    verdict(problems)
+}
+
+async fn cronjob_mounting_the_claim(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let dir = s.volume("data", "node-a", false).await?;
+    let mut template = fixture::pod_template("report", &["data"]);
+    template["spec"]["restartPolicy"] = json!("Never");
+    // Not due during the test: what matters is that it cannot fire while refill writes.
+    s.env
+        .create::<CronJob>(json!({
+            "metadata": {"name": "report"},
+            "spec": {
+                "schedule": "0 0 1 1 *",
+                "suspend": false,
+                "jobTemplate": {"spec": {"backoffLimit": 0, "template": template}},
+            }
+        }))
+        .await?;
+    let claim = Claim {
+        name: "data".into(),
+        dir,
+        content: content("data"),
+    };
+    fixture::backup(
+        &s.client,
+        &s.ns,
+        "b1",
+        &s.snapshots,
+        &[BackedUpVolume {
+            namespace: &s.ns,
+            pvc: "data",
+            pod: "report-1",
+            volume: "data",
+            snapshot_id: format!("{}-data", s.ns),
+            files: vec![(DATA_FILE, claim.content.clone())],
+        }],
+    )
+    .await?;
+    let app = App {
+        claims: vec![claim],
+        workloads: Vec::new(),
+    };
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    let mut spec = s.spec(&app);
+    spec.consumers = ConsumerPolicy::Detach;
+    s.restore("r1", spec).await?;
+    let mut problems = Vec::new();
+    let copying = s.until_pvr(PodVolumePhase::InProgress, BOUND).await;
+    let suspended = s
+        .watch
+        .cronjob("report")
+        .and_then(|c| c.spec.as_ref().and_then(|sp| sp.suspend));
+    match copying {
+        Ok(()) if suspended == Some(true) => {}
+        Ok(()) => problems.push(format!(
+            "CronJob report was not suspended while its claim was being written (suspend: {suspended:?})"
+        )),
+        Err(e) => problems.push(format!("{e:#}")),
+    }
+    let (_, more) = s.check(&app, "r1", &Expect::completed()).await;
+    problems.extend(more);
+    let back = s
+        .watch
+        .until("CronJob report as it was", SETTLE, |o| {
+            let c = o.cronjob("report")?;
+            let ours = c.annotations().keys().any(|k| k.starts_with("refill.dev/"));
+            (c.spec.as_ref().and_then(|sp| sp.suspend) == Some(false) && !ours).then_some(())
+        })
+        .await;
+    if back.is_err() {
+        let c = s.watch.cronjob("report");
+        problems.push(format!(
+            "CronJob report not as it was: suspend {:?}, annotations {:?}",
+            c.as_ref()
+                .and_then(|c| c.spec.as_ref().and_then(|sp| sp.suspend)),
+            c.as_ref().map(|c| c.annotations().clone())
+        ));
+    }
+    verdict(problems)
+}
+
+/// How refill itself rolls a restore back mid-copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rollback {
+    Cancel,
+    Delete,
+    VolumeTimeout,
+}
+
+/// Refill rolls back while the node agent copies, and the node agent takes two seconds
+/// to stop: the consumers may come back only after the copy ended.
+async fn rolled_back_mid_copy(env: TestEnv, how: Rollback) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    // Eight seconds of copying, so the copy is still going when refill rolls back.
+    let _agent = s.slow_stopping_node_agent(Some(COPY_RATE / 4), Duration::from_secs(2));
+    let _controller = s.controller().await?;
+    let mut spec = s.spec(&app);
+    if how == Rollback::VolumeTimeout {
+        spec.volume_timeout = Some("3s".into());
+    }
+    s.restore("r1", spec).await?;
+    s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+    let restores = Api::<DataRestore>::namespaced(s.client.clone(), &s.ns);
+    match how {
+        Rollback::Cancel => {
+            let patch = json!({"spec": {"cancel": true}});
+            restores
+                .patch("r1", &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+        Rollback::Delete => {
+            restores.delete("r1", &DeleteParams::default()).await?;
+        }
+        Rollback::VolumeTimeout => {}
+    }
+    let expect = Expect {
+        phases: match how {
+            Rollback::VolumeTimeout => &[Phase::Failed, Phase::PartiallyFailed],
+            _ => &[Phase::Canceled],
+        },
+        gone: how == Rollback::Delete,
+        ..Expect::ended()
+    };
+    let (_, problems) = s.check(&app, "r1", &expect).await;
+    verdict(problems)
+}
+
+async fn no_node_agent_with_short_timeout(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let _controller = s.controller().await?;
+    let mut spec = s.spec(&app);
+    spec.timeout = Some("10s".into());
+    s.restore("r1", spec).await?;
+    let expect = Expect {
+        phases: &[Phase::Failed, Phase::PartiallyFailed],
+        bound: Duration::from_secs(60),
+        ..Expect::ended()
+    };
+    let (_, problems) = s.check(&app, "r1", &expect).await;
+    verdict(problems)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_during_a_restore() -> Result<()> {
+    let cases = vec![
+        case(
+            "node-agent-restarted-mid-copy",
+            node_agent_restarted_mid_copy,
+        ),
+        case("stand-in-deleted-mid-copy", stand_in_deleted_mid_copy),
+        case(
+            "stand-in-in-namespace-whose-quota-requires-requests",
+            stand_in_in_quota_namespace,
+        ),
+        case(
+            "stand-in-refused-by-admission",
+            stand_in_refused_by_admission,
+        ),
+        case(
+            "pvr-deleted-by-someone-mid-copy-keep-stopped",
+            pvr_deleted_mid_copy_keep_stopped,
+        ),
+        case("pvc-deleted-mid-copy", pvc_deleted_mid_copy),
+        case("consumer-rescaled-while-quiescing", |env| {
+            consumer_rescaled(env, VolumePhase::Quiescing)
+        }),
+        case("consumer-rescaled-while-starting-stand-in", |env| {
+            consumer_rescaled(env, VolumePhase::StartingStandIn)
+        }),
+        case("consumer-rescaled-while-restoring", |env| {
+            consumer_rescaled(env, VolumePhase::Restoring)
+        }),
+        case(
+            "cronjob-mounting-the-claim-suspended-during-restore",
+            cronjob_mounting_the_claim,
+        ),
+        case(
+            "no-node-agent-with-short-timeout",
+            no_node_agent_with_short_timeout,
+        ),
+        case("canceled-mid-copy-slow-stopping-node-agent", |env| {
+            rolled_back_mid_copy(env, Rollback::Cancel)
+        }),
+        case("deleted-mid-copy-slow-stopping-node-agent", |env| {
+            rolled_back_mid_copy(env, Rollback::Delete)
+        }),
+        case("volume-timeout-mid-copy-slow-stopping-node-agent", |env| {
+            rolled_back_mid_copy(env, Rollback::VolumeTimeout)
+        }),
+    ];
+    run_table("faults during a restore", cases).await
+}
+
+// ------------------------------------------------------------------------------------
+// Two restores of one PVC at once
+
+/// Whether a restore holds the workload or the volume: it has stopped a consumer, or its
+/// stand-in or copy is under way. (Stopping is only the intent, recorded before the
+/// conditional write that takes the workload; two restores may both have it.)
+fn holds(dr: &DataRestore) -> bool {
+    dr.status.as_ref().is_some_and(|s| {
+        s.consumers
+            .iter()
+            .any(|c| c.state == ConsumerState::Stopped)
+            || s.volumes.iter().any(|v| {
+                matches!(
+                    v.phase,
+                    VolumePhase::StartingStandIn | VolumePhase::Restoring | VolumePhase::Aborting
+                )
+            })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
+    init_logging();
+    run_test("overlapping-restores-x10", |env| async move {
+        let s = Scene::new(env).await?;
+        let app = s.app(Shape::Deployment, false).await?;
+        let web = app.workloads[0].clone();
+        let _agent = s.node_agent(Some(4 * COPY_RATE));
+        let _controller = s.controller().await?;
+        let mut problems = Vec::new();
+        for rep in 1..=10 {
+            let (a, b) = (format!("r{rep}-a"), format!("r{rep}-b"));
+            let (made_a, made_b) =
+                futures::join!(s.restore(&a, s.spec(&app)), s.restore(&b, s.spec(&app)));
+            made_a?;
+            made_b?;
+            let mut both_held: Option<String> = None;
+            let mut zero_record: Option<String> = None;
+            let ended = s
+                .watch
+                .until(format!("{a} and {b} to end"), BOUND, |o| {
+                    let (ra, rb) = (o.restore(&a)?, o.restore(&b)?);
+                    if holds(&ra) && holds(&rb) && both_held.is_none() {
+                        both_held = Some(format!(
+                            "{a}: {}; {b}: {}",
+                            describe(Some(&ra)),
+                            describe(Some(&rb))
+                        ));
+                    }
+                    for r in [&ra, &rb] {
+                        let zero = r
+                            .status
+                            .iter()
+                            .flat_map(|st| &st.consumers)
+                            .any(|c| c.name == web.name && c.replicas == Some(0));
+                        if zero && zero_record.is_none() {
+                            zero_record = Some(format!("{}: {}", r.name_any(), describe(Some(r))));
+                        }
+                    }
+                    (phase(&ra).is_terminal() && phase(&rb).is_terminal()).then_some((ra, rb))
+                })
+                .await;
+            let mut found = Vec::new();
+            if let Some(seen) = both_held {
+                found.push(format!("both held the workload at once: {seen}"));
+            }
+            if let Some(seen) = zero_record {
+                found.push(format!(
+                    "a restore recorded 0 replicas for {}: {seen}",
+                    web.name
+                ));
+            }
+            match ended {
+                Err(e) => found.push(format!(
+                    "{e:#}: {a}: {}; {b}: {}",
+                    describe(s.watch.restore(&a).as_deref()),
+                    describe(s.watch.restore(&b).as_deref())
+                )),
+                Ok((ra, rb)) => {
+                    for (this, other) in [(&ra, &rb), (&rb, &ra)] {
+                        if phase(this) == Phase::Completed {
+                            continue;
+                        }
+                        if !texts(this).contains(&other.name_any()) {
+                            found.push(format!(
+                                "{} ended {:?} without naming {}, which holds the PVC: {}",
+                                this.name_any(),
+                                phase(this),
+                                other.name_any(),
+                                describe(Some(this))
+                            ));
+                        }
+                    }
+                    if phase(&ra) != Phase::Completed && phase(&rb) != Phase::Completed {
+                        found.push("neither restore completed".into());
+                    }
+                }
+            }
+            let back = s
+                .watch
+                .until(
+                    format!("{} back at {}", web.name, web.replicas),
+                    SETTLE,
+                    |_| {
+                        let (r, ann) = s.workload(&web)?;
+                        (r == web.replicas && !ann.contains_key(labels::QUIESCED_BY)).then_some(())
+                    },
+                )
+                .await;
+            match back {
+                Ok(()) => {
+                    if let Err(e) = s.ready_pods(&web.name, web.replicas as usize, SETTLE).await {
+                        found.push(format!("{e:#}"));
+                    }
+                }
+                Err(_) => found.push(format!(
+                    "{} left at {:?} replicas (want {})",
+                    web.name,
+                    s.workload(&web).map(|w| w.0),
+                    web.replicas
+                )),
+            }
+            if s.watch
+                .until("stand-ins gone", SETTLE, |o| {
+                    o.stand_ins().is_empty().then_some(())
+                })
+                .await
+                .is_err()
+            {
+                found.push("stand-in pods left".into());
+            }
+            let running: Vec<String> = s
+                .watch
+                .pvrs
+                .state()
+                .iter()
+                .filter(|p| running_pvr(p))
+                .map(|p| p.name_any())
+                .collect();
+            if !running.is_empty() {
+                found.push(format!("PodVolumeRestores left running: {running:?}"));
+            }
+            eprintln!(
+                "[overlapping restores] repetition {rep}: {}",
+                if found.is_empty() {
+                    "PASS".to_string()
+                } else {
+                    format!("FAIL: {}", found.join("; "))
+                }
+            );
+            if !found.is_empty() {
+                // What is left behind would only confuse the next repetitions.
+                problems.push(format!("repetition {rep}: {}", found.join("; ")));
+                break;
+            }
+        }
+        let writes = node_agent::read_write_log(&s.write_log)?;
+        problems.extend(fixture::writes_under_running_pods(
+            &writes,
+            &s.watch.pod_lives(),
+            Duration::ZERO,
+            SystemTime::now(),
+        ));
+        verdict(problems)
+    })
+    .await
+}
+
+// ------------------------------------------------------------------------------------
+// The API server restarted, on a cluster of this test's own
+
+/// The cluster for faults that restart its components (never the shared one):
+/// `REFILL_FAULTS_CLUSTER_DIR` (default `~/.cache/refill/cluster-faults`), its ports
+/// moved by `REFILL_FAULTS_PORT_OFFSET` (default 300).
+fn faults_cluster() -> (PathBuf, u16) {
+    let dir = std::env::var_os("REFILL_FAULTS_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            PathBuf::from(home).join(".cache/refill/cluster-faults")
+        });
+    let offset = std::env::var("REFILL_FAULTS_PORT_OFFSET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    (dir, offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_restarted_mid_copy() -> Result<()> {
+    init_logging();
+    let (dir, offset) = faults_cluster();
+    let cluster: &'static Cluster = Box::leak(Box::new(
+        refill_e2e::start_cluster(&dir, offset)
+            .await
+            .with_context(|| format!("starting the faults cluster in {}", dir.display()))?,
+    ));
+    let outcome = run_test_on(cluster, "api-server-restarted-mid-copy", |env| async move {
+        let s = Scene::new(env).await?;
+        let app = s.app(Shape::Deployment, false).await?;
+        // Slower, so the copy outlasts the API server's absence.
+        let _agent = s.node_agent(Some(COPY_RATE / 2));
+        let _controller = s.controller().await?;
+        s.restore("r1", s.spec(&app)).await?;
+        s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+        let down = refill_e2e::restart_component(cluster, offset, "kube-apiserver").await?;
+        tracing::info!("kube-apiserver was down for {down:?}");
+        let (_, problems) = s.check(&app, "r1", &Expect::completed()).await;
+        verdict(problems)
+    })
+    .await;
+    // As e2e/test does for the shared cluster: CI leaves nothing running.
+    if std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("REFILL_STOP_CLUSTER").is_ok_and(|v| v == "1")
+    {
+        let _ = tokio::process::Command::new(refill_e2e::scripts_dir().join("down.sh"))
+            .env("REFILL_CLUSTER_DIR", &dir)
+            .env("REFILL_PORT_OFFSET", offset.to_string())
+            .status()
+            .await;
+    }
+    outcome
+}
