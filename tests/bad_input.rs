@@ -802,7 +802,7 @@ async fn direct(client: &Client, ns: &str, case: &Case) -> Result<Option<String>
         Direct::Failed { field, says } => {
             api.create(&PostParams::default(), &object).await?;
             let dr = fixture::wait_finished(client, ns, &name, TIMEOUT).await?;
-            let status = dr.status.clone().unwrap_or_default();
+            let status = dr.status.unwrap_or_default();
             ensure!(
                 status.phase == Phase::Failed,
                 "ended {:?}: {status:#?}",

@@ -65,6 +65,8 @@ pub enum StandIn {
         failed: Option<String>,
         /// Since when `restore-wait` runs, if it does.
         restore_wait_since: Option<Timestamp>,
+        /// `restore-wait` saw the done file, cleaned up and ended.
+        restore_wait_done: bool,
         /// Why it is not running yet (unschedulable, image pull), when the pod says.
         waiting: Option<String>,
     },
@@ -244,6 +246,14 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             if let Some(stop) = stop {
                 return abort(stop.outcome, stop.why);
             }
+            if volume.phase == VolumePhase::Restoring
+                && seen
+                    .pvr
+                    .as_ref()
+                    .is_some_and(|p| p.phase == PodVolumePhase::Completed)
+            {
+                return completing(seen);
+            }
             if let Some(problem) = lost_hold(pvc, seen) {
                 return failed(problem);
             }
@@ -416,10 +426,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
     let name = &pvr.name;
     let detail = pvr.message.as_deref().unwrap_or("no message");
     match pvr.phase {
-        PodVolumePhase::Completed => Step {
-            effect: None,
-            change: Change::Completed,
-        },
+        PodVolumePhase::Completed => completing(seen),
         PodVolumePhase::Failed => failed(format!("PodVolumeRestore {name} failed: {detail}")),
         PodVolumePhase::Canceled => failed(format!(
             "PodVolumeRestore {name} was canceled, not by refill: {detail}"
@@ -452,6 +459,38 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
             }
         }
         _ => stay(None),
+    }
+}
+
+/// The data is in. The volume ends once restore-wait has cleaned up (it removes the
+/// `.velero` folders it waited for) and the stand-in is gone: only then may consumers
+/// come back, so nothing of the restore touches the volume under them.
+fn completing(seen: &Seen) -> Step {
+    match &seen.stand_in {
+        StandIn::Ours {
+            name,
+            restore_wait_done: false,
+            terminating: false,
+            ..
+        } => stay(format!(
+            "restored; waiting for restore-wait in stand-in pod {name} to finish"
+        )),
+        StandIn::Ours {
+            terminating: false, ..
+        } => doing(
+            Effect::DeleteStandIn,
+            Change::Stay {
+                message: Some("restored; removing the stand-in pod".into()),
+                warning: None,
+            },
+        ),
+        StandIn::Ours { name, .. } => {
+            stay(format!("restored; waiting for stand-in pod {name} to go"))
+        }
+        StandIn::Absent | StandIn::Other { .. } => Step {
+            effect: None,
+            change: Change::Completed,
+        },
     }
 }
 

@@ -106,11 +106,15 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
             Some(m) => format!("restore-wait: {reason}: {m}"),
             None => format!("restore-wait: {reason}"),
         });
+    let restore_wait_done = wait_state
+        .and_then(|s| s.terminated.as_ref())
+        .is_some_and(|t| t.exit_code == 0);
     StandIn::Ours {
         name: pod.name_any(),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         failed,
         restore_wait_since,
+        restore_wait_done,
         waiting: unscheduled.or(container_waiting),
     }
 }

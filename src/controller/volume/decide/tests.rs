@@ -69,6 +69,7 @@ fn ours() -> StandIn {
         terminating: false,
         failed: None,
         restore_wait_since: None,
+        restore_wait_done: false,
         waiting: None,
     }
 }
@@ -79,6 +80,7 @@ fn waiting_for(why: &str) -> StandIn {
         terminating: false,
         failed: None,
         restore_wait_since: None,
+        restore_wait_done: false,
         waiting: Some(why.into()),
     }
 }
@@ -89,6 +91,7 @@ fn running_since(second: i64) -> StandIn {
         terminating: false,
         failed: None,
         restore_wait_since: Some(at(second)),
+        restore_wait_done: false,
         waiting: None,
     }
 }
@@ -99,6 +102,7 @@ fn terminating() -> StandIn {
         terminating: true,
         failed: None,
         restore_wait_since: None,
+        restore_wait_done: false,
         waiting: None,
     }
 }
@@ -109,6 +113,18 @@ fn broken() -> StandIn {
         terminating: false,
         failed: Some("container idle exited".into()),
         restore_wait_since: None,
+        restore_wait_done: false,
+        waiting: None,
+    }
+}
+
+fn cleaned_up() -> StandIn {
+    StandIn::Ours {
+        name: "refill-data-1".into(),
+        terminating: false,
+        failed: None,
+        restore_wait_since: None,
+        restore_wait_done: true,
         waiting: None,
     }
 }
@@ -462,9 +478,37 @@ fn every_transition() {
             Want::StayWarning("node agent running on node node-a"),
         ),
         (
-            "restoring: completed",
+            "restoring: done, restore-wait still cleaning up",
             volume(Restoring),
             seen(ours(), pvr(P::Completed)),
+            rules(),
+            Want::Stay(None, Some("waiting for restore-wait")),
+        ),
+        (
+            "restoring: done, the stand-in goes",
+            volume(Restoring),
+            seen(cleaned_up(), pvr(P::Completed)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("removing the stand-in")),
+        ),
+        (
+            "restoring: done, waiting for the stand-in to go",
+            volume(Restoring),
+            seen(terminating(), pvr(P::Completed)),
+            rules(),
+            Want::Stay(None, Some("to go")),
+        ),
+        (
+            "restoring: completed",
+            volume(Restoring),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Completed,
+        ),
+        (
+            "restoring: done even if a consumer came back meanwhile",
+            volume(Restoring),
+            with_users(seen(StandIn::Absent, pvr(P::Completed)), &["web-9"], None),
             rules(),
             Want::Completed,
         ),
