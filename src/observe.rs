@@ -141,6 +141,7 @@ pub async fn consumers_in(
         if mounted.is_empty() {
             continue;
         }
+        // Another restore's stand-in: the claim is being restored by it.
         if is_stand_in(pod) {
             let restore = pod
                 .metadata
@@ -149,18 +150,14 @@ pub async fn consumers_in(
                 .and_then(|a| a.get(labels::DATA_RESTORE_ANNOTATION))
                 .cloned()
                 .unwrap_or_else(|| "(unknown)".into());
-            for claim in mounted {
-                out.entry(format!("{namespace}/{claim}"))
-                    .or_default()
-                    .push(ConsumerRef {
-                        namespace: namespace.to_string(),
-                        pod: pod.metadata.name.clone(),
-                        owner: Owner::StandIn {
-                            restore: restore.clone(),
-                        },
-                        replicas: None,
-                    });
-            }
+            push_refs(
+                &mut out,
+                namespace,
+                pod,
+                &mounted,
+                Owner::StandIn { restore },
+                None,
+            );
             continue;
         }
         // Owner lookups are few (one per ReplicaSet or Job) and need async, so they are
@@ -191,16 +188,7 @@ pub async fn consumers_in(
             }
             _ => None,
         };
-        for claim in mounted {
-            out.entry(format!("{namespace}/{claim}"))
-                .or_default()
-                .push(ConsumerRef {
-                    namespace: namespace.to_string(),
-                    pod: pod.metadata.name.clone(),
-                    owner: owner.clone(),
-                    replicas,
-                });
-        }
+        push_refs(&mut out, namespace, pod, &mounted, owner, replicas);
     }
     // Workloads whose pod template mounts a claim are consumers too, with no pod running
     // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
@@ -232,6 +220,27 @@ pub async fn consumers_in(
         }
     }
     Ok(out)
+}
+
+/// Files `pod` as a consumer of each claim it mounts.
+fn push_refs(
+    out: &mut BTreeMap<String, Vec<ConsumerRef>>,
+    namespace: &str,
+    pod: &Pod,
+    mounted: &[&&str],
+    owner: Owner,
+    replicas: Option<i32>,
+) {
+    for claim in mounted {
+        out.entry(format!("{namespace}/{claim}"))
+            .or_default()
+            .push(ConsumerRef {
+                namespace: namespace.to_string(),
+                pod: pod.metadata.name.clone(),
+                owner: owner.clone(),
+                replicas,
+            });
+    }
 }
 
 /// The kinds whose pod templates can mount a claim.

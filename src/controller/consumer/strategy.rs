@@ -154,6 +154,7 @@ pub fn scale_back_patch(uid: &str, original: i32) -> Value {
         {"op": "test", "path": annotation(labels::ORIGINAL_REPLICAS), "value": original.to_string()},
         {"op": "test", "path": "/spec/replicas", "value": 0},
         {"op": "remove", "path": annotation(labels::QUIESCED_BY)},
+        {"op": "remove", "path": annotation(labels::QUIESCED_BY_RESTORE)},
         {"op": "remove", "path": annotation(labels::ORIGINAL_REPLICAS)},
         {"op": "replace", "path": "/spec/replicas", "value": original},
     ])
@@ -365,6 +366,7 @@ mod tests {
         let stopped = json!({
             "metadata": {"annotations": {
                 labels::QUIESCED_BY: "uid",
+                labels::QUIESCED_BY_RESTORE: "velero/fix",
                 labels::ORIGINAL_REPLICAS: "3",
                 "team": "a",
             }},

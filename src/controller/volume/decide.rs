@@ -466,30 +466,40 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
 /// `.velero` folders it waited for) and the stand-in is gone: only then may consumers
 /// come back, so nothing of the restore touches the volume under them.
 fn completing(seen: &Seen) -> Step {
-    match &seen.stand_in {
-        StandIn::Ours {
-            name,
-            restore_wait_done: false,
-            terminating: false,
-            ..
-        } => stay(format!(
+    if let StandIn::Ours {
+        name,
+        restore_wait_done: false,
+        terminating: false,
+        ..
+    } = &seen.stand_in
+    {
+        return stay(format!(
             "restored; waiting for restore-wait in stand-in pod {name} to finish"
-        )),
+        ));
+    }
+    without_stand_in(
+        seen,
+        Some("restored; removing the stand-in pod".into()),
+        Change::Completed,
+    )
+}
+
+/// Removes this restore's stand-in, waits until it is gone, then makes `then`.
+fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step {
+    match &seen.stand_in {
         StandIn::Ours {
             terminating: false, ..
         } => doing(
             Effect::DeleteStandIn,
             Change::Stay {
-                message: Some("restored; removing the stand-in pod".into()),
+                message,
                 warning: None,
             },
         ),
-        StandIn::Ours { name, .. } => {
-            stay(format!("restored; waiting for stand-in pod {name} to go"))
-        }
+        StandIn::Ours { .. } => stay(message),
         StandIn::Absent | StandIn::Other { .. } => Step {
             effect: None,
-            change: Change::Completed,
+            change: then,
         },
     }
 }
@@ -525,25 +535,8 @@ fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
         // Canceled before any node agent took it: once the stand-in is gone, none can
         // (a node agent starts only while the pod's restore-wait runs).
     }
-    match &seen.stand_in {
-        StandIn::Ours {
-            terminating: false, ..
-        } => doing(
-            Effect::DeleteStandIn,
-            Change::Stay {
-                message,
-                warning: None,
-            },
-        ),
-        StandIn::Ours { .. } => stay(message),
-        StandIn::Absent | StandIn::Other { .. } => Step {
-            effect: None,
-            change: Change::Finish {
-                partly_written: volume.partly_written
-                    || seen.pvr.as_ref().is_some_and(Pvr::started),
-            },
-        },
-    }
+    let partly_written = volume.partly_written || seen.pvr.as_ref().is_some_and(Pvr::started);
+    without_stand_in(seen, message, Change::Finish { partly_written })
 }
 
 #[cfg(test)]
