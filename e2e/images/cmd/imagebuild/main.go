@@ -1,10 +1,11 @@
 // Command imagebuild turns static binaries into a one-layer linux/amd64 OCI image
-// and writes it as an image archive that `ctr images import` (and `docker load`)
-// read, so images for the local cluster's real nodes need neither Docker nor a
-// registry.
+// and writes it as an archive, so images for the local cluster's real nodes need
+// neither Docker nor a registry. -format docker (the default) writes what `docker
+// load` and `ctr images import` read; -format oci writes an OCI image layout as a
+// tar, which skopeo, crane, ctr and registries' tools read.
 //
 //	imagebuild -o out.tar -t name:tag [-t other:tag] -entrypoint /bin/prog \
-//	    [-env K=V] [-user 65532] [-workdir /] src:/dest[:mode] ...
+//	    [-format docker|oci] [-env K=V] [-user 65532] [-workdir /] src:/dest[:mode] ...
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
@@ -38,14 +40,15 @@ func main() {
 	entrypoint := flag.String("entrypoint", "", "entrypoint, words separated by spaces")
 	user := flag.String("user", "", "user the image runs as by default")
 	workdir := flag.String("workdir", "/", "working directory")
+	format := flag.String("format", "docker", "archive format: docker or oci")
 	flag.Var(&tags, "t", "image reference (repeatable)")
 	flag.Var(&env, "env", "environment variable K=V (repeatable)")
 	flag.Parse()
-	if *out == "" || len(tags) == 0 || *entrypoint == "" || flag.NArg() == 0 {
+	if *out == "" || len(tags) == 0 || *entrypoint == "" || flag.NArg() == 0 || (*format != "docker" && *format != "oci") {
 		fmt.Fprintln(os.Stderr, "usage: imagebuild -o out.tar -t ref -entrypoint prog src:/dest[:mode] ...")
 		os.Exit(2)
 	}
-	if err := build(*out, tags, env, strings.Fields(*entrypoint), *user, *workdir, flag.Args()); err != nil {
+	if err := build(*out, *format, tags, env, strings.Fields(*entrypoint), *user, *workdir, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "imagebuild:", err)
 		os.Exit(1)
 	}
@@ -118,7 +121,7 @@ func layer(entries []entry) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func build(out string, tags, env, entrypoint []string, user, workdir string, args []string) error {
+func build(out, format string, tags, env, entrypoint []string, user, workdir string, args []string) error {
 	var entries []entry
 	for _, a := range args {
 		e, err := parseEntry(a)
@@ -154,6 +157,13 @@ func build(out string, tags, env, entrypoint []string, user, workdir string, arg
 	if err != nil {
 		return err
 	}
+	tmp := out + ".tmp"
+	if format == "oci" {
+		if err := writeOCI(tmp, img, tags); err != nil {
+			return err
+		}
+		return os.Rename(tmp, out)
+	}
 	refs := map[name.Reference]v1.Image{}
 	for _, t := range tags {
 		ref, err := name.NewTag(t)
@@ -162,9 +172,49 @@ func build(out string, tags, env, entrypoint []string, user, workdir string, arg
 		}
 		refs[ref] = img
 	}
-	tmp := out + ".tmp"
 	if err := tarball.MultiRefWriteToFile(tmp, refs); err != nil {
 		return err
 	}
 	return os.Rename(tmp, out)
+}
+
+// writeOCI writes an OCI image layout holding the image once per tag, annotated
+// the way containerd (full reference) and skopeo (tag) look for it, as a tar.
+func writeOCI(out string, img v1.Image, tags []string) error {
+	dir, err := os.MkdirTemp("", "imagebuild-oci-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	for _, t := range tags {
+		ref, err := name.NewTag(t)
+		if err != nil {
+			return err
+		}
+		annotations := map[string]string{
+			"io.containerd.image.name":          ref.Name(),
+			"org.opencontainers.image.ref.name": ref.TagStr(),
+		}
+		if err := p.AppendImage(img, layout.WithAnnotations(annotations)); err != nil {
+			return err
+		}
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	if err := tw.AddFS(os.DirFS(dir)); err != nil {
+		f.Close()
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
