@@ -30,6 +30,7 @@ flock -w 600 9 || { say "timed out waiting for $cluster_dir/lock"; exit 1; }
 for name in $(known_real_nodes); do
   stop_real_node "$name"
 done
+remove_cgroup "$cgroup_top"
 
 for ((i = ${#components[@]} - 1; i >= 0; i--)); do
   stop_component "${components[i]}"

@@ -467,8 +467,10 @@ import_images() {
     sum="$(sha256sum "$archive" | cut -d' ' -f1)"
     # The stamps sit beside containerd's root, so they go when it goes.
     [[ "$(cat "$stamp" 2>/dev/null)" == "$sum" ]] && continue
-    "$node_bin/ctr" --address "$n_sock" -n k8s.io images import "$archive" >/dev/null ||
-      { say "importing $archive into $n_name failed"; exit 1; }
+    local out
+    # ctr warns about cgroup v1 on every call; the output matters only on failure.
+    out="$("$node_bin/ctr" --address "$n_sock" -n k8s.io images import "$archive" 2>&1)" ||
+      { say "importing $archive into $n_name failed:"; echo "$out" >&2; exit 1; }
     echo "$sum" >"$stamp"
   done
 }

@@ -281,7 +281,11 @@ start_apiserver() {
   # `kubernetes` Service, which Endpoints validation rejects, so it is switched
   # off. Pods on real nodes still reach the Service's ClusterIP: each node holds
   # it and relays it to 127.0.0.1 (nodes.sh). NodeRestriction limits a kubelet to
-  # its own Node and pods, as in a real cluster.
+  # its own Node and pods, as in a real cluster. PodTolerationRestriction lets a
+  # test namespace give all its pods (stand-ins included) the real nodes'
+  # toleration through the scheduler.alpha.kubernetes.io/defaultTolerations
+  # annotation. Kubelets are reached at their InternalIP: their host names
+  # resolve nowhere.
   # Without a watch termination grace period, one client still watching (a test
   # or a controller left running) keeps a stopping apiserver alive indefinitely.
   ensure kube-apiserver \
@@ -293,9 +297,10 @@ start_apiserver() {
     --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \
     --authorization-mode Node,RBAC \
-    --enable-admission-plugins NodeRestriction \
+    --enable-admission-plugins NodeRestriction,PodTolerationRestriction \
     --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP \
     --anonymous-auth=false \
     --service-account-key-file "$pki/sa.pub" \
     --service-account-signing-key-file "$pki/sa.key" \

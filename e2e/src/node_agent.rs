@@ -69,11 +69,15 @@ pub struct NodeAgentConfig {
     /// Restores copying data at once on one node; Velero's node agent runs 1 unless
     /// configured otherwise. Values below 1 count as 1.
     pub concurrency_per_node: usize,
+    /// Whether it also plays the restore helper of pods whose `restore-wait` runs
+    /// (removes the done files and releases the pod by annotation, for kwok). Off
+    /// when the pods run on real nodes, where a real helper program does that.
+    pub simulate_restore_helper: bool,
 }
 
 impl NodeAgentConfig {
     /// Velero's defaults: namespace `velero`, all nodes, progress every 250ms at
-    /// most, no speed limit, one data path per node.
+    /// most, no speed limit, one data path per node; the restore helper simulated.
     pub fn new(snapshots_dir: impl Into<PathBuf>) -> Self {
         NodeAgentConfig {
             velero_namespace: "velero".into(),
@@ -82,6 +86,7 @@ impl NodeAgentConfig {
             progress_interval: Duration::from_millis(250),
             bytes_per_second: None,
             concurrency_per_node: 1,
+            simulate_restore_helper: true,
         }
     }
 }
