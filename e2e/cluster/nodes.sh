@@ -72,15 +72,16 @@ node_vars() {
   n_pod_subnet="10.245.$n_index.0/24"
 }
 
-# cgroup v1 hierarchies mounted under /sys/fs/cgroup (the unified v2 one is left
-# alone: with the v1 ones mounted, the kubelet and runc use those).
+# cgroup v1 hierarchies mounted under /sys/fs/cgroup; with `all`, also the
+# unified (v2) one of a hybrid setup, where runc puts containers as well.
 cgroup_hierarchies() {
   local d
   for d in /sys/fs/cgroup/*/; do
     d="${d%/}"
-    [[ "$(basename "$d")" == unified ]] && continue
+    [[ "$(basename "$d")" == unified && "${1:-}" != all ]] && continue
     [[ -f "$d/cgroup.procs" ]] && echo "$d"
   done
+  return 0
 }
 
 # Creates a cgroup path in every hierarchy, as the kubelet insists its cgroupRoot
@@ -119,7 +120,7 @@ remove_cgroup() {
   while read -r h; do
     [[ -d "$h/$1" ]] || continue
     find "$h/$1" -depth -type d -exec rmdir {} + 2>/dev/null || true
-  done < <(cgroup_hierarchies)
+  done < <(cgroup_hierarchies all)
 }
 
 node_pid_file() { echo "$n_dir/run/$1.pid"; }
@@ -367,15 +368,22 @@ node_running() {
 # network device. Safe on a node that is half started or already stopped.
 stop_real_node() {
   node_vars "$1"
-  local pids
-  mapfile -t pids < <(cgroup_pids "$n_cgroup")
-  if ((${#pids[@]})); then
-    say "stopping $n_name (${#pids[@]} processes)"
-    stop_pids "${pids[@]}"
-  fi
-  # A process that was forking while being stopped leaves a child behind.
-  mapfile -t pids < <(cgroup_pids "$n_cgroup")
-  ((${#pids[@]} == 0)) || stop_pids "${pids[@]}"
+  local pids pid round
+  # The kubelet first, so that it restarts nothing while the rest goes. Then
+  # everything else at once: containers, shims, containerd and the relay hold
+  # nothing that a graceful stop would save (the node's state is disposable).
+  if pid="$(node_component_pid kubelet)"; then stop_pids "$pid"; fi
+  for round in 1 2 3; do
+    mapfile -t pids < <(cgroup_pids "$n_cgroup")
+    ((${#pids[@]})) || break
+    ((round > 1)) || say "stopping $n_name (${#pids[@]} processes)"
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    local deadline=$((SECONDS + 15))
+    for pid in "${pids[@]}"; do
+      while running "$pid" && ((SECONDS < deadline)); do sleep 0.05; done
+    done
+    # Another round for any child forked while its parent was being killed.
+  done
   local f
   for f in net mnt; do
     if mountpoint -q "$n_ns/$f" 2>/dev/null; then umount "$n_ns/$f"; fi
@@ -394,7 +402,7 @@ real_node_leftovers() {
   local h name inode pid
   while read -r h; do
     [[ -e "$h/$cgroup_top" ]] && echo "cgroup $h/$cgroup_top"
-  done < <(cgroup_hierarchies)
+  done < <(cgroup_hierarchies all)
   grep -F " $nodes_dir/" /proc/self/mountinfo | awk '{print "mount " $5}'
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
     grep "^rf$cluster_tag-" | sed 's/^/network device /'

@@ -458,6 +458,7 @@ start_real_nodes() {
   built="$("$here/../images/build.sh")"
   images_bin="$(sed -n 1p <<<"$built")"
   image_archives=("$(sed -n 2p <<<"$built")"/*.tar)
+  local started=$SECONDS
   for name in $(real_node_names); do start_real_node "$name"; done
   local deadline=$((SECONDS + 120))
   until real_nodes_ready; do
@@ -472,6 +473,7 @@ start_real_nodes() {
     fi
     sleep 0.5
   done
+  say "$real_node_count real nodes Ready after $((SECONDS - started))s"
   start_local_path_provisioner
 }
 
