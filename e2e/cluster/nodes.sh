@@ -225,6 +225,9 @@ make_namespaces() {
 
 # --- configuration ----------------------------------------------------------------
 
+# Pods get one route, to the API server's ClusterIP through the bridge (where the
+# node holds that address): no default route, so nothing a pod sends can leave
+# the node's namespace.
 write_containerd_config() {
   mkdir -p "$n_dir/containerd" "$n_dir/cni"
   cat >"$n_dir/cni/10-refill.conflist" <<EOF
@@ -241,6 +244,7 @@ write_containerd_config() {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$n_pod_subnet"}]],
+        "routes": [{"dst": "10.96.0.1/32"}],
         "dataDir": "/run/cni-ipam"
       }
     }

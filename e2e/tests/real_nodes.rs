@@ -275,6 +275,8 @@ async fn pod_with_in_cluster_config_reads_from_the_api_server() -> Result<()> {
                 "spec": {
                     "serviceAccountName": account,
                     "restartPolicy": "Never",
+                    // The toleration only allows real nodes; the selector picks them.
+                    "nodeSelector": { REAL_NODE_LABEL: "real" },
                     "tolerations": toleration(),
                     "containers": [testbox("api", &["api", &path], json!([]))],
                 }

@@ -96,6 +96,7 @@ async fn main() -> Result<()> {
         progress_interval: args.progress_interval,
         bytes_per_second: args.bytes_per_second,
         concurrency_per_node: args.concurrency,
+        simulate_restore_helper: true,
     };
     tokio::select! {
         result = node_agent::run(client, cfg) => result,
