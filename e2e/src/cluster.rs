@@ -154,7 +154,10 @@ impl Cluster {
             .await
             .context("running e2e/cluster/load-image.sh")?;
         if !load.success() {
-            bail!("e2e/cluster/load-image.sh {} failed ({load})", archive.display());
+            bail!(
+                "e2e/cluster/load-image.sh {} failed ({load})",
+                archive.display()
+            );
         }
         Ok(())
     }

@@ -127,8 +127,15 @@ async fn init_container_writes_into_a_local_pv_on_a_real_node() -> Result<()> {
         // Any user in the pod may write there, as on a freshly provisioned disk.
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
         let pv = format!("{ns}-data");
-        fixture::local_pv_of_class(&env.client, &pv, REAL_NODES[0], &dir, &env.ns.labels(), &class)
-            .await?;
+        fixture::local_pv_of_class(
+            &env.client,
+            &pv,
+            REAL_NODES[0],
+            &dir,
+            &env.ns.labels(),
+            &class,
+        )
+        .await?;
         fixture::pvc_of_class(&env.client, &ns, "data", Some(&pv), &[], &class).await?;
         let text = format!("written on a real node in {ns}");
         env.create::<Pod>(json!({
@@ -158,7 +165,11 @@ async fn init_container_writes_into_a_local_pv_on_a_real_node() -> Result<()> {
             .and_then(|s| s.state.as_ref())
             .and_then(|s| s.terminated.as_ref())
             .context("the init container has not terminated")?;
-        ensure!(init.exit_code == 0, "init container exited {}", init.exit_code);
+        ensure!(
+            init.exit_code == 0,
+            "init container exited {}",
+            init.exit_code
+        );
         let written = std::fs::read_to_string(dir.join("hello.txt"))
             .with_context(|| format!("reading hello.txt in {}", dir.display()))?;
         ensure!(written == text, "the PV's directory holds {written:?}");
@@ -186,7 +197,10 @@ async fn wait_for_first_consumer_claim_binds_on_the_node_its_pod_lands_on() -> R
         tokio::time::sleep(Duration::from_secs(2)).await;
         let claim = claims.get("data").await?;
         let phase = claim.status.and_then(|s| s.phase).unwrap_or_default();
-        ensure!(phase == "Pending", "the claim is {phase} before any pod uses it");
+        ensure!(
+            phase == "Pending",
+            "the claim is {phase} before any pod uses it"
+        );
 
         let text = "provisioned where the pod runs";
         env.create::<Pod>(json!({
@@ -360,7 +374,8 @@ async fn controller_pod_from_the_manifests_restores_a_claim_on_a_real_node() -> 
         fixture::install_refill(&client, &ns).await?;
 
         // The controller on one real node...
-        let controllers: Api<Deployment> = Api::namespaced(client.clone(), fixture::CONTROLLER_SA.0);
+        let controllers: Api<Deployment> =
+            Api::namespaced(client.clone(), fixture::CONTROLLER_SA.0);
         let deployment = controller_deployment(&ns, REAL_NODES[0])?;
         controllers
             .patch(
@@ -428,7 +443,11 @@ async fn restore_with_controller_pod(env: &TestEnv, ns: &str) -> Result<()> {
     }))
     .await?;
     let pods = fixture::wait_ready_pods(&client, ns, "app", 1, TIMEOUT).await?;
-    ensure!(node_of(&pods[0]) == Some(node), "app runs on {:?}", node_of(&pods[0]));
+    ensure!(
+        node_of(&pods[0]) == Some(node),
+        "app runs on {:?}",
+        node_of(&pods[0])
+    );
     fixture::backup(
         &client,
         ns,
@@ -477,19 +496,32 @@ async fn restore_with_controller_pod(env: &TestEnv, ns: &str) -> Result<()> {
         "{:#?}",
         status.volumes[0]
     );
-    ensure!(fixture::read(&dir, "app.db")? == good, "app.db not restored");
+    ensure!(
+        fixture::read(&dir, "app.db")? == good,
+        "app.db not restored"
+    );
     ensure!(
         !dir.join(".velero").exists(),
         "the restore helper left the done files"
     );
     // The consumer is back, on its node.
     let pods = fixture::wait_ready_pods(&client, ns, "app", 1, TIMEOUT).await?;
-    ensure!(node_of(&pods[0]) == Some(node), "app runs on {:?}", node_of(&pods[0]));
+    ensure!(
+        node_of(&pods[0]) == Some(node),
+        "app runs on {:?}",
+        node_of(&pods[0])
+    );
     // The restore-wait container really ran our helper to its end.
-    let events = env.api::<k8s_openapi::api::core::v1::Event>().list(&ListParams::default()).await?;
+    let events = env
+        .api::<k8s_openapi::api::core::v1::Event>()
+        .list(&ListParams::default())
+        .await?;
     let helper_started = events.items.iter().any(|e| {
         e.reason.as_deref() == Some("Started")
-            && e.message.as_deref().unwrap_or_default().contains("restore-wait")
+            && e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("restore-wait")
     });
     ensure!(helper_started, "no event shows restore-wait started");
     Ok(())
