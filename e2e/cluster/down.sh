@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Stops the local control plane started by up.sh and leaves no process of it
-# behind. The state (certificates, etcd data, logs) stays for a fast next start
-# unless --purge is given.
+# Stops the local cluster started by up.sh: its real nodes (with their pods), the
+# control plane and kwok. Then checks that no process, mount, cgroup, network
+# device or namespace of it is left, and fails naming what is. The state
+# (certificates, etcd data, images, logs) stays for a fast next start unless
+# --purge is given.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$here/lib.sh"
+# shellcheck source=SCRIPTDIR/nodes.sh
+source "$here/nodes.sh"
 
 purge=false
 case "${1:-}" in
@@ -21,6 +25,13 @@ esac
 exec 9>"$cluster_dir/lock"
 flock -w 600 9 || { say "timed out waiting for $cluster_dir/lock"; exit 1; }
 
+# Real nodes first: their kubelets would otherwise keep talking to an API server
+# that is going away.
+for name in $(known_real_nodes); do
+  stop_real_node "$name"
+done
+remove_cgroup "$cgroup_top"
+
 for ((i = ${#components[@]} - 1; i >= 0; i--)); do
   stop_component "${components[i]}"
 done
@@ -34,6 +45,13 @@ fi
 mapfile -t leftovers < <(stray_pids)
 if ((${#leftovers[@]})); then
   say "could not stop ${leftovers[*]}"
+  exit 1
+fi
+
+mapfile -t leftovers < <(real_node_leftovers)
+if ((${#leftovers[@]})); then
+  say "left behind after stopping the real nodes:"
+  printf '  %s\n' "${leftovers[@]}" >&2
   exit 1
 fi
 

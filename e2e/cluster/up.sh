@@ -10,14 +10,26 @@
 #   REFILL_CLUSTER_DIR  state directory (default ~/.cache/refill/cluster)
 #   REFILL_NODES        number of simulated nodes, node-a, node-b, ... (default 3)
 #   REFILL_PORT_OFFSET  added to every port, for a second cluster (default 0)
+#   REFILL_REAL_NODES   number of real nodes, real-a, real-b, ... (default 2; 0 for
+#                       kwok only). See nodes.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$here/lib.sh"
+# shellcheck source=SCRIPTDIR/nodes.sh
+source "$here/nodes.sh"
 
 node_count="${REFILL_NODES:-3}"
 if ! [[ "$node_count" =~ ^[0-9]+$ ]] || ((node_count < 1 || node_count > 26)); then
   say "REFILL_NODES must be between 1 and 26, not '$node_count'"
+  exit 2
+fi
+if ! [[ "$real_node_count" =~ ^[0-9]+$ ]] || ((real_node_count > 26)); then
+  say "REFILL_REAL_NODES must be between 0 and 26, not '$real_node_count'"
+  exit 2
+fi
+if ((real_node_count)) && ((EUID != 0)); then
+  say "real nodes need root (namespaces, cgroups, mounts); run as root or with REFILL_REAL_NODES=0"
   exit 2
 fi
 
@@ -103,6 +115,10 @@ make_pki() {
   # kwok writes status for every node and pod, and deletes pods; it stands in
   # for all kubelets at once, so the Node authorizer's per-node rules don't fit.
   issue kwok "/O=system:masters/CN=kwok" clientAuth
+  # The API server's client certificate towards kubelets (logs, exec).
+  issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+  # The provisioner creates PVs and helper pods; like kwok, a tool of the cluster.
+  issue local-path-provisioner "/O=system:masters/CN=local-path-provisioner" clientAuth
   if [[ ! -s "$pki/sa.key" ]]; then
     openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
     openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -111,6 +127,7 @@ make_pki() {
   kubeconfig controller-manager controller-manager
   kubeconfig scheduler scheduler
   kubeconfig kwok kwok
+  kubeconfig local-path-provisioner local-path-provisioner
 }
 
 # --- audit policy --------------------------------------------------------------
@@ -261,8 +278,14 @@ start_etcd() {
 
 start_apiserver() {
   # The endpoint reconciler would publish 127.0.0.1 as the address of the
-  # `kubernetes` Service, which Endpoints validation rejects; nothing runs inside
-  # this cluster that would use that Service, so it is switched off.
+  # `kubernetes` Service, which Endpoints validation rejects, so it is switched
+  # off. Pods on real nodes still reach the Service's ClusterIP: each node holds
+  # it and relays it to 127.0.0.1 (nodes.sh). NodeRestriction limits a kubelet to
+  # its own Node and pods, as in a real cluster. PodTolerationRestriction lets a
+  # test namespace give all its pods (stand-ins included) the real nodes'
+  # toleration through the scheduler.alpha.kubernetes.io/defaultTolerations
+  # annotation. Kubelets are reached at their InternalIP: their host names
+  # resolve nowhere.
   # Without a watch termination grace period, one client still watching (a test
   # or a controller left running) keeps a stopping apiserver alive indefinitely.
   ensure kube-apiserver \
@@ -274,6 +297,10 @@ start_apiserver() {
     --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \
     --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction,PodTolerationRestriction \
+    --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP \
     --anonymous-auth=false \
     --service-account-key-file "$pki/sa.pub" \
     --service-account-signing-key-file "$pki/sa.key" \
@@ -413,6 +440,103 @@ nodes_ready() {
 
 default_service_account() { "${kubectl[@]}" -n default get serviceaccount default; }
 
+# --- real nodes ------------------------------------------------------------------
+
+start_real_nodes() {
+  local name
+  # Nodes asked for before but not now are stopped and deregistered.
+  for name in $(known_real_nodes); do
+    if ! real_node_names | grep -qx "$name"; then
+      stop_real_node "$name"
+      "${kubectl[@]}" delete node "$name" --ignore-not-found --wait=false >/dev/null
+    fi
+  done
+  ((real_node_count)) || return 0
+  node_bin="$("$here/build-node.sh" | tail -n 1)"
+  [[ -x "$node_bin/kubelet" ]] || { say "build-node.sh gave no usable bin dir ('$node_bin')"; exit 1; }
+  local built
+  built="$("$here/../images/build.sh")"
+  images_bin="$(sed -n 1p <<<"$built")"
+  image_archives=("$(sed -n 2p <<<"$built")"/*.tar)
+  local started=$SECONDS
+  for name in $(real_node_names); do start_real_node "$name"; done
+  local deadline=$((SECONDS + 120))
+  until real_nodes_ready; do
+    if ((SECONDS >= deadline)); then
+      say "timed out after 120s waiting for $real_node_count Ready real nodes"
+      for name in $(real_node_names); do
+        node_vars "$name"
+        echo "----- $n_dir/logs/kubelet.log -----" >&2
+        tail -n 20 "$n_dir/logs/kubelet.log" >&2
+      done
+      exit 1
+    fi
+    sleep 0.5
+  done
+  say "$real_node_count real nodes Ready after $((SECONDS - started))s"
+  start_local_path_provisioner
+}
+
+# local-path-provisioner runs on the host (it only talks to the API server) and
+# provisions a WaitForFirstConsumer claim on the node its pod lands on, through a
+# helper pod there that creates the directory. The helper is the test image's
+# program, named as setup and teardown command, since there is no shell.
+start_local_path_provisioner() {
+  local dir="$cluster_dir/local-path" name entries=()
+  mkdir -p "$dir"
+  for name in $(real_node_names); do
+    node_vars "$name"
+    mkdir -p "$n_dir/local-path"
+    entries+=("{\"node\": \"$name\", \"paths\": [\"$n_dir/local-path\"]}")
+  done
+  local joined
+  joined="$(IFS=,; echo "${entries[*]}")"
+  cat >"$dir/config.json" <<EOF
+{"nodePathMap": [$joined], "setupCommand": "/testbox", "teardownCommand": "/testbox"}
+EOF
+  cat >"$dir/helper-pod.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: helper-pod
+spec:
+  priorityClassName: system-node-critical
+  containers:
+  - name: helper-pod
+    image: $testbox_image
+    imagePullPolicy: Never
+EOF
+  "${kubectl[@]}" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: local-path-storage
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: local-path-provisioner
+  namespace: local-path-storage
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: $local_path_class
+provisioner: refill.dev/local-path
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Delete
+EOF
+  bin="$node_bin" ensure local-path-provisioner \
+    --debug start \
+    --kubeconfig "$cluster_dir/local-path-provisioner.kubeconfig" \
+    --config "$dir/config.json" \
+    --helper-pod-file "$dir/helper-pod.yaml" \
+    --provisioner-name refill.dev/local-path \
+    --namespace local-path-storage \
+    --service-account-name local-path-provisioner \
+    --helper-image "$testbox_image"
+}
+
 # --- main ----------------------------------------------------------------------
 
 make_pki
@@ -427,6 +551,7 @@ wait_until 60 kube-scheduler "kube-scheduler /healthz" scheduler_healthy
 ensure_nodes
 wait_until 90 kwok "$node_count Ready nodes with leases and without taints" nodes_ready
 wait_until 60 kube-controller-manager "the default ServiceAccount" default_service_account
+start_real_nodes
 
 elapsed_ms=$((($(date +%s%N) - started_at) / 1000000))
 say "ready in $((elapsed_ms / 1000)).$(printf '%03d' $((elapsed_ms % 1000)))s; export KUBECONFIG=$cluster_dir/admin.kubeconfig"

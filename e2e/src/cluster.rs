@@ -1,7 +1,8 @@
 //! Finding (or starting) the local cluster and making clients for it.
 //!
 //! The cluster is the one `e2e/cluster/up.sh` runs: a real kube-apiserver,
-//! controller-manager and scheduler over etcd, with kwok simulating the nodes.
+//! controller-manager and scheduler over etcd, with kwok simulating most nodes
+//! and a few real nodes (kubelet, containerd, runc) for pods that must really run.
 //! Its state lives in `$REFILL_CLUSTER_DIR` (default `~/.cache/refill/cluster`).
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,32 @@ use tokio::sync::OnceCell;
 
 /// Names of the simulated nodes with the default `REFILL_NODES=3`.
 pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// Names of the real nodes (kubelet, containerd, runc) with the default
+/// `REFILL_REAL_NODES=2`. See `e2e/cluster/nodes.sh`.
+pub const REAL_NODES: [&str; 2] = ["real-a", "real-b"];
+
+/// Label every real node carries, with the value `real`.
+pub const REAL_NODE_LABEL: &str = "refill.dev/node-kind";
+
+/// Key of the NoSchedule taint on every real node: only pods that tolerate it run
+/// there, so kwok-based tests never land on a real node by chance.
+pub const REAL_NODE_TAINT: &str = "refill.dev/real-node";
+
+/// The image whose one program (`/testbox`: write, sleep, api) test pods on real
+/// nodes run; imported into every real node, never pulled (`e2e/images`).
+pub const TESTBOX_IMAGE: &str = "refill.local/testbox:1";
+
+/// The pause image real nodes use as sandbox, also tagged `registry.k8s.io/pause:3.10`.
+pub const PAUSE_IMAGE: &str = "refill.local/pause:1";
+
+/// An image with `/velero-restore-helper`, a program of ours that keeps the
+/// contract of Velero's restore helper.
+pub const RESTORE_HELPER_IMAGE: &str = "refill.local/velero-restore-helper:1";
+
+/// The StorageClass of local-path-provisioner on the real nodes
+/// (WaitForFirstConsumer, reclaim policy Delete).
+pub const LOCAL_PATH_CLASS: &str = "refill-local-path";
 
 /// Annotation that releases a pod held by its `restore-wait` init container; the
 /// value must be `"true"`. See `e2e/cluster/kwok/stages.yaml`.
@@ -88,6 +115,12 @@ impl Cluster {
             }
             Err(e) => format!("({}: {e})", path.display()),
         }
+    }
+
+    /// State directory of a real node (`nodes/<name>`): its logs, containerd and
+    /// kubelet state, and `local-path/`, where the provisioner puts its volumes.
+    pub fn real_node_dir(&self, node: &str) -> PathBuf {
+        self.dir.join("nodes").join(node)
     }
 
     /// A scratch directory on this machine for the given name, created if

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Imports image archives (docker or OCI format) into the containerd of every real
+# node of the local cluster, which is how images get there: the nodes pull from
+# no registry. Pods use them with imagePullPolicy Never or IfNotPresent.
+#
+#   e2e/cluster/load-image.sh ARCHIVE...
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$here/lib.sh"
+# shellcheck source=SCRIPTDIR/nodes.sh
+source "$here/nodes.sh"
+
+(($#)) || { echo "usage: $0 ARCHIVE..." >&2; exit 2; }
+node_bin="$("$here/build-node.sh" | tail -n 1)"
+image_archives=("$@")
+for name in $(real_node_names); do
+  node_vars "$name"
+  node_component_pid containerd >/dev/null || { say "$name is not running; start it with e2e/cluster/up.sh"; exit 1; }
+  import_images
+done

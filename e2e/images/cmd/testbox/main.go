@@ -1,0 +1,149 @@
+// Command testbox is the one program of the test image the real nodes' pods run,
+// since the image has no shell or busybox:
+//
+//	testbox write FILE TEXT   writes TEXT to FILE (parents created), then exits
+//	testbox sleep             waits for SIGTERM or SIGINT
+//	testbox api PATH          GETs PATH from the API server with the pod's
+//	                          ServiceAccount (in-cluster config), prints the body
+//	testbox -p DIR ... -a create|delete
+//	                          the local-path provisioner's helper: creates the
+//	                          volume's directory (mode 0777) or removes it
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func main() {
+	if len(os.Args) < 2 {
+		fail(2, "usage: testbox write FILE TEXT | sleep | api PATH | -p DIR -a create|delete")
+	}
+	var err error
+	switch os.Args[1] {
+	case "write":
+		if len(os.Args) != 4 {
+			fail(2, "usage: testbox write FILE TEXT")
+		}
+		err = write(os.Args[2], os.Args[3])
+	case "sleep":
+		signals := make(chan os.Signal, 1)
+		signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+		<-signals
+	case "api":
+		if len(os.Args) != 3 {
+			fail(2, "usage: testbox api PATH")
+		}
+		err = api(os.Args[2])
+	case "-p":
+		err = localPathHelper(os.Args[1:])
+	default:
+		fail(2, "testbox: unknown command "+os.Args[1])
+	}
+	if err != nil {
+		fail(1, "testbox: "+err.Error())
+	}
+}
+
+func fail(code int, msg string) {
+	fmt.Fprintln(os.Stderr, msg)
+	os.Exit(code)
+}
+
+func write(file, text string) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %d bytes to %s\n", len(text), file)
+	return nil
+}
+
+// api does what a client's in-cluster configuration does: the API server's
+// address from KUBERNETES_SERVICE_HOST/PORT, which the kubelet sets from the
+// `kubernetes` Service, and the CA and token the kubelet mounts.
+func api(path string) error {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return fmt.Errorf("KUBERNETES_SERVICE_HOST/PORT are not set")
+	}
+	ca, err := os.ReadFile(filepath.Join(serviceAccountDir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	token, err := os.ReadFile(filepath.Join(serviceAccountDir, "token"))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return fmt.Errorf("no certificate in %s/ca.crt", serviceAccountDir)
+	}
+	client := &http.Client{
+		Timeout:   20 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	req, err := http.NewRequest(http.MethodGet, "https://"+net.JoinHostPort(host, port)+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(body))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return nil
+}
+
+// localPathHelper takes the arguments the provisioner gives its helper pods'
+// setupCommand and teardownCommand: -p DIR -s SIZE -m MODE -a create|delete.
+func localPathHelper(args []string) error {
+	fs := flag.NewFlagSet("local-path helper", flag.ContinueOnError)
+	dir := fs.String("p", "", "volume directory")
+	fs.String("s", "", "size in bytes")
+	fs.String("m", "", "volume mode")
+	action := fs.String("a", "", "create or delete")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(*dir) || filepath.Clean(*dir) == "/" {
+		return fmt.Errorf("refusing volume directory %q", *dir)
+	}
+	switch *action {
+	case "create":
+		if err := os.MkdirAll(*dir, 0o777); err != nil {
+			return err
+		}
+		// MkdirAll's mode passes through the umask; the volume must be writable by
+		// any user the consuming pod runs as.
+		return os.Chmod(*dir, 0o777)
+	case "delete":
+		return os.RemoveAll(*dir)
+	default:
+		return fmt.Errorf("unknown action %q", *action)
+	}
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds refill as a static binary and writes its container image as an archive,
+# without Docker: push it to your registry with e.g.
+#   skopeo copy oci-archive:refill.oci.tar docker://<registry>/refill:<version>
+# (the Dockerfile at the repository's root builds the same image with Docker).
+#
+#   e2e/images/refill-image.sh [-o FILE] [-t REF]... [--format oci|docker]
+#
+# Default: an OCI archive at $CARGO_TARGET_DIR/refill-image.oci.tar tagged
+# refill.local/refill:dev. Prints the archive's path last.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+
+out="" format=oci tags=()
+while (($#)); do
+  case "$1" in
+    -o) out="$2"; shift 2 ;;
+    -t) tags+=("$2"); shift 2 ;;
+    --format) format="$2"; shift 2 ;;
+    *) echo "usage: $0 [-o FILE] [-t REF]... [--format oci|docker]" >&2; exit 2 ;;
+  esac
+done
+((${#tags[@]})) || tags=(refill.local/refill:dev)
+[[ -n "$out" ]] || out="$target_dir/refill-image.$format.tar"
+
+# Static, so that the image needs no C library. The gnu target with crt-static
+# rather than musl: it needs nothing beyond the default toolchain. With --target,
+# RUSTFLAGS leaves build scripts and proc macros (built for the host) alone.
+triple=x86_64-unknown-linux-gnu
+printf '[refill-image] cargo build --release --target %s\n' "$triple" >&2
+(cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR="$target_dir" \
+  cargo build --quiet --release --locked --target "$triple" --bin refill)
+binary="$target_dir/$triple/release/refill"
+if ldd "$binary" >/dev/null 2>&1; then
+  echo "[refill-image] $binary is not static" >&2
+  exit 1
+fi
+
+imagebuild="$("$here/build.sh" | sed -n 1p)/imagebuild"
+tag_args=()
+for t in "${tags[@]}"; do tag_args+=(-t "$t"); done
+mkdir -p "$(dirname "$out")"
+# The same user as manifests/deployment.yaml's runAsUser.
+"$imagebuild" -o "$out" -format "$format" "${tag_args[@]}" -entrypoint /refill -user 65532 \
+  "$binary:/refill"
+echo "$out"
