@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PodSecurityContext, ResourceRequirements, SecurityContext};
+use k8s_openapi::api::core::v1::{
+    PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -235,6 +237,10 @@ pub struct VolumeStatus {
     /// files get the owner the application expects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_security: Option<ConsumerSecurity>,
+    /// Tolerations of the consumer's pod, kept for the stand-in so that it may run
+    /// where the consumer ran (a tainted node, the only one its local volume is on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumer_tolerations: Vec<Toleration>,
     #[serde(
         default,
         rename = "snapshotID",

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Toleration, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -25,6 +25,8 @@ pub struct StandIn<'a> {
     pub restore_uid: &'a str,
     pub candidate_nodes: &'a [String],
     pub security: Option<&'a ConsumerSecurity>,
+    /// The consumer's tolerations: its volume may be on a tainted node.
+    pub tolerations: &'a [Toleration],
     pub image: &'a str,
     pub restore_wait: Container,
 }
@@ -92,6 +94,7 @@ pub fn pod(s: StandIn<'_>) -> Pod {
             }]),
             security_context: s.security.and_then(|c| c.pod.clone()),
             affinity: candidate_affinity(s.candidate_nodes),
+            tolerations: (!s.tolerations.is_empty()).then(|| s.tolerations.to_vec()),
             restart_policy: Some("Never".into()),
             termination_grace_period_seconds: Some(1),
             automount_service_account_token: Some(false),
@@ -116,6 +119,7 @@ mod tests {
             restore_uid: "uid-1",
             candidate_nodes: nodes,
             security,
+            tolerations: &[],
             image: DEFAULT_IMAGE,
             restore_wait: Container {
                 name: "restore-wait".into(),
@@ -159,6 +163,7 @@ mod tests {
         );
         let spec = pod.spec.unwrap();
         assert!(spec.affinity.is_none());
+        assert!(spec.tolerations.is_none());
         assert_eq!(spec.init_containers.unwrap()[0].name, "restore-wait");
         let volume = &spec.volumes.unwrap()[0];
         assert_eq!(volume.name, "vol");
@@ -191,5 +196,23 @@ mod tests {
                 .run_as_user,
             Some(999)
         );
+    }
+
+    #[test]
+    fn the_consumer_tolerations_are_kept_so_it_runs_where_the_consumer_ran() {
+        let tolerations = vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("db".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }];
+        let spec = pod(StandIn {
+            tolerations: &tolerations,
+            ..stand_in(&[], None)
+        })
+        .spec
+        .unwrap();
+        assert_eq!(spec.tolerations, Some(tolerations));
     }
 }

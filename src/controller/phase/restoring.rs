@@ -250,6 +250,11 @@ async fn start_volumes(
                     let volume = &mut status.volumes[i];
                     if let Some(pod) = first_pod {
                         volume.consumer_security = Some(security_of(pod));
+                        volume.consumer_tolerations = pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.tolerations.clone())
+                            .unwrap_or_default();
                     }
                     volume.phase = VolumePhase::Quiescing;
                     volume.start_time = Some(now.clone());

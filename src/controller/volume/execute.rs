@@ -145,6 +145,7 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
         restore_uid: act.uid,
         candidate_nodes: &volume.candidate_nodes,
         security: security.as_ref(),
+        tolerations: &volume.consumer_tolerations,
         image: dr
             .spec
             .stand_in_image

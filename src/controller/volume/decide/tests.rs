@@ -496,7 +496,7 @@ fn every_transition() {
             volume(Restoring),
             seen(terminating(), pvr(P::Completed)),
             rules(),
-            Want::Stay(None, Some("to go")),
+            Want::Stay(None, Some("restored")),
         ),
         (
             "restoring: completed",
