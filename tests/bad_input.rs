@@ -938,17 +938,6 @@ async fn setup(env: &TestEnv) -> Result<()> {
         let pv = format!("{ns}-{claim}");
         fixture::bound_local_volume(client, ns, claim, &pv, node, &dir, &labels).await?;
     }
-    // The PV controller binds them on its own time; the resourceVersions compared later
-    // must not move because of it.
-    let claims = env.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>();
-    for claim in ["data", "extra", "solo", "snapshotted", "halfway"] {
-        wait_for(format!("claim {claim} bound"), TIMEOUT, || async {
-            let pvc = claims.get(claim).await?;
-            let bound = pvc.status.and_then(|s| s.phase).as_deref() == Some("Bound");
-            Ok(bound.then_some(()))
-        })
-        .await?;
-    }
     let class = format!("{ns}-local");
     fixture::storage_class(client, &class, &labels).await?;
     fixture::pvc_of_class(client, ns, "unbound", None, &[], &class).await?;

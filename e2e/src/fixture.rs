@@ -292,7 +292,20 @@ pub async fn bound_local_volume(
     Api::<PersistentVolume>::all(client.clone())
         .patch(pv, &PatchParams::default(), &Patch::Merge(reserve))
         .await?;
-    pvc(client, ns, claim, None, &[]).await
+    pvc(client, ns, claim, None, &[]).await?;
+    // The PV controller binds the pair on its own time. Until it has, the claim looks
+    // unbound (a validation would ask for candidate nodes) and its resourceVersion moves.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        format!("claim {ns}/{claim} to bind to {pv}"),
+        Duration::from_secs(60),
+        || async {
+            let found = claims.get(claim).await?;
+            let bound = found.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            Ok(bound.then_some(found))
+        },
+    )
+    .await
 }
 
 /// A pod template that mounts `claims` (volume `data-N`, or `data` for one claim).
