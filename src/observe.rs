@@ -143,13 +143,7 @@ pub async fn consumers_in(
         }
         // Another restore's stand-in: the claim is being restored by it.
         if is_stand_in(pod) {
-            let restore = pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(labels::DATA_RESTORE_ANNOTATION))
-                .cloned()
-                .unwrap_or_else(|| "(unknown)".into());
+            let restore = stand_in_restore(pod).unwrap_or_else(|| "(unknown)".into());
             push_refs(
                 &mut out,
                 namespace,
@@ -293,12 +287,23 @@ pub fn is_stand_in(pod: &Pod) -> bool {
 }
 
 pub fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {
-    let labels = pod.metadata.labels.as_ref();
-    labels.and_then(|l| l.get(labels::ROLE)).map(String::as_str) == Some(labels::ROLE_STAND_IN)
-        && labels
+    is_stand_in(pod)
+        && pod
+            .metadata
+            .labels
+            .as_ref()
             .and_then(|l| l.get(labels::DATA_RESTORE_UID))
             .map(String::as_str)
             == Some(own_uid)
+}
+
+/// `namespace/name` of the DataRestore a stand-in pod serves, as it is annotated.
+pub fn stand_in_restore(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(labels::DATA_RESTORE_ANNOTATION)
+        .cloned()
 }
 
 /// The owner references of `owner` (a ReplicaSet or a Job), from what the controller

@@ -266,24 +266,11 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
         VolumePhase::Aborting => aborting(volume, seen, rules, now),
         // Ended: only its stand-in may be left to remove.
         VolumePhase::Completed | VolumePhase::Failed | VolumePhase::Canceled => {
-            match &seen.stand_in {
-                StandIn::Ours {
-                    terminating: false, ..
-                } => doing(
-                    Effect::DeleteStandIn,
-                    Change::Stay {
-                        message: volume.message.clone(),
-                        warning: None,
-                    },
-                ),
-                _ => Step {
-                    effect: None,
-                    change: Change::Stay {
-                        message: volume.message.clone(),
-                        warning: None,
-                    },
-                },
-            }
+            let stay = Change::Stay {
+                message: volume.message.clone(),
+                warning: None,
+            };
+            without_stand_in(seen, volume.message.clone(), stay)
         }
     }
 }

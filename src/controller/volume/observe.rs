@@ -158,10 +158,7 @@ pub async fn seen(
             if pod.name_any() == stand_in_name && stand_in == StandIn::Absent {
                 stand_in = StandIn::Other {
                     name: pod.name_any(),
-                    restore: pod
-                        .annotations()
-                        .get(labels::DATA_RESTORE_ANNOTATION)
-                        .cloned()
+                    restore: observe::stand_in_restore(pod)
                         .unwrap_or_else(|| "another restore".into()),
                     terminating: pod.metadata.deletion_timestamp.is_some(),
                 };
