@@ -13,12 +13,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the CustomResourceDefinitions as YAML.
-    Crds {
-        /// Print the Velero kinds refill uses instead (for clusters without Velero).
-        #[arg(long)]
-        velero: bool,
-    },
+    /// Print refill's CustomResourceDefinitions as YAML.
+    Crds,
     /// Restore PVC data from a Velero backup, and follow, list and describe restores.
     Restore {
         #[command(subcommand)]
@@ -43,14 +39,7 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds { velero } => {
-            let crds = if velero {
-                refill::crds::velero_crds()
-            } else {
-                refill::crds::refill_crds()
-            };
-            print!("{}", refill::crds::to_yaml(&crds)?);
-        }
+        Command::Crds => print!("{}", refill::crds::to_yaml(&refill::crds::refill_crds())?),
         Command::Restore { command } => {
             refill::cli::exit(refill::cli::restore(&cli.global, command).await)
         }

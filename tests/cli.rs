@@ -61,7 +61,7 @@ async fn refill(env: &TestEnv, args: &[&str]) -> Result<Run> {
 async fn install_crds(client: &Client) -> Result<()> {
     static DONE: OnceCell<()> = OnceCell::const_new();
     DONE.get_or_try_init(|| async {
-        refill_e2e::node_agent::install_velero_crds(client).await?;
+        refill_e2e::node_agent::require_velero_crds(client).await?;
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in refill::crds::refill_crds() {
             let name = crd.name_any();

@@ -15,10 +15,17 @@
 #     pair joins it to the host (a /30 per node) so the API server can reach the
 #     kubelet (logs, exec); the host gets no route to pods and no forwarding.
 #   - the node and its pods reach the API server at the `kubernetes` Service's
-#     ClusterIP (10.96.0.1:443), which the node holds on its loopback device: a
-#     relay (e2e/images/cmd/apiserver-relay) listens there from the host's side and
-#     forwards to the API server on the host's 127.0.0.1. No kube-proxy, iptables
-#     or nftables are needed, and the API server keeps listening on loopback only.
+#     ClusterIP (10.96.0.1:443), and the S3 server Velero's backups go to at
+#     10.97.0.1:80 (outside the Service range, so no Service is ever given it),
+#     addresses the node holds on its loopback device: a relay
+#     (e2e/images/cmd/host-relay) listens there from the host's side and forwards
+#     to the host's 127.0.0.1. No kube-proxy, iptables or nftables are needed, and
+#     the API server and the S3 server keep listening on loopback only.
+#   - the kubelet's root directory is the usual /var/lib/kubelet inside the node,
+#     a bind mount of the node's own directory: Velero's node agent mounts
+#     /var/lib/kubelet/pods from every node by one hostPath. Mounts in the node's
+#     namespace are shared among themselves (not with the host), as on a machine,
+#     so a hostPath with HostToContainer propagation is accepted.
 #   - every process of the node (relay, containerd, shims, kubelet, containers) is
 #     in one cgroup subtree, /refill-<tag>/<node>, which is how down.sh finds them.
 #
@@ -43,6 +50,10 @@ testbox_image=refill.local/testbox:1
 restore_helper_image=refill.local/velero-restore-helper:1
 # The StorageClass of local-path-provisioner's volumes on real nodes.
 local_path_class=refill-local-path
+# Where the node and its pods reach the S3 server (e2e/velero), and where that
+# server listens on the host.
+s3_address=10.97.0.1:80
+s3_host_port=$((19000 + port_offset))
 
 real_node_names() {
   local letters=abcdefghijklmnopqrstuvwxyz i
@@ -208,6 +219,9 @@ make_namespaces() {
     mount --bind "$dir/run/vm.overcommit_memory" /proc/sys/vm/overcommit_memory
     mount --bind "$dir/run/kernel.panic" /proc/sys/kernel/panic
     mount --bind "$dir/run/kernel.panic_on_oops" /proc/sys/kernel/panic_on_oops
+    mkdir -p "$dir/kubelet" /var/lib/kubelet
+    mount --bind "$dir/kubelet" /var/lib/kubelet
+    mount --make-rshared /
   ' _ "$n_dir"
   {
     echo "net $(ns_inode "$n_ns/net")"
@@ -219,15 +233,16 @@ make_namespaces() {
   ip link set "$n_veth" up
   "${in_ns[@]}" ip link set lo up
   "${in_ns[@]}" ip addr add 10.96.0.1/32 dev lo
+  "${in_ns[@]}" ip addr add "${s3_address%:*}/32" dev lo
   "${in_ns[@]}" ip addr add "$n_ip/30" dev eth0
   "${in_ns[@]}" ip link set eth0 up
 }
 
 # --- configuration ----------------------------------------------------------------
 
-# Pods get one route, to the API server's ClusterIP through the bridge (where the
-# node holds that address): no default route, so nothing a pod sends can leave
-# the node's namespace.
+# Pods get two routes, to the API server's ClusterIP and to the S3 server's
+# address, through the bridge (where the node holds those addresses): no default
+# route, so nothing a pod sends can leave the node's namespace.
 write_containerd_config() {
   mkdir -p "$n_dir/containerd" "$n_dir/cni"
   cat >"$n_dir/cni/10-refill.conflist" <<EOF
@@ -244,7 +259,7 @@ write_containerd_config() {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$n_pod_subnet"}]],
-        "routes": [{"dst": "10.96.0.1/32"}],
+        "routes": [{"dst": "10.96.0.1/32"}, {"dst": "${s3_address%:*}/32"}],
         "dataDir": "/run/cni-ipam"
       }
     }
@@ -363,7 +378,7 @@ node_fingerprint() {
 }
 
 node_running() {
-  node_component_pid apiserver-relay >/dev/null &&
+  node_component_pid host-relay >/dev/null &&
     node_component_pid containerd >/dev/null &&
     node_component_pid kubelet >/dev/null
 }
@@ -435,6 +450,8 @@ start_real_node() {
   local want
   want="$(node_fingerprint)"
   if node_running && [[ "$(cat "$n_dir/run/fingerprint" 2>/dev/null)" == "$want" ]]; then
+    # Images added or rebuilt since the node started (Velero's, say) go in too.
+    import_images
     return 0
   fi
   # Anything less than the whole node running as configured starts over: a node
@@ -444,8 +461,8 @@ start_real_node() {
   make_cgroup "$n_cgroup/system"
   make_cgroup "$n_cgroup/pods"
   make_namespaces
-  node_launch apiserver-relay no "$images_bin/apiserver-relay" \
-    -netns "$n_ns/net" -listen 10.96.0.1:443 -to "127.0.0.1:$apiserver_port"
+  node_launch host-relay no "$images_bin/host-relay" -netns "$n_ns/net" \
+    -relay "10.96.0.1:443=127.0.0.1:$apiserver_port" -relay "$s3_address=127.0.0.1:$s3_host_port"
   # containerd finds the runc shim on its PATH.
   PATH="$node_bin:$PATH" node_launch containerd yes "$node_bin/containerd" --config "$n_dir/containerd.toml"
   local deadline=$((SECONDS + 30))
@@ -461,7 +478,7 @@ start_real_node() {
   node_launch kubelet yes "$node_bin/kubelet" \
     --config "$n_dir/kubelet.yaml" \
     --kubeconfig "$n_dir/kubelet.kubeconfig" \
-    --root-dir "$n_dir/kubelet" \
+    --root-dir /var/lib/kubelet \
     --cert-dir "$n_dir/pki" \
     --hostname-override "$n_name" \
     --node-ip "$n_ip" \

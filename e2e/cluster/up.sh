@@ -12,12 +12,16 @@
 #   REFILL_PORT_OFFSET  added to every port, for a second cluster (default 0)
 #   REFILL_REAL_NODES   number of real nodes, real-a, real-b, ... (default 2; 0 for
 #                       kwok only). See nodes.sh.
+#   REFILL_VELERO       1 (default with real nodes): Velero and its S3 server on
+#                       the real nodes; 0 to leave them out. See velero.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$here/lib.sh"
 # shellcheck source=SCRIPTDIR/nodes.sh
 source "$here/nodes.sh"
+# shellcheck source=SCRIPTDIR/velero.sh
+source "$here/velero.sh"
 
 node_count="${REFILL_NODES:-3}"
 if ! [[ "$node_count" =~ ^[0-9]+$ ]] || ((node_count < 1 || node_count > 26)); then
@@ -28,6 +32,8 @@ if ! [[ "$real_node_count" =~ ^[0-9]+$ ]] || ((real_node_count > 26)); then
   say "REFILL_REAL_NODES must be between 0 and 26, not '$real_node_count'"
   exit 2
 fi
+with_velero=false
+if ((real_node_count)) && [[ "${REFILL_VELERO:-1}" != 0 ]]; then with_velero=true; fi
 if ((real_node_count)) && ((EUID != 0)); then
   say "real nodes need root (namespaces, cgroups, mounts); run as root or with REFILL_REAL_NODES=0"
   exit 2
@@ -284,7 +290,8 @@ start_apiserver() {
   # its own Node and pods, as in a real cluster. PodTolerationRestriction lets a
   # test namespace give all its pods (stand-ins included) the real nodes'
   # toleration through the scheduler.alpha.kubernetes.io/defaultTolerations
-  # annotation. Kubelets are reached at their InternalIP: their host names
+  # annotation, and PodNodeSelector keeps a namespace's pods (Velero's) on the
+  # real nodes through scheduler.alpha.kubernetes.io/node-selector. Kubelets are reached at their InternalIP: their host names
   # resolve nowhere.
   # Without a watch termination grace period, one client still watching (a test
   # or a controller left running) keeps a stopping apiserver alive indefinitely.
@@ -297,7 +304,7 @@ start_apiserver() {
     --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \
     --authorization-mode Node,RBAC \
-    --enable-admission-plugins NodeRestriction,PodTolerationRestriction \
+    --enable-admission-plugins NodeRestriction,PodTolerationRestriction,PodNodeSelector \
     --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP \
@@ -458,6 +465,12 @@ start_real_nodes() {
   built="$("$here/../images/build.sh")"
   images_bin="$(sed -n 1p <<<"$built")"
   image_archives=("$(sed -n 2p <<<"$built")"/*.tar)
+  if $with_velero; then
+    built="$("$here/build-velero.sh")"
+    velero_bin="$(sed -n 1p <<<"$built")"
+    image_archives+=("$(sed -n 2p <<<"$built")"/*.tar)
+    start_s3
+  fi
   local started=$SECONDS
   for name in $(real_node_names); do start_real_node "$name"; done
   local deadline=$((SECONDS + 120))
@@ -475,6 +488,7 @@ start_real_nodes() {
   done
   say "$real_node_count real nodes Ready after $((SECONDS - started))s"
   start_local_path_provisioner
+  if $with_velero; then install_velero; fi
 }
 
 # local-path-provisioner runs on the host (it only talks to the API server) and
@@ -522,6 +536,9 @@ apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
   name: $local_path_class
+  annotations:
+    # Local rather than hostPath PVs: Velero's file-system backup skips hostPath.
+    defaultVolumeType: local
 provisioner: refill.dev/local-path
 volumeBindingMode: WaitForFirstConsumer
 reclaimPolicy: Delete
@@ -551,6 +568,7 @@ wait_until 60 kube-scheduler "kube-scheduler /healthz" scheduler_healthy
 ensure_nodes
 wait_until 90 kwok "$node_count Ready nodes with leases and without taints" nodes_ready
 wait_until 60 kube-controller-manager "the default ServiceAccount" default_service_account
+install_velero_crds
 start_real_nodes
 
 elapsed_ms=$((($(date +%s%N) - started_at) / 1000000))

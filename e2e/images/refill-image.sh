@@ -33,7 +33,9 @@ printf '[refill-image] cargo build --release --target %s\n' "$triple" >&2
 (cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR="$target_dir" \
   cargo build --quiet --release --locked --target "$triple" --bin refill)
 binary="$target_dir/$triple/release/refill"
-if ldd "$binary" >/dev/null 2>&1; then
+# ldd lists the libraries a dynamic binary loads ("libc.so.6 => ..."); a static
+# one it calls "statically linked" or "not a dynamic executable".
+if ldd "$binary" 2>&1 | grep -q '=>'; then
   echo "[refill-image] $binary is not static" >&2
   exit 1
 fi

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::PostParams;
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
+use sha2::Digest as _;
 use tokio::sync::OnceCell;
 
 /// Names of the simulated nodes with the default `REFILL_NODES=3`.
@@ -44,6 +45,10 @@ pub const RESTORE_HELPER_IMAGE: &str = "refill.local/velero-restore-helper:1";
 /// The StorageClass of local-path-provisioner on the real nodes
 /// (WaitForFirstConsumer, reclaim policy Delete).
 pub const LOCAL_PATH_CLASS: &str = "refill-local-path";
+
+/// The tag under which refill's own image (`e2e/images/refill-image.sh`) is
+/// imported into the real nodes by [`Cluster::load_refill_image`].
+pub const REFILL_IMAGE: &str = "refill.local/refill:dev";
 
 /// Annotation that releases a pod held by its `restore-wait` init container; the
 /// value must be `"true"`. See `e2e/cluster/kwok/stages.yaml`.
@@ -121,6 +126,44 @@ impl Cluster {
     /// kubelet state, and `local-path/`, where the provisioner puts its volumes.
     pub fn real_node_dir(&self, node: &str) -> PathBuf {
         self.dir.join("nodes").join(node)
+    }
+
+    /// Builds refill's image from this checkout (a static release binary; cargo
+    /// makes that quick when nothing changed), imports it into every real node as
+    /// [`REFILL_IMAGE`], and returns the archive's SHA-256: a pod template that
+    /// carries it rolls out again whenever the image changed under the same tag.
+    pub async fn load_refill_image(&self) -> Result<String> {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo.join("target"));
+        let archive = target.join("refill-image.docker.tar");
+        let build = tokio::process::Command::new(repo.join("e2e/images/refill-image.sh"))
+            .args(["--format", "docker", "-t", REFILL_IMAGE, "-o"])
+            .arg(&archive)
+            .env("REFILL_CLUSTER_DIR", &self.dir)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await
+            .context("running e2e/images/refill-image.sh")?;
+        if !build.success() {
+            bail!("e2e/images/refill-image.sh failed ({build})");
+        }
+        let load = tokio::process::Command::new(scripts_dir().join("load-image.sh"))
+            .arg(&archive)
+            .env("REFILL_CLUSTER_DIR", &self.dir)
+            .status()
+            .await
+            .context("running e2e/cluster/load-image.sh")?;
+        if !load.success() {
+            bail!(
+                "e2e/cluster/load-image.sh {} failed ({load})",
+                archive.display()
+            );
+        }
+        let bytes =
+            std::fs::read(&archive).with_context(|| format!("reading {}", archive.display()))?;
+        Ok(hex::encode(sha2::Sha256::digest(&bytes)))
     }
 
     /// A scratch directory on this machine for the given name, created if

@@ -100,7 +100,7 @@ async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
 pub async fn install_refill(client: &Client, velero_namespace: &str) -> Result<()> {
     let crds = std::fs::read_to_string(repo_file("manifests/crds.yaml"))?;
     apply_crds(client, &crds).await?;
-    node_agent::install_velero_crds(client).await?;
+    node_agent::require_velero_crds(client).await?;
     let rbac = std::fs::read_to_string(repo_file("manifests/rbac.yaml"))?;
     apply_yaml(client, &rbac, velero_namespace).await?;
     let sc: StorageClass = serde_json::from_value(json!({
@@ -401,7 +401,8 @@ pub struct BackedUpVolume<'a> {
 
 /// Creates a Completed Velero Backup with a Completed PodVolumeBackup for each volume,
 /// as Velero's backup (or its sync to a standby cluster) leaves them, and writes each
-/// snapshot's files where the simulated node agent reads them.
+/// snapshot's files where the simulated node agent reads them. Velero's CRDs have no
+/// status subresource, so the status is written with the object, as Velero does.
 pub async fn backup(
     client: &Client,
     velero_namespace: &str,
@@ -418,7 +419,7 @@ pub async fn backup(
         ..Default::default()
     };
     let created = backups
-        .patch_status(
+        .patch(
             name,
             &PatchParams::default(),
             &Patch::Merge(json!({"status": status})),
@@ -467,7 +468,7 @@ pub async fn backup(
             }),
             ..Default::default()
         };
-        pvbs.patch_status(
+        pvbs.patch(
             &pvb_name,
             &PatchParams::default(),
             &Patch::Merge(json!({"status": status})),

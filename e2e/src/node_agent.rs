@@ -51,10 +51,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::{Api, Client, ResourceExt};
-use serde::Deserialize;
+use kube::{Api, Client};
 
 pub use data::write_snapshot;
 pub use writes::{VolumeWrite, read_write_log};
@@ -151,26 +149,26 @@ impl Drop for NodeAgentHandle {
     }
 }
 
-/// The Velero CRDs refill uses, as shipped in `e2e/manifests/velero-crds.yaml`.
-pub const VELERO_CRDS_YAML: &str = include_str!("../manifests/velero-crds.yaml");
+/// The Velero kinds refill and the tests use.
+const VELERO_CRDS: [&str; 5] = [
+    "backups.velero.io",
+    "schedules.velero.io",
+    "backupstoragelocations.velero.io",
+    "podvolumebackups.velero.io",
+    "podvolumerestores.velero.io",
+];
 
-/// Installs the Velero CRDs from [`VELERO_CRDS_YAML`] by server-side apply (so it
-/// is idempotent) and waits until the apiserver serves them.
-pub async fn install_velero_crds(client: &Client) -> Result<()> {
+/// Waits until the API server serves Velero's own CRDs, which `e2e/cluster/up.sh`
+/// installs from Velero's module into every local cluster, as a cluster with
+/// Velero has them. The tests never install a copy of their own: the objects they
+/// create are checked against Velero's schemas.
+pub async fn require_velero_crds(client: &Client) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let params = PatchParams::apply("refill-e2e").force();
-    let mut names = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(VELERO_CRDS_YAML) {
-        let crd = CustomResourceDefinition::deserialize(document)
-            .context("e2e/manifests/velero-crds.yaml holds something other than CRDs")?;
-        let name = crd.name_any();
-        crds.patch(&name, &params, &Patch::Apply(&crd))
-            .await
-            .with_context(|| format!("applying CRD {name}"))?;
-        names.push(name);
-    }
-    for name in names {
-        let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
+    for name in VELERO_CRDS {
+        crds.get_opt(name).await?.with_context(|| {
+            format!("CRD {name} is missing: e2e/cluster/up.sh installs Velero's CRDs")
+        })?;
+        let established = await_condition(crds.clone(), name, conditions::is_crd_established());
         tokio::time::timeout(Duration::from_secs(30), established)
             .await
             .with_context(|| format!("CRD {name} not established within 30s"))??;

@@ -20,7 +20,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, ResourceExt};
 use refill::api::{PodVolumePhase, PodVolumeRestore, PodVolumeRestoreStatus};
 use refill_e2e::node_agent::{
-    self, NodeAgentConfig, NodeAgentHandle, install_velero_crds, write_snapshot,
+    self, NodeAgentConfig, NodeAgentHandle, require_velero_crds, write_snapshot,
 };
 use refill_e2e::{
     RESTORE_WAIT_CONTAINER, RESTORE_WAIT_DONE, TestEnv, is_pod_ready, run_test, wait_for,
@@ -49,7 +49,7 @@ impl Fixture {
                     .unwrap_or_else(|_| "refill_e2e=debug".into()),
             )
             .try_init();
-        CRDS.get_or_try_init(|| async { install_velero_crds(&env.client).await })
+        CRDS.get_or_try_init(|| async { require_velero_crds(&env.client).await })
             .await?;
         let snapshots = env
             .cluster

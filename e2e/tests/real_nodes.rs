@@ -7,13 +7,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, SecurityContext,
+};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{ListParams, LogParams};
+use kube::api::{ListParams, LogParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use refill::api::{DataRestoreSpec, Phase, RestoreHelperOverrides};
 use refill_e2e::fixture;
+use refill_e2e::node_agent::{self, NodeAgentConfig};
 use refill_e2e::{
-    LOCAL_PATH_CLASS, REAL_NODE_LABEL, REAL_NODE_TAINT, REAL_NODES, TESTBOX_IMAGE, TestEnv,
-    is_pod_ready, run_test, wait_for,
+    LOCAL_PATH_CLASS, REAL_NODE_LABEL, REAL_NODE_TAINT, REAL_NODES, REFILL_IMAGE,
+    RESTORE_HELPER_IMAGE, TESTBOX_IMAGE, TestEnv, is_pod_ready, run_test, wait_for,
 };
 use serde_json::{Value, json};
 
@@ -309,4 +315,214 @@ async fn pod_with_in_cluster_config_reads_from_the_api_server() -> Result<()> {
         Ok(())
     })
     .await
+}
+
+/// The toleration of the real nodes' taint for every pod of a namespace, by
+/// PodTolerationRestriction's namespace annotation: pods that refill creates (the
+/// stand-ins) get it as the workload's own pods do.
+async fn tolerate_real_nodes(env: &TestEnv) -> Result<()> {
+    let annotation = serde_json::to_string(&toleration())?;
+    env.api_all::<k8s_openapi::api::core::v1::Namespace>()
+        .patch(
+            env.namespace(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                "scheduler.alpha.kubernetes.io/defaultTolerations": annotation,
+            }}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// `manifests/deployment.yaml` as a user applies it, changed only where this
+/// cluster differs: the locally imported image (never pulled), Velero's namespace,
+/// and the real node it runs on.
+fn controller_deployment(velero_namespace: &str, node: &str) -> Result<Deployment> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/deployment.yaml");
+    let yaml = std::fs::read_to_string(&path)?;
+    let mut deployment: Deployment = serde_yaml::from_str(&yaml)?;
+    let spec = deployment
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+        .context("deployment.yaml has no pod spec")?;
+    spec.node_selector = Some([("kubernetes.io/hostname".to_string(), node.to_string())].into());
+    spec.tolerations = Some(serde_json::from_value(toleration())?);
+    let container = spec
+        .containers
+        .iter_mut()
+        .find(|c| c.name == "refill")
+        .context("deployment.yaml has no refill container")?;
+    container.image = Some(REFILL_IMAGE.to_string());
+    container.image_pull_policy = Some("Never".to_string());
+    let args = container.args.as_mut().context("no args")?;
+    let at = args
+        .iter()
+        .position(|a| a == "--namespace")
+        .context("no --namespace")?;
+    args[at + 1] = velero_namespace.to_string();
+    Ok(deployment)
+}
+
+#[tokio::test]
+async fn controller_pod_from_the_manifests_restores_a_claim_on_a_real_node() -> Result<()> {
+    run_test("real-controller", |env| async move {
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        tolerate_real_nodes(&env).await?;
+        env.cluster.load_refill_image().await?;
+        fixture::install_refill(&client, &ns).await?;
+
+        // The controller on one real node...
+        let controllers: Api<Deployment> =
+            Api::namespaced(client.clone(), fixture::CONTROLLER_SA.0);
+        let deployment = controller_deployment(&ns, REAL_NODES[0])?;
+        controllers
+            .patch(
+                "refill",
+                &PatchParams::apply("refill-e2e").force(),
+                &Patch::Apply(&deployment),
+            )
+            .await?;
+        let result = restore_with_controller_pod(&env, &ns).await;
+        // One controller Deployment serves the whole cluster; it goes with the test.
+        controllers
+            .delete("refill", &kube::api::DeleteParams::foreground())
+            .await?;
+        result
+    })
+    .await
+}
+
+async fn restore_with_controller_pod(env: &TestEnv, ns: &str) -> Result<()> {
+    let client = env.client.clone();
+    let system_pods: Api<Pod> = Api::namespaced(client.clone(), fixture::CONTROLLER_SA.0);
+    let controller = wait_for("refill's controller pod ready", TIMEOUT, || async {
+        let pods = system_pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=refill"))
+            .await?;
+        Ok(pods
+            .items
+            .into_iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none() && is_pod_ready(p)))
+    })
+    .await?;
+    ensure!(
+        node_of(&controller) == Some(REAL_NODES[0]),
+        "the controller runs on {:?}",
+        node_of(&controller)
+    );
+
+    // ...restores a claim whose data and consumer live on the other.
+    let node = REAL_NODES[1];
+    let scratch = env.cluster.scratch_dir(ns)?;
+    let snapshots = scratch.join("snapshots");
+    let dir = scratch.join("pv");
+    std::fs::create_dir_all(&snapshots)?;
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let pv = format!("{ns}-data");
+    fixture::bound_local_volume(&client, ns, "data", &pv, node, &dir, &env.ns.labels()).await?;
+    let good: &[u8] = b"the rows as they were at backup time\n";
+    std::fs::write(dir.join("app.db"), good)?;
+    env.create::<Deployment>(json!({
+        "metadata": { "name": "app" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "app" } },
+            "template": {
+                "metadata": { "labels": { "app": "app" } },
+                "spec": {
+                    "containers": [testbox("app", &["sleep"],
+                        json!([{ "name": "data", "mountPath": "/data" }]))],
+                    "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": "data" } }],
+                    "terminationGracePeriodSeconds": 1,
+                }
+            }
+        }
+    }))
+    .await?;
+    let pods = fixture::wait_ready_pods(&client, ns, "app", 1, TIMEOUT).await?;
+    ensure!(
+        node_of(&pods[0]) == Some(node),
+        "app runs on {:?}",
+        node_of(&pods[0])
+    );
+    fixture::backup(
+        &client,
+        ns,
+        "nightly",
+        &snapshots,
+        &[fixture::BackedUpVolume {
+            namespace: ns,
+            pvc: "data",
+            pod: &pods[0].name_any(),
+            volume: "data",
+            snapshot_id: format!("{ns}-data"),
+            files: vec![("app.db", good.to_vec())],
+        }],
+    )
+    .await?;
+    std::fs::write(dir.join("app.db"), b"corrupted")?;
+
+    // The simulated node agent moves the data; the stand-in's restore-wait runs our
+    // helper program, which waits for the done file for real.
+    let mut agent = NodeAgentConfig::new(&snapshots);
+    agent.velero_namespace = ns.to_string();
+    agent.simulate_restore_helper = false;
+    let _agent = node_agent::spawn(client.clone(), agent);
+    let spec = DataRestoreSpec {
+        backup_name: Some("nightly".into()),
+        pvcs: vec![format!("{ns}/data")],
+        restore_helper: Some(RestoreHelperOverrides {
+            image: Some(RESTORE_HELPER_IMAGE.into()),
+            // As the user that wrote the done files (the simulated node agent runs
+            // as root), so that the helper may remove them as Velero's does.
+            security_context: Some(SecurityContext {
+                run_as_user: Some(0),
+                run_as_non_root: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    fixture::data_restore(&client, ns, "fix-app", spec).await?;
+    let done = fixture::wait_finished(&client, ns, "fix-app", Duration::from_secs(180)).await?;
+    let status = done.status.context("no status")?;
+    ensure!(status.phase == Phase::Completed, "{status:#?}");
+    ensure!(
+        status.volumes[0].node.as_deref() == Some(node),
+        "{:#?}",
+        status.volumes[0]
+    );
+    ensure!(
+        fixture::read(&dir, "app.db")? == good,
+        "app.db not restored"
+    );
+    ensure!(
+        !dir.join(".velero").exists(),
+        "the restore helper left the done files"
+    );
+    // The consumer is back, on its node.
+    let pods = fixture::wait_ready_pods(&client, ns, "app", 1, TIMEOUT).await?;
+    ensure!(
+        node_of(&pods[0]) == Some(node),
+        "app runs on {:?}",
+        node_of(&pods[0])
+    );
+    // The restore-wait container really ran our helper to its end.
+    let events = env
+        .api::<k8s_openapi::api::core::v1::Event>()
+        .list(&ListParams::default())
+        .await?;
+    let helper_started = events.items.iter().any(|e| {
+        e.reason.as_deref() == Some("Started")
+            && e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("restore-wait")
+    });
+    ensure!(helper_started, "no event shows restore-wait started");
+    Ok(())
 }

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
-use crate::api::RestoreHelperOverrides;
+use crate::api::{ConsumerSecurity, RestoreHelperOverrides};
 use crate::labels;
 
 pub const CONTAINER_NAME: &str = "restore-wait";
@@ -161,15 +161,40 @@ fn configured_security(
     }))
 }
 
+/// The helper's identity when neither the DataRestore nor Velero's ConfigMap sets one,
+/// in Velero's (v1.18) order: the consumer's first container's security context; else
+/// the restricted default with the pod-level user and group, if the pod sets either
+/// (the workload's own identity wrote the files, and can remove the done files); else
+/// the restricted default. A pod-level user 0 keeps the pod's own `runAsNonRoot`.
+fn consumer_security(consumer: Option<&ConsumerSecurity>) -> SecurityContext {
+    if let Some(container) = consumer.and_then(|c| c.container.clone()) {
+        return container;
+    }
+    let pod = consumer.and_then(|c| c.pod.as_ref());
+    let mut security = restricted_default();
+    if let Some(pod) = pod.filter(|p| p.run_as_user.is_some() || p.run_as_group.is_some()) {
+        if let Some(user) = pod.run_as_user {
+            security.run_as_user = Some(user);
+            if user == 0 {
+                security.run_as_non_root = pod.run_as_non_root;
+            }
+        }
+        if pod.run_as_group.is_some() {
+            security.run_as_group = pod.run_as_group;
+        }
+    }
+    security
+}
+
 /// Builds `restore-wait` for a stand-in pod. `uid` is the DataRestore's UID, the owner
 /// the node agent names its done file after; `volume` is mounted at `/restores/<volume>`.
-/// `consumer_container` is the security context of the consumer's first container.
+/// `consumer` is the security of the consumer's pod and its first container.
 pub fn container(
     uid: &str,
     volume: &str,
     overrides: Option<&RestoreHelperOverrides>,
     source: &HelperSource,
-    consumer_container: Option<&SecurityContext>,
+    consumer: Option<&ConsumerSecurity>,
 ) -> Result<Container, String> {
     let command = overrides
         .and_then(|o| o.command.clone())
@@ -186,9 +211,7 @@ pub fn container(
         Some(sc) => sc,
         None => match configured_security(&source.config)? {
             Some(sc) => sc,
-            None => consumer_container
-                .cloned()
-                .unwrap_or_else(restricted_default),
+            None => consumer_security(consumer),
         },
     };
     let field = |path: &str| EnvVarSource {
@@ -234,6 +257,7 @@ pub fn container(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::PodSecurityContext;
 
     fn source(pairs: &[(&str, &str)], server: Option<&str>) -> HelperSource {
         HelperSource {
@@ -313,9 +337,15 @@ mod tests {
 
     #[test]
     fn the_consumer_container_context_is_copied_and_overrides_win() {
-        let consumer = SecurityContext {
-            run_as_user: Some(999),
-            ..Default::default()
+        let consumer = ConsumerSecurity {
+            container: Some(SecurityContext {
+                run_as_user: Some(999),
+                ..Default::default()
+            }),
+            pod: Some(PodSecurityContext {
+                run_as_user: Some(7),
+                ..Default::default()
+            }),
         };
         let c = container("u", "v", None, &source(&[], None), Some(&consumer)).unwrap();
         assert_eq!(c.security_context.unwrap().run_as_user, Some(999));
@@ -337,6 +367,44 @@ mod tests {
         .unwrap();
         assert_eq!(c.image.as_deref(), Some("mine:1"));
         assert_eq!(c.security_context.unwrap().run_as_user, Some(5));
+    }
+
+    /// Velero v1.18: without a container-level context, the pod-level user and group
+    /// go onto the restricted default, and a pod-level root keeps the pod's
+    /// runAsNonRoot (unset: the helper may run as root, as the workload does).
+    #[test]
+    fn the_pod_level_user_and_group_are_used_when_the_container_sets_none() {
+        let helper = |pod: PodSecurityContext| {
+            let consumer = ConsumerSecurity {
+                container: None,
+                pod: Some(pod),
+            };
+            container("u", "v", None, &source(&[], None), Some(&consumer))
+                .unwrap()
+                .security_context
+                .unwrap()
+        };
+        let sc = helper(PodSecurityContext {
+            run_as_user: Some(2000),
+            run_as_group: Some(3000),
+            ..Default::default()
+        });
+        assert_eq!(
+            (sc.run_as_user, sc.run_as_group, sc.run_as_non_root),
+            (Some(2000), Some(3000), Some(true))
+        );
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        let sc = helper(PodSecurityContext {
+            run_as_user: Some(0),
+            ..Default::default()
+        });
+        assert_eq!((sc.run_as_user, sc.run_as_non_root), (Some(0), None));
+        // Only fsGroup: nothing of the pod's identity, so the default user.
+        let sc = helper(PodSecurityContext {
+            fs_group: Some(5),
+            ..Default::default()
+        });
+        assert_eq!((sc.run_as_user, sc.run_as_group), (Some(1000), None));
     }
 
     #[test]

@@ -1,14 +1,13 @@
 //! The demo behind `e2e/demo`, once that script has built everything and started the
-//! local cluster: installs refill, runs its controller (as refill's ServiceAccount) and
-//! a simulated Velero node agent in the background, creates a small shop application
-//! with a Velero backup, damages its files, restores them with
-//! `refill restore create ... --wait`, and checks that everything is back.
-//! Ends with PASS (exit 0) or FAIL (exit 1; 130 when interrupted).
+//! local cluster (with Velero on its real nodes): installs refill from `manifests/`
+//! with its controller as a pod, creates a small shop application on the real nodes,
+//! has Velero back it up, damages its files, restores them with
+//! `refill restore create ... --wait` (Velero's node agent moves the data), and
+//! checks that everything is back. Ends with PASS (exit 0) or FAIL (exit 1; 130 when
+//! interrupted).
 
 #[path = "../demo/data.rs"]
 mod data;
-#[path = "../demo/procs.rs"]
-mod procs;
 #[path = "../demo/scene.rs"]
 mod scene;
 #[path = "../demo/ui.rs"]
@@ -29,12 +28,12 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use refill::api::{DataRestore, Phase};
 use refill_e2e::fixture::{self, CONTROLLER_SA};
-use refill_e2e::wait_for;
+use refill_e2e::velero;
+use refill_e2e::{REFILL_IMAGE, in_cluster, wait_for};
 use serde_json::json;
 
 use data::{DAMAGE, FileState};
-use procs::Background;
-use scene::{BACKUP, NS, RESTORE, VELERO_NS, Volume};
+use scene::{NS, RESTORE, VELERO_NS, Volume};
 use ui::{Ui, pad};
 
 /// Of the demo's own requests (as admin), to tell them apart in the audit log.
@@ -53,15 +52,9 @@ struct Args {
     /// The refill binary.
     #[arg(long)]
     refill: PathBuf,
-    /// The sim-node-agent binary.
-    #[arg(long)]
-    node_agent: PathBuf,
-    /// Where the demo keeps volumes, snapshots, logs and the controller's kubeconfig.
+    /// Where the demo keeps volumes, logs and a kubeconfig of refill's ServiceAccount.
     #[arg(long)]
     dir: PathBuf,
-    /// Copy speed of the simulated node agent, per volume.
-    #[arg(long, default_value_t = 512 * 1024)]
-    bytes_per_second: u64,
     /// Number of the first step printed (the script printed the ones before).
     #[arg(long, default_value_t = 1)]
     first_step: usize,
@@ -70,21 +63,10 @@ struct Args {
     started_secs_ago: u64,
 }
 
-impl Args {
-    fn logs(&self) -> PathBuf {
-        self.dir.join("logs")
-    }
-    fn run_dir(&self) -> PathBuf {
-        self.dir.join("run")
-    }
-    fn snapshots(&self) -> PathBuf {
-        self.dir.join("snapshots")
-    }
-}
-
 /// What the summary reports.
 #[derive(Default)]
 struct Report {
+    backup: String,
     restore_time: Option<Duration>,
     restored_bytes: u64,
     volumes: usize,
@@ -96,11 +78,10 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     let started = Instant::now();
     let mut ui = Ui::new(args.first_step);
-    let mut background = Vec::new();
     let mut report = Report::default();
     let mut interrupted = false;
     let outcome = tokio::select! {
-        result = run(&args, &mut ui, &mut background, &mut report) => result,
+        result = run(&args, &mut ui, &mut report) => result,
         _ = tokio::signal::ctrl_c() => {
             interrupted = true;
             Err(anyhow::anyhow!(
@@ -108,15 +89,10 @@ async fn main() -> ExitCode {
             ))
         }
     };
-    let stopping: Vec<&str> = background.iter().map(|b: &Background| b.name).collect();
-    let stopping = stopping.join(" and ");
-    for process in background.into_iter().rev() {
-        process.stop(Duration::from_secs(10)).await;
-    }
     if let Err(e) = &outcome {
         report.failures.push(format!("{e:#}"));
     }
-    summary(&args, &ui, &report, &stopping, started.elapsed());
+    summary(&args, &ui, &report, started.elapsed());
     match (interrupted, report.failures.is_empty()) {
         (true, _) => ExitCode::from(130),
         (false, true) => ExitCode::SUCCESS,
@@ -124,102 +100,36 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(
-    args: &Args,
-    ui: &mut Ui,
-    background: &mut Vec<Background>,
-    report: &mut Report,
-) -> Result<()> {
+async fn run(args: &Args, ui: &mut Ui, report: &mut Report) -> Result<()> {
     let admin = admin_client(&args.kubeconfig).await?;
 
-    ui.step("Installing refill and starting its controller", "install");
-    for leftover in procs::stop_leftovers(&args.run_dir()).await {
-        ui.line(&format!(
-            "stopped {leftover}, left over from an earlier run"
-        ));
-    }
-    scene::ensure_namespace(&admin, VELERO_NS).await?;
-    fixture::install_refill(&admin, VELERO_NS).await?;
-    ui.ok("CRDs: DataRestore, VolumePluginRestore; Velero's Backup, PodVolume*");
+    ui.step(
+        "Installing refill from manifests/, its controller as a pod",
+        "install",
+    );
+    let velero = velero_summary(&admin).await?;
+    ui.ok(&velero);
+    ui.line("(the very first run builds refill's image: a release build, minutes on 2 cores)");
+    let cluster = refill_e2e::cluster().await?;
+    let pod = in_cluster::install_controller(cluster, &admin, VELERO_NS, Duration::from_secs(1800))
+        .await?;
+    ui.ok("CRDs of manifests/crds.yaml: DataRestore, VolumePluginRestore");
     ui.ok("RBAC of manifests/rbac.yaml for ServiceAccount refill-system/refill");
     let sa_kubeconfig = args.dir.join("refill-controller.kubeconfig");
     write_service_account_kubeconfig(args, &sa_kubeconfig).await?;
-    ui.ok("its token: kubectl create token refill -n refill-system --duration=2h");
     let sa_client = kubeconfig_client(&sa_kubeconfig).await?;
     show_access(ui, &sa_client).await?;
-
-    let port = procs::free_port()?;
-    let controller = procs::spawn(
-        "refill controller",
-        "controller",
-        &args.refill,
-        &[
-            "--kubeconfig".into(),
-            sa_kubeconfig.display().to_string(),
-            "--namespace".into(),
-            VELERO_NS.into(),
-            "controller".into(),
-            "--probe-addr".into(),
-            format!("127.0.0.1:{port}"),
-        ],
-        &args.logs(),
-        &args.run_dir(),
-    )?;
-    background.push(controller);
-    let controller = background.last_mut().expect("just pushed");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !procs::http_ok(port, "/readyz").await {
-        if let Err(e) = controller.check_alive() {
-            show_log(ui, controller);
-            return Err(e);
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the controller was not ready within 60s; see {}",
-                controller.log.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    ui.ok("refill controller running, as that ServiceAccount");
-
-    let agent = procs::spawn(
-        "simulated node agent",
-        "node-agent",
-        &args.node_agent,
-        &[
-            "--kubeconfig".into(),
-            args.kubeconfig.display().to_string(),
-            "--velero-namespace".into(),
-            VELERO_NS.into(),
-            "--snapshots".into(),
-            args.snapshots().display().to_string(),
-            "--bytes-per-second".into(),
-            args.bytes_per_second.to_string(),
-            // Once a second per volume is plenty for the progress bars.
-            "--progress-interval".into(),
-            "1s".into(),
-        ],
-        &args.logs(),
-        &args.run_dir(),
-    )?;
-    background.push(agent);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let agent = background.last_mut().expect("just pushed");
-    if let Err(e) = agent.check_alive() {
-        show_log(ui, agent);
-        return Err(e);
-    }
     ui.ok(&format!(
-        "sim-node-agent running, copying {}/s per volume",
-        data::size(args.bytes_per_second)
+        "Deployment of manifests/deployment.yaml: pod {} Ready on {}",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default(),
     ));
     ui.line(&format!(
-        "logs: {}/{{controller,node-agent}}.log",
-        tilde(&args.logs())
+        "image {REFILL_IMAGE}, built from this checkout (e2e/images/refill-image.sh)"
     ));
-    ui.line(&ui.yellow("Note: the node agent is SIMULATED; it copies snapshot files from a local"));
-    ui.line(&ui.yellow("directory. In a real cluster, Velero's node agent does the data move."));
 
     ui.step("Creating the sample application in namespace shop", "app");
     let began = Instant::now();
@@ -258,10 +168,13 @@ async fn run(
         "pods ready: web 2/2, db 3/3 ({:.1}s)",
         ready_after.as_secs_f64()
     ));
-    scene::create_backup(&admin, &volumes, &args.snapshots()).await?;
+    let began = Instant::now();
+    let backup = scene::create_backup(&admin).await?;
+    let pvbs = velero::pod_volume_backups(&admin, &backup).await?;
     ui.ok(&format!(
-        "Velero Backup {BACKUP}: Completed, {} PodVolumeBackups (kopia)",
-        volumes.len()
+        "Velero Backup {backup}: Completed, {} PodVolumeBackups (kopia, {:.1}s)",
+        pvbs.len(),
+        began.elapsed().as_secs_f64()
     ));
 
     ui.step("Breaking the data", "damage");
@@ -311,33 +224,30 @@ async fn run(
 
     ui.step("Restoring with refill", "restore");
     ui.line("refill scales web and db to zero (recording their replicas), restores");
-    ui.line("each PVC through a stand-in pod and a Velero PodVolumeRestore, then");
-    ui.line("scales them back.");
+    ui.line("each PVC through a stand-in pod and a Velero PodVolumeRestore, which");
+    ui.line("Velero's node agent carries out, then scales them back.");
     println!();
     ui.command(&format!(
-        "refill restore create {RESTORE} --from-backup {BACKUP} \\"
+        "refill restore create {RESTORE} --from-backup {backup} \\"
     ));
     ui.line(&ui.bold(&format!("    --include-namespaces {NS} --wait")));
     let began = Instant::now();
-    let restore = run_refill(
+    let code = run_refill(
         args,
         &[
             "restore",
             "create",
             RESTORE,
             "--from-backup",
-            BACKUP,
+            &backup,
             "--include-namespaces",
             NS,
             "--wait",
         ],
-    );
-    // Without the controller or the node agent the restore would wait for ever.
-    let code = tokio::select! {
-        code = restore => code?,
-        died = watch(ui, background) => return died,
-    };
+    )
+    .await?;
     report.restore_time = Some(began.elapsed());
+    report.backup = backup.clone();
     println!();
     let exited = format!(
         "refill exited {code} after {:.1}s",
@@ -483,7 +393,7 @@ async fn verify(client: &Client, ui: &Ui, volumes: &[Volume], report: &mut Repor
     Ok(())
 }
 
-fn summary(args: &Args, ui: &Ui, report: &Report, stopped: &str, elapsed: Duration) {
+fn summary(args: &Args, ui: &Ui, report: &Report, elapsed: Duration) {
     println!("\n{}", ui.bold("Summary"));
     if let Some(took) = report.restore_time
         && report.volumes > 0
@@ -494,16 +404,13 @@ fn summary(args: &Args, ui: &Ui, report: &Report, stopped: &str, elapsed: Durati
             data::size(report.restored_bytes),
         ));
         ui.line(&format!(
-            "{BACKUP} in {:.1}s, scaling web and db down for it and back up.",
+            "{} in {:.1}s, scaling web and db down for it and back up.",
+            report.backup,
             took.as_secs_f64()
         ));
     }
-    ui.line("The node agent was simulated (sim-node-agent); in a real cluster,");
-    ui.line("Velero's node agent does the data move.");
-    if !stopped.is_empty() {
-        ui.line(&format!("Stopped the {stopped};"));
-        ui.line(&format!("their logs are in {}/", tilde(&args.logs())));
-    }
+    ui.line("Velero took the backup and its node agent moved the data back;");
+    ui.line("refill's controller ran as a pod in namespace refill-system.");
     ui.line("The local cluster keeps running. To look around:");
     let hints = [
         (
@@ -527,7 +434,7 @@ fn summary(args: &Args, ui: &Ui, report: &Report, stopped: &str, elapsed: Durati
         ),
         (
             format!("rm -rf {}", tilde(&args.dir)),
-            "the demo's volumes and logs".to_string(),
+            "the demo's volumes".to_string(),
         ),
     ];
     let width = cleanup
@@ -556,9 +463,8 @@ fn summary(args: &Args, ui: &Ui, report: &Report, stopped: &str, elapsed: Durati
             println!("{} {failure}", ui.red("✗"));
         }
         println!(
-            "{} (logs in {}/)",
-            ui.bold(&ui.red("FAIL")),
-            tilde(&args.logs())
+            "{} (the controller's log: kubectl -n refill-system logs deploy/refill)",
+            ui.bold(&ui.red("FAIL"))
         );
     }
 }
@@ -576,32 +482,6 @@ async fn run_refill(args: &Args, command: &[&str]) -> Result<i32> {
     status
         .code()
         .with_context(|| format!("`refill {}` ended by {status}", command.join(" ")))
-}
-
-/// Returns an error as soon as one of the background processes has exited.
-async fn watch(ui: &Ui, background: &mut [Background]) -> Result<()> {
-    loop {
-        for process in background.iter_mut() {
-            if let Err(e) = process.check_alive() {
-                println!();
-                show_log(ui, process);
-                return Err(e);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// The end of a background process's log, for a reader wondering why it stopped.
-fn show_log(ui: &Ui, process: &Background) {
-    ui.bad(&format!(
-        "the {} stopped; last lines of {}:",
-        process.name,
-        tilde(&process.log)
-    ));
-    for line in procs::log_tail(&process.log, 10).lines() {
-        ui.line(&format!("  {line}"));
-    }
 }
 
 /// A kubeconfig for refill's ServiceAccount, with a token from the TokenRequest API,
@@ -726,4 +606,33 @@ fn tilde(path: &Path) -> String {
         }
         _ => text,
     }
+}
+
+/// One line on the Velero the demo uses: its version and where its pods run.
+async fn velero_summary(client: &Client) -> Result<String> {
+    let server = Api::<Deployment>::namespaced(client.clone(), VELERO_NS)
+        .get_opt("velero")
+        .await?
+        .context(
+            "no Velero in namespace velero: e2e/cluster/up.sh installs it on the real nodes",
+        )?;
+    let image = server
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.image)
+        .unwrap_or_default();
+    let agents = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), VELERO_NS)
+        .list(&kube::api::ListParams::default().labels("name=node-agent"))
+        .await?;
+    let mut nodes: Vec<String> = agents
+        .items
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    nodes.sort();
+    Ok(format!(
+        "Velero ({image}) with node agents on {}; backups go to the local S3 server",
+        nodes.join(", ")
+    ))
 }

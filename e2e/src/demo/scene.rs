@@ -1,6 +1,6 @@
 //! The demo's objects in the cluster: the shop application (a Deployment and a
-//! StatefulSet on local PVs), its Velero backup, and the removal of what an earlier
-//! run left.
+//! StatefulSet on local PVs of the real nodes), its Velero backup (taken by Velero),
+//! and the removal of what an earlier run left.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -8,24 +8,25 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
-use refill::api::{Backup, DataRestore, PodVolumeBackup};
-use refill::labels;
-use refill_e2e::fixture::{self, BackedUpVolume};
-use refill_e2e::wait_for;
+use refill::api::{Backup, DataRestore};
+use refill_e2e::{REAL_NODE_LABEL, REAL_NODE_TAINT, TESTBOX_IMAGE, fixture, velero, wait_for};
 use serde_json::json;
 
 use super::data::{self, File};
 
 pub const NS: &str = "shop";
 pub const VELERO_NS: &str = "velero";
-pub const BACKUP: &str = "shop-nightly";
+/// Backups are named `shop-nightly-<seconds since the epoch>`: a Velero backup stays
+/// in object storage until Velero deletes it, so each run takes a new one.
+pub const BACKUP_PREFIX: &str = "shop-nightly";
 pub const RESTORE: &str = "shop-fix";
 /// On the demo's PVs (cluster-scoped, so not removed with the namespace).
 const PART_OF: (&str, &str) = ("app.kubernetes.io/part-of", "refill-demo");
 
-const TIMEOUT: Duration = Duration::from_secs(120);
+/// Real pods and Velero on a busy two-core machine.
+const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// One PVC of the shop, with the files it holds when the backup is taken.
 pub struct Volume {
@@ -42,24 +43,19 @@ impl Volume {
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|(_, d)| d.len() as u64).sum()
     }
-
-    /// A kopia-like snapshot ID, the same on every run.
-    pub fn snapshot_id(&self) -> String {
-        data::sha256_hex(format!("{BACKUP}/{NS}/{}", self.pvc).as_bytes())[..32].to_string()
-    }
 }
 
 /// The shop's volumes: web-content for the Deployment `web`, data-db-0..2 for the
-/// StatefulSet `db`, spread over the three nodes.
+/// StatefulSet `db`, spread over the two real nodes.
 pub fn volumes(volumes_dir: &Path) -> Vec<Volume> {
     let mut out = vec![Volume {
         pvc: "web-content".into(),
         workload: "web",
-        node: "node-c",
+        node: "real-b",
         dir: volumes_dir.join("web-content"),
         files: data::web_content(),
     }];
-    for (i, node) in ["node-a", "node-b", "node-c"].into_iter().enumerate() {
+    for (i, node) in ["real-a", "real-b", "real-a"].into_iter().enumerate() {
         let pvc = format!("data-db-{i}");
         out.push(Volume {
             dir: volumes_dir.join(&pvc),
@@ -88,23 +84,15 @@ where
 }
 
 /// Removes what an earlier run made: the restore (the controller, already running,
-/// releases its finalizer), the backup, the namespace and the PVs. Returns what was
-/// found.
+/// releases its finalizer), the backup (through Velero), the namespace and the PVs.
+/// Returns what was found.
 pub async fn remove_previous_run(client: &Client) -> Result<Vec<String>> {
     let mut removed = Vec::new();
     let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NS);
     if delete_and_wait(&restores, RESTORE, "the previous DataRestore").await? {
         removed.push("restore".to_string());
     }
-    let pvbs: Api<PodVolumeBackup> = Api::namespaced(client.clone(), VELERO_NS);
-    let selector = format!("{}={BACKUP}", labels::BACKUP_NAME);
-    pvbs.delete_collection(
-        &DeleteParams::default(),
-        &ListParams::default().labels(&selector),
-    )
-    .await?;
-    let backups: Api<Backup> = Api::namespaced(client.clone(), VELERO_NS);
-    if delete_and_wait(&backups, BACKUP, "the previous Backup").await? {
+    if delete_backups(client).await? > 0 {
         removed.push("backup".to_string());
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -130,8 +118,7 @@ pub async fn remove_previous_run(client: &Client) -> Result<Vec<String>> {
     Ok(removed)
 }
 
-/// Deletes the shop's workloads, pods (at once: the simulated kubelet has nothing to
-/// stop) and claims, which the namespace controller would do too, but with pauses
+/// Deletes the shop's workloads, pods (at once: they hold nothing to save) and claims, which the namespace controller would do too, but with pauses
 /// between its attempts that add up to about 15 seconds.
 async fn empty_namespace(client: &Client) -> Result<()> {
     let all = ListParams::default();
@@ -161,22 +148,19 @@ async fn empty_namespace(client: &Client) -> Result<()> {
     .await
 }
 
-/// Creates namespace `name` unless it exists.
-pub async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(name).await?.is_none() {
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-        api.create(&PostParams::default(), &ns).await?;
-    }
-    Ok(())
-}
-
 /// Namespace `shop`: its volumes with their files, the Deployment `web` (2 replicas)
 /// and the StatefulSet `db` (3 replicas), all pods Ready.
 pub async fn create_app(client: &Client, volumes: &[Volume]) -> Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
+    // Every pod of the namespace (refill's stand-ins too) goes to a real node: the
+    // annotations an admin would set for PodNodeSelector and PodTolerationRestriction.
+    let toleration =
+        json!([{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
     let ns: Namespace = serde_json::from_value(json!({
-        "metadata": {"name": NS, "labels": {PART_OF.0: PART_OF.1}}
+        "metadata": {"name": NS, "labels": {PART_OF.0: PART_OF.1}, "annotations": {
+            "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=real"),
+            "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
+        }}
     }))?;
     api.create(&PostParams::default(), &ns).await?;
     for v in volumes {
@@ -189,11 +173,60 @@ pub async fn create_app(client: &Client, volumes: &[Volume]) -> Result<()> {
         local_pv(client, v).await?;
         fixture::pvc(client, NS, &v.pvc, None, &[("app", v.workload)]).await?;
     }
-    fixture::deployment(client, NS, "web", 2, &["web-content"]).await?;
-    fixture::statefulset(client, NS, "db", 3).await?;
+    let web: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": pod_template("web", json!([
+                {"name": "data", "persistentVolumeClaim": {"claimName": "web-content"}}
+            ])),
+        }
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &web)
+        .await?;
+    let db: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": NS},
+        "spec": {
+            "replicas": 3,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": pod_template("db", json!([])),
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": fixture::STORAGE_CLASS,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                }
+            }],
+        }
+    }))?;
+    Api::<StatefulSet>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &db)
+        .await?;
     fixture::wait_ready_pods(client, NS, "web", 2, TIMEOUT).await?;
     fixture::wait_ready_pods(client, NS, "db", 3, TIMEOUT).await?;
     Ok(())
+}
+
+/// A pod of the test image that runs until stopped, with its volume at /data.
+fn pod_template(app: &str, volumes: serde_json::Value) -> serde_json::Value {
+    json!({
+        "metadata": {"labels": {"app": app}},
+        "spec": {
+            "containers": [{
+                "name": "app", "image": TESTBOX_IMAGE, "imagePullPolicy": "Never",
+                "args": ["sleep"], "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": volumes,
+            "terminationGracePeriodSeconds": 1,
+            // As root, like the files it owns; Velero's helper in refill's stand-in
+            // then runs as root too and removes the node agent's done files.
+            "securityContext": {"runAsUser": 0, "runAsGroup": 0},
+        }
+    })
 }
 
 /// A local PV on the volume's node, reserved for its claim (`claimRef`). The claim is
@@ -220,56 +253,40 @@ async fn local_pv(client: &Client, v: &Volume) -> Result<PersistentVolume> {
         .await?)
 }
 
-/// A Completed Velero Backup `shop-nightly` with a PodVolumeBackup per volume, as
-/// Velero's file-system backup leaves them, and the snapshots' files in `snapshots`
-/// for the simulated node agent.
-pub async fn create_backup(client: &Client, volumes: &[Volume], snapshots: &Path) -> Result<()> {
-    if snapshots.exists() {
-        std::fs::remove_dir_all(snapshots)?;
-    }
-    std::fs::create_dir_all(snapshots)?;
-    let web_pods = fixture::ready_pods(client, NS, "web").await?;
-    let web_pod = web_pods
-        .first()
-        .and_then(|p| p.metadata.name.clone())
-        .context("no web pod")?;
-    let pods: Vec<String> = volumes
-        .iter()
-        .map(|v| match v.pvc.strip_prefix("data-") {
-            Some(pod) => pod.to_string(),
-            None => web_pod.clone(),
-        })
-        .collect();
-    let backed_up: Vec<BackedUpVolume> = volumes
-        .iter()
-        .zip(&pods)
-        .map(|(v, pod)| BackedUpVolume {
-            namespace: NS,
-            pvc: &v.pvc,
-            pod,
-            volume: "data",
-            snapshot_id: v.snapshot_id(),
-            files: v
-                .files
-                .iter()
-                .map(|(n, d)| (n.as_str(), d.clone()))
-                .collect(),
-        })
-        .collect();
-    fixture::backup(client, VELERO_NS, BACKUP, snapshots, &backed_up).await?;
-    // What Velero also records, for `refill backup describe`.
+/// Has Velero back up namespace `shop` (every volume by file-system backup, kopia)
+/// and returns the backup's name once it is Completed.
+pub async fn create_backup(client: &Client) -> Result<String> {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)?
+        .as_secs();
+    let name = format!("{BACKUP_PREFIX}-{secs}");
+    velero::backup_namespaces(client, &name, &[NS], TIMEOUT).await?;
+    Ok(name)
+}
+
+/// Asks Velero to delete every backup an earlier run took (as `velero backup
+/// delete` does, so that its data goes from object storage too), and waits until
+/// they are gone. Returns how many there were.
+async fn delete_backups(client: &Client) -> Result<usize> {
     let backups: Api<Backup> = Api::namespaced(client.clone(), VELERO_NS);
-    let spec = json!({"spec": {"includedNamespaces": [NS], "defaultVolumesToFsBackup": true}});
-    backups
-        .patch(BACKUP, &PatchParams::default(), &Patch::Merge(spec))
+    let old: Vec<String> = backups
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|b| b.metadata.name)
+        .filter(|n| n.starts_with(&format!("{BACKUP_PREFIX}-")))
+        .collect();
+    for name in &old {
+        velero::delete_backup(client, name).await?;
+    }
+    for name in &old {
+        wait_for(
+            format!("Velero to delete backup {name}"),
+            TIMEOUT,
+            || async { Ok(backups.get_opt(name).await?.is_none().then_some(())) },
+        )
         .await?;
-    let now = SystemTime::now();
-    let status = json!({"status": {
-        "startTimestamp": humantime::format_rfc3339_seconds(now - Duration::from_secs(4)).to_string(),
-        "completionTimestamp": humantime::format_rfc3339_seconds(now).to_string(),
-    }});
-    backups
-        .patch_status(BACKUP, &PatchParams::default(), &Patch::Merge(status))
-        .await?;
-    Ok(())
+    }
+    Ok(old.len())
 }

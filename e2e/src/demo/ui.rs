@@ -42,10 +42,6 @@ impl Ui {
         self.paint("32", text)
     }
 
-    pub fn yellow(&self, text: &str) -> String {
-        self.paint("33", text)
-    }
-
     /// `\n4. Title`, numbered from the first step given; `short` names it in
     /// [`Ui::timings`].
     pub fn step(&mut self, title: &str, short: &'static str) {

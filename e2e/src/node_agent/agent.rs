@@ -55,9 +55,11 @@ impl Shared {
             .clone()
     }
 
+    /// Velero's PodVolumeRestore CRD has no status subresource: like Velero's node
+    /// agent, this writes the status with the object itself.
     async fn set_status(&self, name: &str, status: Value) -> kube::Result<PodVolumeRestore> {
         self.pvrs
-            .patch_status(
+            .patch(
                 name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
@@ -618,7 +620,7 @@ impl Job {
             match self
                 .shared
                 .pvrs
-                .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(accepted) => {

@@ -126,7 +126,7 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
         &volume.volume,
         dr.spec.restore_helper.as_ref(),
         source,
-        security.as_ref().and_then(|s| s.container.as_ref()),
+        security.as_ref(),
     ) {
         Ok(c) => c,
         Err(message) => {

@@ -2,6 +2,9 @@
 // since the image has no shell or busybox:
 //
 //	testbox write FILE TEXT   writes TEXT to FILE (parents created), then exits
+//	testbox tree DIR MIB      unless DIR/.tree exists, fills DIR with MIB MiB of
+//	                          files in nested directories, with a symlink and
+//	                          chosen modes and owners, the same on every run
 //	testbox sleep             waits for SIGTERM or SIGINT
 //	testbox api PATH          GETs PATH from the API server with the pod's
 //	                          ServiceAccount (in-cluster config), prints the body
@@ -30,7 +33,7 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(2, "usage: testbox write FILE TEXT | sleep | api PATH | -p DIR -a create|delete")
+		fail(2, "usage: testbox write FILE TEXT | tree DIR MIB | sleep | api PATH | -p DIR -a create|delete")
 	}
 	var err error
 	switch os.Args[1] {
@@ -39,6 +42,11 @@ func main() {
 			fail(2, "usage: testbox write FILE TEXT")
 		}
 		err = write(os.Args[2], os.Args[3])
+	case "tree":
+		if len(os.Args) != 4 {
+			fail(2, "usage: testbox tree DIR MIB")
+		}
+		err = tree(os.Args[2], os.Args[3])
 	case "sleep":
 		signals := make(chan os.Signal, 1)
 		signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
@@ -146,4 +154,70 @@ func localPathHelper(args []string) error {
 	default:
 		return fmt.Errorf("unknown action %q", *action)
 	}
+}
+
+// tree writes what an application's volume might hold, the same bytes on every
+// run: files of several sizes in nested directories, modes other than the
+// default, files owned by other users, and a relative symlink. The marker
+// .tree is written last, so a restarted pod leaves an existing tree alone.
+func tree(dir, mib string) error {
+	var total int
+	if _, err := fmt.Sscanf(mib, "%d", &total); err != nil || total < 1 {
+		return fmt.Errorf("MIB must be a positive number, not %q", mib)
+	}
+	marker := filepath.Join(dir, ".tree")
+	if _, err := os.Stat(marker); err == nil {
+		fmt.Println("tree already written")
+		return nil
+	}
+	type file struct {
+		path     string
+		size     int
+		mode     os.FileMode
+		uid, gid int
+	}
+	mb := 1 << 20
+	files := []file{
+		{"README", 120, 0o644, 0, 0},
+		{"db/main.db", total * mb / 2, 0o600, 1000, 1000},
+		{"db/wal/000001.log", total * mb / 4, 0o640, 1000, 2000},
+		{"db/wal/000002.log", total*mb/4 - 4096, 0o640, 1000, 2000},
+		{"etc/app.conf", 700, 0o444, 0, 0},
+		{"bin/tool", 4096, 0o755, 0, 0},
+	}
+	state := uint64(0x9E3779B97F4A7C15)
+	for _, f := range files {
+		data := make([]byte, f.size)
+		for i := range data {
+			// xorshift: the same bytes every run, and nothing compresses them.
+			state ^= state << 13
+			state ^= state >> 7
+			state ^= state << 17
+			data[i] = byte(state)
+		}
+		path := filepath.Join(dir, f.path)
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, data, f.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(path, f.mode); err != nil {
+			return err
+		}
+		if err := os.Chown(path, f.uid, f.gid); err != nil {
+			return err
+		}
+	}
+	if err := os.Chown(filepath.Join(dir, "db"), 1000, 1000); err != nil {
+		return err
+	}
+	if err := os.Symlink("db/main.db", filepath.Join(dir, "current")); err != nil {
+		return err
+	}
+	if err := os.WriteFile(marker, []byte("written by testbox tree\n"), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote a tree of %d MiB to %s\n", total, dir)
+	return nil
 }

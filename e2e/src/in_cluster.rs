@@ -1,0 +1,119 @@
+//! refill's controller as users run it: a pod of `manifests/deployment.yaml` on a
+//! real node, from refill's own image built from this checkout.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::cluster::{Cluster, REAL_NODE_LABEL, REAL_NODE_TAINT, REFILL_IMAGE};
+use crate::fixture::{self, CONTROLLER_SA};
+use crate::support::{is_pod_ready, wait_for};
+
+/// Annotation of the pod template naming the image archive's SHA-256, so that a
+/// rebuilt image (same tag) rolls the controller out again.
+const IMAGE_SHA_ANNOTATION: &str = "refill.dev/image-sha256";
+
+/// `manifests/deployment.yaml` as a user applies it, changed only where this
+/// cluster differs: the image is the locally built one (never pulled), Velero's
+/// namespace is `velero_namespace`, and the pod goes to a real node.
+pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<Deployment> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/deployment.yaml");
+    let yaml = std::fs::read_to_string(&path)?;
+    let mut deployment: Deployment = serde_yaml::from_str(&yaml)?;
+    let template = &mut deployment
+        .spec
+        .as_mut()
+        .context("deployment.yaml has no spec")?
+        .template;
+    template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(IMAGE_SHA_ANNOTATION.into(), image_sha.into());
+    let spec = template
+        .spec
+        .as_mut()
+        .context("deployment.yaml has no pod spec")?;
+    spec.node_selector = Some([(REAL_NODE_LABEL.to_string(), "real".to_string())].into());
+    spec.tolerations = Some(serde_json::from_value(json!([
+        { "key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule" }
+    ]))?);
+    let container = spec
+        .containers
+        .iter_mut()
+        .find(|c| c.name == "refill")
+        .context("deployment.yaml has no refill container")?;
+    container.image = Some(REFILL_IMAGE.to_string());
+    container.image_pull_policy = Some("Never".to_string());
+    let args = container
+        .args
+        .as_mut()
+        .context("deployment.yaml: no args")?;
+    let at = args
+        .iter()
+        .position(|a| a == "--namespace")
+        .context("deployment.yaml: no --namespace")?;
+    args[at + 1] = velero_namespace.to_string();
+    Ok(deployment)
+}
+
+/// Installs refill from `manifests/` (CRDs, RBAC for `velero_namespace`, the
+/// controller Deployment) with the image of this checkout, and returns once the
+/// controller's pod of that image is Ready: its readiness probe passes only when
+/// its watches have synced. Leaves it running, as an installed controller is.
+pub async fn install_controller(
+    cluster: &Cluster,
+    client: &Client,
+    velero_namespace: &str,
+    timeout: Duration,
+) -> Result<Pod> {
+    let image_sha = cluster.load_refill_image().await?;
+    fixture::install_refill(client, velero_namespace).await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
+    let deployment = controller_deployment(velero_namespace, &image_sha)?;
+    deployments
+        .patch(
+            "refill",
+            &PatchParams::apply("refill-e2e").force(),
+            &Patch::Apply(&deployment),
+        )
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
+    let pod = wait_for("refill's controller pod Ready", timeout, || async {
+        let listed = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=refill"))
+            .await?;
+        let current: Vec<Pod> = listed
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        // Only the new pod, once the old one (another image) has gone: two
+        // controllers must never serve one namespace.
+        let all_new = current.iter().all(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(IMAGE_SHA_ANNOTATION))
+                == Some(&image_sha)
+        });
+        Ok(match current.as_slice() {
+            [pod] if all_new && is_pod_ready(pod) => Some(pod.clone()),
+            _ => None,
+        })
+    })
+    .await?;
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    ensure!(
+        node.as_deref().is_some_and(|n| n.starts_with("real-")),
+        "the controller runs on {node:?}, not a real node"
+    );
+    Ok(pod)
+}

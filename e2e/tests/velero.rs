@@ -1,0 +1,510 @@
+//! Restores through the real Velero (v1.18, `e2e/cluster/velero.sh`) on the real
+//! nodes: Velero takes the backup with kopia into the local S3 server, refill's
+//! controller runs as a pod from `manifests/`, and Velero's node agent (through its
+//! data-mover pod) moves the bytes back into the mounted volume, released by
+//! Velero's own `restore-wait` helper. Every file's bytes, mode, owner and every
+//! symlink are compared with what the application wrote before the backup.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use refill::api::{DataRestore, DataRestoreSpec, Phase, PodVolumePhase, PodVolumeRestore};
+use refill_e2e::velero::{self, Entry, VELERO_NAMESPACE};
+use refill_e2e::{LOCAL_PATH_CLASS, REAL_NODE_LABEL, REAL_NODE_TAINT, TESTBOX_IMAGE, TestEnv};
+use refill_e2e::{fixture, in_cluster, run_test, wait_for};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// Real pods, kopia and a busy two-core machine: generous bounds.
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One controller pod serves every test here, as one installed refill serves a
+/// cluster; the first test to need it installs it.
+static CONTROLLER: OnceCell<()> = OnceCell::const_new();
+
+async fn controller(env: &TestEnv) -> Result<()> {
+    CONTROLLER
+        .get_or_try_init(|| async {
+            in_cluster::install_controller(env.cluster, &env.client, VELERO_NAMESPACE, TIMEOUT)
+                .await
+                .map(|_| ())
+        })
+        .await?;
+    Ok(())
+}
+
+/// Every pod of the test's namespace, stand-ins included, goes to a real node: the
+/// namespace annotations an admin would set (PodNodeSelector,
+/// PodTolerationRestriction).
+async fn on_real_nodes(env: &TestEnv) -> Result<()> {
+    on_real_nodes_in(&env.client, env.namespace()).await
+}
+
+async fn on_real_nodes_in(client: &Client, namespace: &str) -> Result<()> {
+    let toleration =
+        json!([{ "key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule" }]);
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
+                "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=real"),
+            }}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A pod template whose init container writes `mib` MiB of files (nested
+/// directories, modes, owners, a symlink) into the claim `volume` mounts, once,
+/// and whose app container then just runs.
+fn app_template(app: &str, mib: u32, volume: Value) -> Value {
+    let mounts = json!([{ "name": "data", "mountPath": "/data" }]);
+    json!({
+        "metadata": { "labels": { "app": app } },
+        "spec": {
+            "initContainers": [{
+                "name": "write", "image": TESTBOX_IMAGE, "imagePullPolicy": "Never",
+                "args": ["tree", "/data", mib.to_string()], "volumeMounts": mounts,
+            }],
+            "containers": [{
+                "name": "app", "image": TESTBOX_IMAGE, "imagePullPolicy": "Never",
+                "args": ["sleep"], "volumeMounts": mounts,
+            }],
+            "volumes": [volume],
+            "terminationGracePeriodSeconds": 1,
+            // The app says it runs as root (it chowns its files), so Velero's helper
+            // in refill's stand-in runs as root too and can remove the done files the
+            // node agent (root) wrote. Without a user, Velero runs the helper as 1000,
+            // which cannot, and `.velero/` stays in the volume, as with Velero alone.
+            "securityContext": { "runAsUser": 0, "runAsGroup": 0 },
+        }
+    })
+}
+
+/// Damage as an operator finds it: bytes overwritten, files and the symlink
+/// deleted, a mode and an owner changed.
+fn damage(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let db = dir.join("db/main.db");
+    let mut bytes = std::fs::read(&db)?;
+    bytes[..4096].fill(0);
+    std::fs::write(&db, bytes)?;
+    std::fs::remove_file(dir.join("db/wal/000002.log"))?;
+    std::fs::remove_file(dir.join("current"))?;
+    std::fs::set_permissions(
+        dir.join("etc/app.conf"),
+        std::fs::Permissions::from_mode(0o666),
+    )?;
+    std::os::unix::fs::chown(dir.join("README"), Some(4242), Some(4242))?;
+    Ok(())
+}
+
+/// Checks the tree is what the backup holds, and was damaged before the restore.
+fn same_tree(want: &BTreeMap<String, Entry>, dir: &Path) -> Result<()> {
+    let diff = velero::tree_diff(want, &velero::tree(dir)?);
+    ensure!(
+        diff.is_empty(),
+        "{} differs from the backup:\n{}",
+        dir.display(),
+        diff.join("\n")
+    );
+    Ok(())
+}
+
+async fn restore(
+    client: &Client,
+    name: &str,
+    backup: &str,
+    pvcs: Vec<String>,
+) -> Result<DataRestore> {
+    let spec = DataRestoreSpec {
+        backup_name: Some(backup.into()),
+        pvcs,
+        ..Default::default()
+    };
+    fixture::data_restore(client, VELERO_NAMESPACE, name, spec).await?;
+    fixture::wait_finished(client, VELERO_NAMESPACE, name, TIMEOUT).await
+}
+
+/// After a restore: refill's stand-ins are gone from the app's namespace, and
+/// Velero's data-mover pods (named after the PodVolumeRestores) from Velero's.
+async fn nothing_left_behind(client: &Client, ns: &str, restore: &DataRestore) -> Result<()> {
+    let pvrs: Api<PodVolumeRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+    let velero_pods: Api<Pod> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+    let uid = restore.uid().unwrap_or_default();
+    let mine: Vec<PodVolumeRestore> = pvrs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+        .collect();
+    ensure!(
+        !mine.is_empty(),
+        "no PodVolumeRestore of {} found",
+        restore.name_any()
+    );
+    wait_for(
+        "stand-ins and data-mover pods gone",
+        Duration::from_secs(120),
+        || async {
+            let stand_ins = fixture::stand_in_pods(client, ns).await?;
+            let mut movers = Vec::new();
+            for pvr in &mine {
+                if velero_pods.get_opt(&pvr.name_any()).await?.is_some() {
+                    movers.push(pvr.name_any());
+                }
+            }
+            Ok((stand_ins.is_empty() && movers.is_empty()).then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn velero_node_agent_restores_a_deployments_claim_in_place() -> Result<()> {
+    run_test("velero-deploy", |env| async move {
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        controller(&env).await?;
+        on_real_nodes(&env).await?;
+        fixture::pvc_of_class(&client, &ns, "data", None, &[], LOCAL_PATH_CLASS).await?;
+        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
+        env.create::<k8s_openapi::api::apps::v1::Deployment>(json!({
+            "metadata": { "name": "app" },
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": { "app": "app" } },
+                "template": app_template("app", 8, volume),
+            }
+        }))
+        .await?;
+        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        let dir = velero::claim_dir(&client, &ns, "data").await?;
+        let want = velero::tree(&dir)?;
+        ensure!(want.len() >= 10, "the app wrote only {want:?}");
+
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        let pvbs = velero::pod_volume_backups(&client, &backup).await?;
+        ensure!(pvbs.len() == 1, "{} PodVolumeBackups, want 1", pvbs.len());
+
+        damage(&dir)?;
+        ensure!(
+            same_tree(&want, &dir).is_err(),
+            "the damage changed nothing"
+        );
+
+        let done = restore(&client, &ns, &backup, vec![format!("{ns}/data")]).await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        same_tree(&want, &dir)?;
+        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        nothing_left_behind(&client, &ns, &done).await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn velero_node_agent_restores_every_claim_of_a_stateful_set() -> Result<()> {
+    run_test("velero-sts", |env| async move {
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        controller(&env).await?;
+        on_real_nodes(&env).await?;
+        let mut template = app_template("db", 4, json!({ "name": "unused", "emptyDir": {} }));
+        // The claims come from the template: data-db-0, data-db-1.
+        template["spec"]["volumes"] = json!([]);
+        env.create::<k8s_openapi::api::apps::v1::StatefulSet>(json!({
+            "metadata": { "name": "db" },
+            "spec": {
+                "replicas": 2,
+                "serviceName": "db",
+                "selector": { "matchLabels": { "app": "db" } },
+                "template": template,
+                "volumeClaimTemplates": [{
+                    "metadata": { "name": "data" },
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": LOCAL_PATH_CLASS,
+                        "resources": { "requests": { "storage": "64Mi" } },
+                    }
+                }],
+            }
+        }))
+        .await?;
+        fixture::wait_ready_pods(&client, &ns, "db", 2, TIMEOUT).await?;
+        let claims = ["data-db-0", "data-db-1"];
+        let mut wants = Vec::new();
+        for claim in claims {
+            let dir = velero::claim_dir(&client, &ns, claim).await?;
+            wants.push((velero::tree(&dir)?, dir));
+        }
+
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        ensure!(velero::pod_volume_backups(&client, &backup).await?.len() == 2);
+        for (_, dir) in &wants {
+            damage(dir)?;
+        }
+
+        let pvcs = claims.iter().map(|c| format!("{ns}/{c}")).collect();
+        let done = restore(&client, &ns, &backup, pvcs).await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        for (want, dir) in &wants {
+            same_tree(want, dir)?;
+        }
+        fixture::wait_ready_pods(&client, &ns, "db", 2, TIMEOUT).await?;
+        nothing_left_behind(&client, &ns, &done).await
+    })
+    .await
+}
+
+/// A standby's claim, made anew and never used (WaitForFirstConsumer, so unbound),
+/// filled from the backup of the claim it replaces: the stand-in goes to the
+/// candidate node, the provisioner binds the claim there, and the app started
+/// later finds its files.
+#[tokio::test]
+async fn velero_node_agent_fills_an_unbound_claim_on_a_candidate_node() -> Result<()> {
+    run_test("velero-wffc", |env| async move {
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        controller(&env).await?;
+        on_real_nodes(&env).await?;
+        fixture::pvc_of_class(&client, &ns, "data", None, &[], LOCAL_PATH_CLASS).await?;
+        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
+        let deployment = |replicas: i32| {
+            json!({
+                "metadata": { "name": "app" },
+                "spec": {
+                    "replicas": replicas,
+                    "selector": { "matchLabels": { "app": "app" } },
+                    "template": app_template("app", 4, volume.clone()),
+                }
+            })
+        };
+        env.create::<k8s_openapi::api::apps::v1::Deployment>(deployment(1))
+            .await?;
+        let pods = fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        let first_node = node_of(&pods[0]);
+        let want = velero::tree(&velero::claim_dir(&client, &ns, "data").await?)?;
+        let backup = format!("{ns}-primary");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+
+        // The standby: the app at 0 and a new, unbound claim of the same name.
+        let deployments = env.api::<k8s_openapi::api::apps::v1::Deployment>();
+        deployments
+            .patch(
+                "app",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
+            .await?;
+        fixture::wait_ready_pods(&client, &ns, "app", 0, TIMEOUT).await?;
+        let claims = env.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>();
+        claims.delete("data", &Default::default()).await?;
+        wait_for("the old claim gone", TIMEOUT, || async {
+            Ok(claims.get_opt("data").await?.is_none().then_some(()))
+        })
+        .await?;
+        fixture::pvc_of_class(&client, &ns, "data", None, &[], LOCAL_PATH_CLASS).await?;
+        // The other real node than the first time, so the data cannot be a leftover.
+        let candidate = if first_node.as_deref() == Some("real-a") {
+            "real-b"
+        } else {
+            "real-a"
+        };
+
+        let spec = DataRestoreSpec {
+            backup_name: Some(backup.clone()),
+            pvcs: vec![format!("{ns}/data")],
+            candidate_nodes: [(format!("{ns}/data"), vec![candidate.to_string()])].into(),
+            ..Default::default()
+        };
+        fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
+        let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        ensure!(
+            status.volumes[0].node.as_deref() == Some(candidate),
+            "{:#?}",
+            status.volumes[0]
+        );
+        same_tree(&want, &velero::claim_dir(&client, &ns, "data").await?)?;
+
+        deployments
+            .patch(
+                "app",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 1}})),
+            )
+            .await?;
+        let pods = fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        ensure!(
+            node_of(&pods[0]).as_deref() == Some(candidate),
+            "app runs on {:?}",
+            node_of(&pods[0])
+        );
+        nothing_left_behind(&client, &ns, &done).await
+    })
+    .await
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.node_name.clone()
+}
+
+/// A snapshot whose data is gone from the repository: Velero's node agent fails
+/// that PodVolumeRestore, the other volume is restored, the restore ends
+/// PartiallyFailed, and both apps are back.
+#[tokio::test]
+async fn a_restore_velero_fails_ends_partly_failed_with_every_app_back() -> Result<()> {
+    run_test("velero-fail", |env| async move {
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        controller(&env).await?;
+        // A second namespace, whose repository loses its data.
+        let other = refill_e2e::TestNamespace::create(&client, "velero-fail-b").await?;
+        let result = fail_one_of_two(&env, &ns, other.name()).await;
+        other.cleanup().await?;
+        result
+    })
+    .await
+}
+
+async fn fail_one_of_two(env: &TestEnv, ns: &str, other: &str) -> Result<()> {
+    let client = env.client.clone();
+    let mut dirs = Vec::new();
+    for namespace in [ns, other] {
+        on_real_nodes_in(&client, namespace).await?;
+        fixture::pvc_of_class(&client, namespace, "data", None, &[], LOCAL_PATH_CLASS).await?;
+        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), namespace);
+        let deployment = serde_json::from_value(json!({
+            "metadata": { "name": "app" },
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": { "app": "app" } },
+                "template": app_template("app", 2, volume),
+            }
+        }))?;
+        deployments.create(&Default::default(), &deployment).await?;
+        fixture::wait_ready_pods(&client, namespace, "app", 1, TIMEOUT).await?;
+        let dir = velero::claim_dir(&client, namespace, "data").await?;
+        dirs.push((velero::tree(&dir)?, dir));
+    }
+    let backup = format!("{ns}-nightly");
+    velero::backup_namespaces(&client, &backup, &[ns, other], TIMEOUT).await?;
+    for (_, dir) in &dirs {
+        damage(dir)?;
+    }
+    let removed = velero::remove_snapshot_data(&env.cluster.dir, other)?;
+    ensure!(removed > 0, "no data blobs in {other}'s repository");
+
+    let done = restore(
+        &client,
+        ns,
+        &backup,
+        vec![format!("{ns}/data"), format!("{other}/data")],
+    )
+    .await?;
+    let status = done.status.clone().unwrap_or_default();
+    ensure!(status.phase == Phase::PartiallyFailed, "{status:#?}");
+    let failed: Vec<&str> = status
+        .volumes
+        .iter()
+        .filter(|v| v.phase == refill::api::VolumePhase::Failed)
+        .map(|v| v.pvc.as_str())
+        .collect();
+    ensure!(failed == [format!("{other}/data").as_str()], "{status:#?}");
+    same_tree(&dirs[0].0, &dirs[0].1)?;
+    for namespace in [ns, other] {
+        fixture::wait_ready_pods(&client, namespace, "app", 1, TIMEOUT).await?;
+        nothing_left_behind(&client, namespace, &done).await?;
+    }
+    Ok(())
+}
+
+/// A cancel while Velero's data mover copies: the PodVolumeRestore ends Canceled,
+/// and the app comes back only after that, so nothing writes under it.
+#[tokio::test]
+async fn a_cancel_mid_copy_brings_the_app_back_only_after_velero_stopped() -> Result<()> {
+    run_test("velero-cancel", |env| async move {
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        controller(&env).await?;
+        on_real_nodes(&env).await?;
+        fixture::pvc_of_class(&client, &ns, "data", None, &[], LOCAL_PATH_CLASS).await?;
+        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
+        env.create::<k8s_openapi::api::apps::v1::Deployment>(json!({
+            "metadata": { "name": "app" },
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": { "app": "app" } },
+                "template": app_template("app", 384, volume),
+            }
+        }))
+        .await?;
+        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        std::fs::remove_file(
+            velero::claim_dir(&client, &ns, "data")
+                .await?
+                .join("db/main.db"),
+        )?;
+
+        let spec = DataRestoreSpec {
+            backup_name: Some(backup),
+            pvcs: vec![format!("{ns}/data")],
+            ..Default::default()
+        };
+        let created = fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
+        let uid = created.uid().unwrap_or_default();
+        let pvrs: Api<PodVolumeRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+        let pvr = wait_for("Velero copying", TIMEOUT, || async {
+            let list = pvrs.list(&ListParams::default()).await?;
+            Ok(list.items.into_iter().find(|p| {
+                p.owner_references().iter().any(|o| o.uid == uid)
+                    && p.status.as_ref().and_then(|s| s.phase) == Some(PodVolumePhase::InProgress)
+            }))
+        })
+        .await?;
+        let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+        restores
+            .patch(
+                &ns,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await?;
+        let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Canceled, "{status:#?}");
+        let ended = pvrs.get(&pvr.name_any()).await?;
+        let pvr_status = ended.status.clone().unwrap_or_default();
+        ensure!(
+            pvr_status.phase == Some(PodVolumePhase::Canceled),
+            "the PodVolumeRestore ended {:?}",
+            pvr_status.phase
+        );
+        let stopped = pvr_status.completion_timestamp.clone().map(|t| t.0);
+        let pods = fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        let started = pods[0].metadata.creation_timestamp.clone().map(|t| t.0);
+        ensure!(
+            stopped.is_some() && started >= stopped,
+            "the app's pod was made at {started:?}, before Velero stopped at {stopped:?}"
+        );
+        nothing_left_behind(&client, &ns, &done).await
+    })
+    .await
+}
