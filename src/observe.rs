@@ -13,7 +13,9 @@ use kube::{Api, Client};
 use crate::api::ConsumerKind;
 use crate::labels;
 use crate::mounts::Mounts;
-use crate::plan::{ConsumerRef, Owner, is_top_workload, mounts_claim, template_mounts, top_owner};
+use crate::plan::{
+    ConsumerRef, Owner, is_top_workload, mounts_claim, template_mounts, template_spec, top_owner,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 /// What the controller keeps knowing between reads, so that asking again costs nothing:
@@ -210,6 +212,7 @@ pub async fn consumers_in(
                 pod: None,
                 owner,
                 replicas,
+                template: template_spec(kind, &workload).map(Box::new),
             });
         }
     }
@@ -233,6 +236,7 @@ fn push_refs(
                 pod: pod.metadata.name.clone(),
                 owner: owner.clone(),
                 replicas,
+                template: None,
             });
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{ConsumerKind, ConsumerPolicy};
@@ -35,6 +35,9 @@ pub struct ConsumerRef {
     pub owner: Owner,
     /// Replicas of the owner now, for scalable kinds.
     pub replicas: Option<i32>,
+    /// The pod template's spec, when found from a template: with no pod running, the
+    /// stand-in takes the identity and tolerations a pod of the workload would have.
+    pub template: Option<Box<PodSpec>>,
 }
 
 impl ConsumerRef {
@@ -54,6 +57,19 @@ impl ConsumerRef {
     }
 }
 
+/// A workload's pod template, given the workload as JSON.
+fn pod_template(kind: ConsumerKind, workload: &serde_json::Value) -> &serde_json::Value {
+    match kind {
+        ConsumerKind::CronJob => &workload["spec"]["jobTemplate"]["spec"]["template"],
+        _ => &workload["spec"]["template"],
+    }
+}
+
+/// A workload's pod spec, given the workload as JSON; None if it does not parse.
+pub fn template_spec(kind: ConsumerKind, workload: &serde_json::Value) -> Option<PodSpec> {
+    serde_json::from_value(pod_template(kind, workload)["spec"].clone()).ok()
+}
+
 /// The claims a workload's pod template mounts, given the workload as JSON. A
 /// StatefulSet's volumeClaimTemplates name claims `<template>-<set>-<ordinal>`.
 pub fn template_mounts(
@@ -62,10 +78,7 @@ pub fn template_mounts(
     workload: &serde_json::Value,
     claim: &str,
 ) -> bool {
-    let template = match kind {
-        ConsumerKind::CronJob => &workload["spec"]["jobTemplate"]["spec"]["template"],
-        _ => &workload["spec"]["template"],
-    };
+    let template = pod_template(kind, workload);
     let named = template["spec"]["volumes"]
         .as_array()
         .into_iter()
@@ -342,12 +355,38 @@ mod tests {
         assert!(!mounts_claim(&p, "data"));
     }
 
+    #[test]
+    fn a_template_spec_is_read_from_each_kind() {
+        let spec = serde_json::json!({
+            "securityContext": {"runAsUser": 0},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "containers": [{"name": "app"}],
+        });
+        let deployment = serde_json::json!({"spec": {"template": {"spec": spec}}});
+        let cron =
+            serde_json::json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": spec}}}}});
+        for (kind, workload) in [
+            (ConsumerKind::Deployment, &deployment),
+            (ConsumerKind::CronJob, &cron),
+        ] {
+            let parsed = template_spec(kind, workload).expect("a pod spec");
+            assert_eq!(
+                parsed.security_context.and_then(|s| s.run_as_user),
+                Some(0),
+                "{kind:?}"
+            );
+            assert_eq!(parsed.tolerations.map(|t| t.len()), Some(1), "{kind:?}");
+        }
+        assert!(template_spec(ConsumerKind::Deployment, &serde_json::json!({})).is_none());
+    }
+
     fn consumer(pod: &str, owner: Owner, replicas: Option<i32>) -> ConsumerRef {
         ConsumerRef {
             namespace: "ns".into(),
             pod: Some(pod.into()),
             owner,
             replicas,
+            template: None,
         }
     }
 

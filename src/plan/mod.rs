@@ -20,7 +20,8 @@ use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup};
 
 pub use backup::{BackupChoice, resolve_backup};
 pub use consumers::{
-    ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_mounts, top_owner,
+    ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_mounts,
+    template_spec, top_owner,
 };
 pub use placement::placement;
 pub use selector::{label_selector_matches, parse_pvc_key};
@@ -302,6 +303,7 @@ mod tests {
                 pod: Some("web-0".into()),
                 owner: Owner::Known(ConsumerKind::Deployment, "web".into()),
                 replicas: Some(1),
+                template: None,
             }],
         );
         let mut spec = spec();

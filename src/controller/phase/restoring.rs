@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
@@ -235,14 +235,15 @@ async fn start_volumes(
                         let name = r.pod.as_deref()?;
                         pods.iter().find(|p| p.name_any() == name)
                     });
+                    // A running pod's spec, else (nothing runs: a workload at 0, a
+                    // CronJob between runs) its workload's pod template.
+                    let spec = first_pod
+                        .and_then(|p| p.spec.as_ref())
+                        .or_else(|| refs.iter().find_map(|r| r.template.as_deref()));
                     let volume = &mut status.volumes[i];
-                    if let Some(pod) = first_pod {
-                        volume.consumer_security = Some(security_of(pod));
-                        volume.consumer_tolerations = pod
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.tolerations.clone())
-                            .unwrap_or_default();
+                    if let Some(spec) = spec {
+                        volume.consumer_security = Some(security_of(spec));
+                        volume.consumer_tolerations = spec.tolerations.clone().unwrap_or_default();
                     }
                     volume.phase = VolumePhase::Quiescing;
                     volume.start_time = Some(now.clone());
@@ -260,10 +261,9 @@ fn push_error(status: &mut DataRestoreStatus, error: String) {
     }
 }
 
-fn security_of(pod: &Pod) -> ConsumerSecurity {
-    let spec = pod.spec.clone().unwrap_or_default();
+fn security_of(spec: &PodSpec) -> ConsumerSecurity {
     ConsumerSecurity {
-        pod: spec.security_context,
+        pod: spec.security_context.clone(),
         container: spec
             .containers
             .first()
