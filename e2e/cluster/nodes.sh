@@ -47,7 +47,6 @@ real_node_taint=refill.dev/real-node
 # The sandbox image the nodes pin, and the images every node gets.
 pause_image=refill.local/pause:1
 testbox_image=refill.local/testbox:1
-restore_helper_image=refill.local/velero-restore-helper:1
 # The StorageClass of local-path-provisioner's volumes on real nodes.
 local_path_class=refill-local-path
 # Where the node and its pods reach the S3 server (e2e/velero), and where that

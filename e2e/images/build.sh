@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the programs of e2e/images (static, CGO_ENABLED=0) and the images the real
-# nodes of the local cluster get: the pause (sandbox) image, the test image and a
-# stand-in for Velero's restore helper. Both are cached outside the repository,
-# keyed by a hash of this directory, so a second run returns at once.
+# nodes of the local cluster get: the pause (sandbox) image and the test image.
+# Both are cached outside the repository, keyed by a hash of this directory, so a
+# second run returns at once.
 # Prints the programs' directory, then the images' directory, last.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -12,7 +12,7 @@ hash="$(cd "$here" && find . -type f \( -name '*.go' -o -name go.mod -o -name go
 bin="$cache/bin/images-$hash"
 images="$cache/images/$hash"
 
-programs=(host-relay imagebuild pause testbox velero-restore-helper)
+programs=(host-relay imagebuild pause testbox)
 missing=false
 for p in "${programs[@]}"; do [[ -x "$bin/$p" ]] || missing=true; done
 if $missing; then
@@ -30,8 +30,6 @@ if [[ ! -f "$images/done" ]]; then
     -entrypoint /pause -user 65535 "$bin/pause:/pause"
   "$bin/imagebuild" -o "$images/testbox.tar" -t refill.local/testbox:1 \
     -entrypoint /testbox "$bin/testbox:/testbox"
-  "$bin/imagebuild" -o "$images/velero-restore-helper.tar" -t refill.local/velero-restore-helper:1 \
-    -entrypoint /velero-restore-helper "$bin/velero-restore-helper:/velero-restore-helper"
   touch "$images/done"
 fi
 echo "$bin"

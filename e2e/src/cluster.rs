@@ -38,10 +38,6 @@ pub const TESTBOX_IMAGE: &str = "refill.local/testbox:1";
 /// The pause image real nodes use as sandbox, also tagged `registry.k8s.io/pause:3.10`.
 pub const PAUSE_IMAGE: &str = "refill.local/pause:1";
 
-/// An image with `/velero-restore-helper`, a program of ours that keeps the
-/// contract of Velero's restore helper.
-pub const RESTORE_HELPER_IMAGE: &str = "refill.local/velero-restore-helper:1";
-
 /// The StorageClass of local-path-provisioner on the real nodes
 /// (WaitForFirstConsumer, reclaim policy Delete).
 pub const LOCAL_PATH_CLASS: &str = "refill-local-path";

@@ -81,15 +81,11 @@ pub struct NodeAgentConfig {
     /// of its PodVolumeRestore), as a real data mover finishes the piece it is on;
     /// zero stops at the next piece.
     pub stop_delay: Duration,
-    /// Whether it also plays the restore helper of pods whose `restore-wait` runs
-    /// (removes the done files and releases the pod by annotation, for kwok). Off
-    /// when the pods run on real nodes, where a real helper program does that.
-    pub simulate_restore_helper: bool,
 }
 
 impl NodeAgentConfig {
     /// Velero's defaults: namespace `velero`, all nodes, progress every 250ms at
-    /// most, no speed limit, one data path per node; the restore helper simulated.
+    /// most, no speed limit, one data path per node.
     pub fn new(snapshots_dir: impl Into<PathBuf>) -> Self {
         NodeAgentConfig {
             velero_namespace: "velero".into(),
@@ -100,7 +96,6 @@ impl NodeAgentConfig {
             concurrency_per_node: 1,
             write_log: None,
             stop_delay: Duration::ZERO,
-            simulate_restore_helper: true,
         }
     }
 }

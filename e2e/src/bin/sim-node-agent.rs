@@ -98,7 +98,6 @@ async fn main() -> Result<()> {
         concurrency_per_node: args.concurrency,
         write_log: None,
         stop_delay: Duration::ZERO,
-        simulate_restore_helper: true,
     };
     tokio::select! {
         result = node_agent::run(client, cfg) => result,

@@ -305,9 +305,6 @@ impl Agent {
 
     /// Runs the restore helper's check for a held pod, at most one at a time per pod.
     fn check_helper(&mut self, pod: &Pod) {
-        if !self.shared.cfg.simulate_restore_helper {
-            return;
-        }
         let Some(wait) = decide::helper_wait(pod, &self.shared.nodes) else {
             return;
         };
