@@ -24,9 +24,11 @@ start_s3() {
   mkdir -p "$cluster_dir/s3"
   # The bolt back end (one database file) rather than gofakes3's file-system one,
   # which answers a listing under a prefix that has no object yet with "no such
-  # bucket": kopia lists exactly that when it makes a repository.
+  # bucket": kopia lists exactly that when it makes a repository. The database is
+  # named with `=`, so that up.sh's fingerprint (which reads files named by
+  # arguments) does not change with its contents.
   bin="$velero_bin" ensure gofakes3 \
-    -backend bolt -bolt.db "$cluster_dir/s3/objects.db" \
+    -backend bolt -bolt.db="$cluster_dir/s3/objects.db" \
     -host "127.0.0.1:$s3_host_port" -initialbucket "$velero_bucket"
   wait_until 30 gofakes3 "the S3 server" curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$s3_host_port/"
   # For tests that reach into the object store (a snapshot's data removed).
@@ -67,8 +69,9 @@ install_velero() {
   printf '[default]\naws_access_key_id = refill\naws_secret_access_key = refill-local\n' >"$dir/credentials"
   velero_namespace_manifest | "${kubectl[@]}" apply --server-side --force-conflicts -f - >/dev/null
   # Requests of zero: the real nodes are small, and share two cores with the rest.
-  # Repository maintenance is left at its default (first due an hour after a
-  # repository is made), so it never runs in the middle of a test run.
+  # Every test namespace gets a kopia repository of its own; maintenance once a
+  # week (not hourly) keeps their maintenance Jobs from piling up on the nodes of
+  # a cluster that stays up between test runs.
   local args=(
     install --namespace "$velero_namespace"
     --image "velero/velero:$VELERO_VERSION"
@@ -79,6 +82,7 @@ install_velero() {
     --use-volume-snapshots=false
     --use-node-agent
     --uploader-type kopia
+    --default-repo-maintain-frequency 168h
     --velero-pod-cpu-request 0 --velero-pod-mem-request 0 --velero-pod-cpu-limit 0 --velero-pod-mem-limit 0
     --node-agent-pod-cpu-request 0 --node-agent-pod-mem-request 0 --node-agent-pod-cpu-limit 0 --node-agent-pod-mem-limit 0
   )
@@ -86,6 +90,10 @@ install_velero() {
   want="$(printf '%s\n' "$velero_bin" "${args[@]}" | sha256sum | cut -d' ' -f1)"
   if [[ "$(cat "$dir/installed" 2>/dev/null)" != "$want" ]] || ! velero_ready; then
     say "installing Velero $VELERO_VERSION"
+    # `velero install` creates what is missing and leaves what exists alone: the
+    # server and the node agents go first, so that they come back as asked now.
+    "${kubectl[@]}" -n "$velero_namespace" delete deployment/velero daemonset/node-agent \
+      --ignore-not-found --wait=true >/dev/null
     velero_cli "${args[@]}" >"$cluster_dir/logs/velero-install.log" 2>&1 ||
       { say "velero install failed"; tail -n 30 "$cluster_dir/logs/velero-install.log" >&2; exit 1; }
     # The DaemonSet controller makes a pod for every node its template allows,

@@ -133,6 +133,12 @@ async fn restore(
     fixture::wait_finished(client, VELERO_NAMESPACE, name, TIMEOUT).await
 }
 
+/// Once a test passed, its backup goes (through Velero, data included), so that
+/// the object store of a cluster kept between runs does not grow without end.
+async fn forget_backup(client: &Client, backup: &str) -> Result<()> {
+    velero::delete_backup(client, backup).await
+}
+
 /// After a restore: refill's stand-ins are gone from the app's namespace, and
 /// Velero's data-mover pods (named after the PodVolumeRestores) from Velero's.
 async fn nothing_left_behind(client: &Client, ns: &str, restore: &DataRestore) -> Result<()> {
@@ -207,7 +213,8 @@ async fn velero_node_agent_restores_a_deployments_claim_in_place() -> Result<()>
         ensure!(status.phase == Phase::Completed, "{status:#?}");
         same_tree(&want, &dir)?;
         fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
-        nothing_left_behind(&client, &ns, &done).await
+        nothing_left_behind(&client, &ns, &done).await?;
+        forget_backup(&client, &backup).await
     })
     .await
 }
@@ -263,7 +270,8 @@ async fn velero_node_agent_restores_every_claim_of_a_stateful_set() -> Result<()
             same_tree(want, dir)?;
         }
         fixture::wait_ready_pods(&client, &ns, "db", 2, TIMEOUT).await?;
-        nothing_left_behind(&client, &ns, &done).await
+        nothing_left_behind(&client, &ns, &done).await?;
+        forget_backup(&client, &backup).await
     })
     .await
 }
@@ -353,7 +361,8 @@ async fn velero_node_agent_fills_an_unbound_claim_on_a_candidate_node() -> Resul
             "app runs on {:?}",
             node_of(&pods[0])
         );
-        nothing_left_behind(&client, &ns, &done).await
+        nothing_left_behind(&client, &ns, &done).await?;
+        forget_backup(&client, &backup).await
     })
     .await
 }
@@ -431,7 +440,7 @@ async fn fail_one_of_two(env: &TestEnv, ns: &str, other: &str) -> Result<()> {
         fixture::wait_ready_pods(&client, namespace, "app", 1, TIMEOUT).await?;
         nothing_left_behind(&client, namespace, &done).await?;
     }
-    Ok(())
+    forget_backup(&client, &backup).await
 }
 
 /// A cancel while Velero's data mover copies: the PodVolumeRestore ends Canceled,
@@ -464,7 +473,7 @@ async fn a_cancel_mid_copy_brings_the_app_back_only_after_velero_stopped() -> Re
         )?;
 
         let spec = DataRestoreSpec {
-            backup_name: Some(backup),
+            backup_name: Some(backup.clone()),
             pvcs: vec![format!("{ns}/data")],
             ..Default::default()
         };
@@ -516,7 +525,8 @@ async fn a_cancel_mid_copy_brings_the_app_back_only_after_velero_stopped() -> Re
             stopped.is_some() && started >= stopped,
             "the app's pod was made at {started:?}, before Velero stopped at {stopped:?}"
         );
-        nothing_left_behind(&client, &ns, &done).await
+        nothing_left_behind(&client, &ns, &done).await?;
+        forget_backup(&client, &backup).await
     })
     .await
 }
