@@ -967,7 +967,7 @@ async fn setup(env: &TestEnv) -> Result<()> {
         .collect();
     fixture::backup(client, ns, "b1", &snapshots, &b1).await?;
     env.api::<PodVolumeBackup>()
-        .patch_status(
+        .patch(
             "b1-5",
             &PatchParams::default(),
             &Patch::Merge(
@@ -983,7 +983,7 @@ async fn setup(env: &TestEnv) -> Result<()> {
     ] {
         fixture::backup(client, ns, name, &snapshots, &[volume("solo")]).await?;
         backups
-            .patch_status(
+            .patch(
                 name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({"status": {"phase": phase}})),
@@ -997,14 +997,20 @@ async fn setup(env: &TestEnv) -> Result<()> {
             &Patch::Merge(json!({"metadata": {"labels": {labels::SCHEDULE_NAME: "weekly"}}})),
         )
         .await?;
-    let schedule: Schedule = serde_json::from_value(json!({
+    // Velero's schema requires a template, which refill's Schedule type does not
+    // carry (refill only reads Schedules): created as a dynamic object.
+    let schedule: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "velero.io/v1", "kind": "Schedule",
         "metadata": {"name": "weekly", "namespace": ns},
-        "spec": {"schedule": "@weekly"},
+        "spec": {"schedule": "@weekly", "template": {"includedNamespaces": [ns]}},
     }))?;
-    env.api::<Schedule>()
-        .create(&PostParams::default(), &schedule)
-        .await?;
+    Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::erase::<Schedule>(&()),
+    )
+    .create(&PostParams::default(), &schedule)
+    .await?;
     // Whatever the control plane still does to the new objects (a Deployment's status,
     // a pod's conditions) settles before the first snapshot of versions.
     let mut last = versions(client, ns).await?;

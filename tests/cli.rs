@@ -113,7 +113,7 @@ async fn make_backup(env: &TestEnv, name: &str, volumes: &[Volume<'_>]) -> Resul
     }))?;
     backups.create(&PostParams::default(), &backup).await?;
     let backup = backups
-        .patch_status(
+        .patch(
             name,
             &PatchParams::default(),
             &Patch::Merge(json!({ "status": {
@@ -154,7 +154,7 @@ async fn make_backup(env: &TestEnv, name: &str, volumes: &[Volume<'_>]) -> Resul
             }
         }))?;
         pvbs.create(&PostParams::default(), &pvb).await?;
-        pvbs.patch_status(
+        pvbs.patch(
             &pvb_name,
             &PatchParams::default(),
             &Patch::Merge(json!({ "status": {

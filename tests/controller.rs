@@ -885,7 +885,7 @@ async fn a_schedule_means_its_newest_completed_backup() -> Result<()> {
                 )
                 .await?;
             backups
-                .patch_status(
+                .patch(
                     name,
                     &PatchParams::default(),
                     &Patch::Merge(json!({"status": {"phase": phase, "completionTimestamp": at}})),

@@ -632,7 +632,7 @@ async fn restart_ends_what_an_earlier_run_left_half_done() -> Result<()> {
             ("elsewhere", "InProgress", "node-a"),
         ] {
             fx.pvr(name, &gone, "data", "snap", &owner).await?;
-            pvrs.patch_status(
+            pvrs.patch(
                 name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": {
