@@ -62,6 +62,8 @@ fn parse_size(spec: &str) -> Result<(usize, u32)> {
 
 /// One way's figures.
 struct Run {
+    /// The machine's load average (1, 5, 15 minutes) when this way began.
+    load: String,
     wall: Duration,
     /// Per app: from the moment it had no Ready pod to the moment it had one again.
     downtime: Vec<Duration>,
@@ -232,6 +234,7 @@ async fn refill_restore(
     apps: &[(String, u32)],
     backup: &str,
 ) -> Result<Run> {
+    let load = load_average();
     let audit = AuditCursor::now(cluster)?;
     let name = format!("{backup}-refill");
     let began = Instant::now();
@@ -263,6 +266,7 @@ async fn refill_restore(
         .delete(&name, &DeleteParams::default())
         .await?;
     Ok(Run {
+        load,
         wall,
         downtime: down,
         bytes,
@@ -276,6 +280,7 @@ async fn velero_restore(
     apps: &[(String, u32)],
     backup: &str,
 ) -> Result<Run> {
+    let load = load_average();
     let audit = AuditCursor::now(cluster)?;
     let gvk = GroupVersionKind::gvk("velero.io", "v1", "Restore");
     let restores: Api<DynamicObject> = Api::namespaced_with(
@@ -332,6 +337,7 @@ async fn velero_restore(
         "Velero did not bring every claim back"
     );
     Ok(Run {
+        load,
         wall,
         downtime: down,
         bytes,
@@ -376,6 +382,14 @@ impl AuditCursor {
     }
 }
 
+fn load_average() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn report(
     args: &Args,
     apps: &[(String, u32)],
@@ -383,12 +397,12 @@ fn report(
     alone: &Run,
     total_mib: u32,
 ) -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let row = |name: &str, run: &Run| {
         let max = run.downtime.iter().max().copied().unwrap_or_default();
         let mean = run.downtime.iter().sum::<Duration>() / run.downtime.len().max(1) as u32;
         format!(
-            "| {name} | {:.1} s | {:.1} s | {:.1} s | {:.1} MiB/s | {} | {} |\n",
+            "| {name} | {} | {:.1} s | {:.1} s | {:.1} s | {:.1} MiB/s | {} | {} |\n",
+            run.load,
             run.wall.as_secs_f64(),
             mean.as_secs_f64(),
             max.as_secs_f64(),
@@ -400,18 +414,14 @@ fn report(
     format!(
         "\n## Real data: refill in place vs. Velero alone\n\n\
          `e2e/bench/velero --large {} --small {}`: {} apps (one Deployment and claim each, on \
-         the two real nodes), {total_mib} MiB in one Velero v1.18.3 backup (kopia). Load when \
-         it began: {}. Downtime is per app, from its last Ready pod going to a Ready pod \
-         again; MiB/s is the bytes the PodVolumeRestores report over the wall time.\n\n\
-         | way | wall | app downtime, mean | app downtime, max | data rate | writes by refill | writes by Velero |\n\
-         |---|--:|--:|--:|--:|--:|--:|\n{}{}",
+         the two real nodes), {total_mib} MiB in one Velero v1.18.3 backup (kopia), on 2 \
+         cores. Downtime is per app, from its last Ready pod going to a Ready pod again; \
+         MiB/s is the bytes the PodVolumeRestores report over the wall time.\n\n\
+         | way | load when it began | wall | app downtime, mean | app downtime, max | data rate | writes by refill | writes by Velero |\n\
+         |---|--|--:|--:|--:|--:|--:|--:|\n{}{}",
         args.large,
         args.small,
         apps.len(),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
         row("refill, in place", refill),
         row("Velero alone (delete namespace, restore)", alone),
     )
