@@ -133,9 +133,16 @@ async fn restore(
     fixture::wait_finished(client, VELERO_NAMESPACE, name, TIMEOUT).await
 }
 
-/// Once a test passed, its backup goes (through Velero, data included), so that
-/// the object store of a cluster kept between runs does not grow without end.
-async fn forget_backup(client: &Client, backup: &str) -> Result<()> {
+/// Once a test passed, its restore and its backup (through Velero, data included)
+/// go, so that Velero's namespace and the object store of a cluster kept between
+/// runs do not grow without end.
+async fn forget(client: &Client, restore: &str, backup: &str) -> Result<()> {
+    let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+    match restores.delete(restore, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
     velero::delete_backup(client, backup).await
 }
 
@@ -214,7 +221,7 @@ async fn velero_node_agent_restores_a_deployments_claim_in_place() -> Result<()>
         same_tree(&want, &dir)?;
         fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
         nothing_left_behind(&client, &ns, &done).await?;
-        forget_backup(&client, &backup).await
+        forget(&client, &ns, &backup).await
     })
     .await
 }
@@ -271,7 +278,7 @@ async fn velero_node_agent_restores_every_claim_of_a_stateful_set() -> Result<()
         }
         fixture::wait_ready_pods(&client, &ns, "db", 2, TIMEOUT).await?;
         nothing_left_behind(&client, &ns, &done).await?;
-        forget_backup(&client, &backup).await
+        forget(&client, &ns, &backup).await
     })
     .await
 }
@@ -362,7 +369,7 @@ async fn velero_node_agent_fills_an_unbound_claim_on_a_candidate_node() -> Resul
             node_of(&pods[0])
         );
         nothing_left_behind(&client, &ns, &done).await?;
-        forget_backup(&client, &backup).await
+        forget(&client, &ns, &backup).await
     })
     .await
 }
@@ -440,7 +447,7 @@ async fn fail_one_of_two(env: &TestEnv, ns: &str, other: &str) -> Result<()> {
         fixture::wait_ready_pods(&client, namespace, "app", 1, TIMEOUT).await?;
         nothing_left_behind(&client, namespace, &done).await?;
     }
-    forget_backup(&client, &backup).await
+    forget(&client, ns, &backup).await
 }
 
 /// A cancel while Velero's data mover copies: the PodVolumeRestore ends Canceled,
@@ -526,7 +533,7 @@ async fn a_cancel_mid_copy_brings_the_app_back_only_after_velero_stopped() -> Re
             "the app's pod was made at {started:?}, before Velero stopped at {stopped:?}"
         );
         nothing_left_behind(&client, &ns, &done).await?;
-        forget_backup(&client, &backup).await
+        forget(&client, &ns, &backup).await
     })
     .await
 }

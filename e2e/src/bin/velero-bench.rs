@@ -99,8 +99,10 @@ async fn main() -> Result<()> {
         began.elapsed().as_secs_f64()
     );
 
+    settle().await;
     println!("restoring with refill (in place)");
     let refill = refill_restore(cluster, &client, &apps, &backup).await?;
+    settle().await;
     println!("restoring with Velero alone (delete the namespace, velero restore create)");
     let alone = velero_restore(cluster, &client, &apps, &backup).await?;
     let table = report(&args, &apps, &refill, &alone, total_mib);
@@ -379,6 +381,23 @@ impl AuditCursor {
             }
         }
         Ok(out)
+    }
+}
+
+/// Waits (up to two minutes) for the machine to calm down after what came before
+/// (the setup, the other way's restore), so that each way starts alike.
+async fn settle() {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        let one_minute: f64 = load_average()
+            .split_whitespace()
+            .next()
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(0.0);
+        if one_minute < 2.5 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }
 
