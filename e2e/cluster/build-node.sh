@@ -32,21 +32,8 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null
 }
 
-# A writable copy of a module's source, so that the module's own go.mod (with its
-# replace directives) is the main module of the build, as in its own repository.
-module_copy() {
-  local module="$1" version="$2" name="$3" dir src
-  dir="$work/$name-$version"
-  if [[ ! -f "$dir/go.mod" ]]; then
-    src="$(cd "$work" && go mod download -json "$module@$version" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')"
-    [[ -d "$src" ]] || { log "could not download $module@$version"; exit 1; }
-    rm -rf "$dir.tmp"
-    cp -r "$src" "$dir.tmp"
-    chmod -R u+w "$dir.tmp"
-    mv "$dir.tmp" "$dir"
-  fi
-  echo "$dir"
-}
+# shellcheck source=SCRIPTDIR/modules.sh
+source "$here/modules.sh"
 
 build_runc() {
   [[ -x "$bin/runc" ]] && return 0

@@ -25,21 +25,10 @@ export GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
 log() { printf '[velero] %s\n' "$*" >&2; }
 
-# A writable copy of a module, so that its own go.mod (replace directives
-# included: Velero takes kopia from a fork) is the main module of the build.
-module_copy() {
-  local module="$1" version="$2" name="$3" dir src
-  dir="$work/$name-$version"
-  if [[ ! -f "$dir/go.mod" ]]; then
-    src="$(cd "$work" && go mod download -json "$module@$version" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')"
-    [[ -d "$src" ]] || { log "could not download $module@$version"; exit 1; }
-    rm -rf "$dir.tmp"
-    cp -r "$src" "$dir.tmp"
-    chmod -R u+w "$dir.tmp"
-    mv "$dir.tmp" "$dir"
-  fi
-  echo "$dir"
-}
+# Velero's go.mod takes kopia from a fork (a replace directive): module_copy builds
+# in a copy of the module, so that its own go.mod applies.
+# shellcheck source=SCRIPTDIR/modules.sh
+source "$here/modules.sh"
 
 build_velero() {
   [[ -x "$bin/velero" && -x "$bin/velero-restore-helper" && -x "$bin/velero-helper" ]] && return 0

@@ -30,8 +30,8 @@ pub mod velero;
 pub use cluster::{
     COMPONENTS, Cluster, LOCAL_PATH_CLASS, NODES, PAUSE_IMAGE, REAL_NODE_LABEL, REAL_NODE_TAINT,
     REAL_NODES, REFILL_IMAGE, RESTORE_WAIT_CONTAINER, RESTORE_WAIT_DONE, TEST_USER_AGENT,
-    TESTBOX_IMAGE, admin_client, cluster, cluster_dir, restart_component, scripts_dir,
-    service_account_token, start_cluster,
+    TESTBOX_IMAGE, admin_client, cluster, cluster_dir, real_node_annotations, restart_component,
+    scripts_dir, service_account_token, start_cluster,
 };
 pub use support::{
     POLL_INTERVAL, TEST_NAMESPACE_LABEL, TEST_TIMEOUT, TestEnv, TestNamespace, dns_label, dump,

@@ -20,13 +20,51 @@ use crate::support::wait_for;
 /// Where `e2e/cluster/up.sh` installs Velero.
 pub const VELERO_NAMESPACE: &str = "velero";
 
-fn backups(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("velero.io", "v1", "Backup");
+/// One of Velero's kinds (`Backup`, `Restore`, ...) in Velero's namespace, as
+/// dynamic objects: refill's own types carry only the fields it reads.
+pub fn velero_api(client: &Client, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("velero.io", "v1", kind);
     Api::namespaced_with(
         client.clone(),
         VELERO_NAMESPACE,
         &ApiResource::from_gvk(&gvk),
     )
+}
+
+/// Creates a Velero Backup or Restore (`object`, in Velero's namespace) and waits
+/// until Velero has finished it. Fails with Velero's status unless it Completed.
+pub async fn run_to_completion(
+    client: &Client,
+    object: serde_json::Value,
+    timeout: Duration,
+) -> Result<DynamicObject> {
+    let object: DynamicObject = serde_json::from_value(object)?;
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let api = velero_api(client, &kind);
+    api.create(&PostParams::default(), &object).await?;
+    let done = wait_for(format!("Velero {kind} {name}"), timeout, || async {
+        let o = api.get(&name).await?;
+        let phase = o.data["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        Ok(matches!(
+            phase.as_str(),
+            "Completed" | "PartiallyFailed" | "Failed" | "FailedValidation"
+        )
+        .then_some(o))
+    })
+    .await?;
+    let status = &done.data["status"];
+    if status["phase"] != "Completed" {
+        bail!("Velero {kind} {name} ended {}: {status:#}", status["phase"]);
+    }
+    Ok(done)
 }
 
 /// Has Velero back up `namespaces`, every pod volume by file-system backup (as
@@ -38,8 +76,7 @@ pub async fn backup_namespaces(
     namespaces: &[&str],
     timeout: Duration,
 ) -> Result<DynamicObject> {
-    let api = backups(client);
-    let backup: DynamicObject = serde_json::from_value(json!({
+    let backup = json!({
         "apiVersion": "velero.io/v1",
         "kind": "Backup",
         "metadata": { "name": name, "namespace": VELERO_NAMESPACE },
@@ -50,36 +87,13 @@ pub async fn backup_namespaces(
             "snapshotVolumes": false,
             "ttl": "24h0m0s",
         },
-    }))?;
-    api.create(&PostParams::default(), &backup).await?;
-    let done = wait_for(format!("Velero backup {name}"), timeout, || async {
-        let b = api.get(name).await?;
-        let phase = b.data["status"]["phase"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        Ok(matches!(
-            phase.as_str(),
-            "Completed" | "PartiallyFailed" | "Failed" | "FailedValidation"
-        )
-        .then_some(b))
-    })
-    .await?;
-    let status = &done.data["status"];
-    if status["phase"] != "Completed" {
-        bail!("Velero backup {name} ended {}: {status:#}", status["phase"]);
-    }
-    Ok(done)
+    });
+    run_to_completion(client, backup, timeout).await
 }
 
 /// Asks Velero to delete a backup and its data, as `velero backup delete` does.
 pub async fn delete_backup(client: &Client, backup: &str) -> Result<()> {
-    let gvk = GroupVersionKind::gvk("velero.io", "v1", "DeleteBackupRequest");
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        VELERO_NAMESPACE,
-        &ApiResource::from_gvk(&gvk),
-    );
+    let api = velero_api(client, "DeleteBackupRequest");
     let request: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "velero.io/v1",
         "kind": "DeleteBackupRequest",

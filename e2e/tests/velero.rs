@@ -6,16 +6,17 @@
 //! symlink are compared with what the application wrote before the backup.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{DataRestore, DataRestoreSpec, Phase, PodVolumePhase, PodVolumeRestore};
 use refill_e2e::velero::{self, Entry, VELERO_NAMESPACE};
-use refill_e2e::{LOCAL_PATH_CLASS, REAL_NODE_LABEL, REAL_NODE_TAINT, TESTBOX_IMAGE, TestEnv};
+use refill_e2e::{LOCAL_PATH_CLASS, TESTBOX_IMAGE, TestEnv, real_node_annotations};
 use refill_e2e::{fixture, in_cluster, run_test, wait_for};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -38,33 +39,22 @@ async fn controller(env: &TestEnv) -> Result<()> {
     Ok(())
 }
 
-/// Every pod of the test's namespace, stand-ins included, goes to a real node: the
-/// namespace annotations an admin would set (PodNodeSelector,
-/// PodTolerationRestriction).
-async fn on_real_nodes(env: &TestEnv) -> Result<()> {
-    on_real_nodes_in(&env.client, env.namespace()).await
-}
-
-async fn on_real_nodes_in(client: &Client, namespace: &str) -> Result<()> {
-    let toleration =
-        json!([{ "key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule" }]);
+/// Every pod of `namespace`, stand-ins included, goes to a real node.
+async fn on_real_nodes(client: &Client, namespace: &str) -> Result<()> {
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .patch(
             namespace,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "annotations": {
-                "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
-                "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=real"),
-            }}})),
+            &Patch::Merge(json!({ "metadata": { "annotations": real_node_annotations() } })),
         )
         .await?;
     Ok(())
 }
 
 /// A pod template whose init container writes `mib` MiB of files (nested
-/// directories, modes, owners, a symlink) into the claim `volume` mounts, once,
-/// and whose app container then just runs.
-fn app_template(app: &str, mib: u32, volume: Value) -> Value {
+/// directories, modes, owners, a symlink) into the volume `data`, once, and whose
+/// app container then just runs. `volumes` is the pod's list of volumes.
+fn app_template(app: &str, mib: u32, volumes: Value) -> Value {
     let mounts = json!([{ "name": "data", "mountPath": "/data" }]);
     json!({
         "metadata": { "labels": { "app": app } },
@@ -77,7 +67,7 @@ fn app_template(app: &str, mib: u32, volume: Value) -> Value {
                 "name": "app", "image": TESTBOX_IMAGE, "imagePullPolicy": "Never",
                 "args": ["sleep"], "volumeMounts": mounts,
             }],
-            "volumes": [volume],
+            "volumes": volumes,
             "terminationGracePeriodSeconds": 1,
             // The app says it runs as root (it chowns its files), so Velero's helper
             // in refill's stand-in runs as root too and can remove the done files the
@@ -86,6 +76,29 @@ fn app_template(app: &str, mib: u32, volume: Value) -> Value {
             "securityContext": { "runAsUser": 0, "runAsGroup": 0 },
         }
     })
+}
+
+/// On the real nodes of `namespace`: the claim `data` (local-path, so it binds where
+/// the pod lands) and the Deployment `app` of [`app_template`] mounting it. Returns
+/// the app's Ready pod and the claim's directory on this machine.
+async fn deploy_app(client: &Client, namespace: &str, mib: u32) -> Result<(Pod, PathBuf)> {
+    on_real_nodes(client, namespace).await?;
+    fixture::pvc_of_class(client, namespace, "data", None, &[], LOCAL_PATH_CLASS).await?;
+    let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
+    let deployment = serde_json::from_value(json!({
+        "metadata": { "name": "app" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "app" } },
+            "template": app_template("app", mib, json!([volume])),
+        }
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), namespace)
+        .create(&Default::default(), &deployment)
+        .await?;
+    let mut pods = fixture::wait_ready_pods(client, namespace, "app", 1, TIMEOUT).await?;
+    let dir = velero::claim_dir(client, namespace, "data").await?;
+    Ok((pods.remove(0), dir))
 }
 
 /// Damage as an operator finds it: bytes overwritten, files and the symlink
@@ -187,20 +200,7 @@ async fn velero_node_agent_restores_a_deployments_claim_in_place() -> Result<()>
         let ns = env.namespace().to_string();
         let client = env.client.clone();
         controller(&env).await?;
-        on_real_nodes(&env).await?;
-        fixture::pvc_of_class(&client, &ns, "data", None, &[], LOCAL_PATH_CLASS).await?;
-        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
-        env.create::<k8s_openapi::api::apps::v1::Deployment>(json!({
-            "metadata": { "name": "app" },
-            "spec": {
-                "replicas": 1,
-                "selector": { "matchLabels": { "app": "app" } },
-                "template": app_template("app", 8, volume),
-            }
-        }))
-        .await?;
-        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
-        let dir = velero::claim_dir(&client, &ns, "data").await?;
+        let (_, dir) = deploy_app(&client, &ns, 8).await?;
         let want = velero::tree(&dir)?;
         ensure!(want.len() >= 10, "the app wrote only {want:?}");
 
@@ -232,10 +232,10 @@ async fn velero_node_agent_restores_every_claim_of_a_stateful_set() -> Result<()
         let ns = env.namespace().to_string();
         let client = env.client.clone();
         controller(&env).await?;
-        on_real_nodes(&env).await?;
-        let mut template = app_template("db", 4, json!({ "name": "unused", "emptyDir": {} }));
-        // The claims come from the template: data-db-0, data-db-1.
-        template["spec"]["volumes"] = json!([]);
+        on_real_nodes(&client, &ns).await?;
+        // No volumes of its own: the claims come from the claim template
+        // (data-db-0, data-db-1).
+        let template = app_template("db", 4, json!([]));
         env.create::<k8s_openapi::api::apps::v1::StatefulSet>(json!({
             "metadata": { "name": "db" },
             "spec": {
@@ -293,29 +293,14 @@ async fn velero_node_agent_fills_an_unbound_claim_on_a_candidate_node() -> Resul
         let ns = env.namespace().to_string();
         let client = env.client.clone();
         controller(&env).await?;
-        on_real_nodes(&env).await?;
-        fixture::pvc_of_class(&client, &ns, "data", None, &[], LOCAL_PATH_CLASS).await?;
-        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
-        let deployment = |replicas: i32| {
-            json!({
-                "metadata": { "name": "app" },
-                "spec": {
-                    "replicas": replicas,
-                    "selector": { "matchLabels": { "app": "app" } },
-                    "template": app_template("app", 4, volume.clone()),
-                }
-            })
-        };
-        env.create::<k8s_openapi::api::apps::v1::Deployment>(deployment(1))
-            .await?;
-        let pods = fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
-        let first_node = node_of(&pods[0]);
-        let want = velero::tree(&velero::claim_dir(&client, &ns, "data").await?)?;
+        let (pod, first_dir) = deploy_app(&client, &ns, 4).await?;
+        let first_node = node_of(&pod);
+        let want = velero::tree(&first_dir)?;
         let backup = format!("{ns}-primary");
         velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
 
         // The standby: the app at 0 and a new, unbound claim of the same name.
-        let deployments = env.api::<k8s_openapi::api::apps::v1::Deployment>();
+        let deployments = env.api::<Deployment>();
         deployments
             .patch(
                 "app",
@@ -400,22 +385,7 @@ async fn fail_one_of_two(env: &TestEnv, ns: &str, other: &str) -> Result<()> {
     let client = env.client.clone();
     let mut dirs = Vec::new();
     for namespace in [ns, other] {
-        on_real_nodes_in(&client, namespace).await?;
-        fixture::pvc_of_class(&client, namespace, "data", None, &[], LOCAL_PATH_CLASS).await?;
-        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
-        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-            Api::namespaced(client.clone(), namespace);
-        let deployment = serde_json::from_value(json!({
-            "metadata": { "name": "app" },
-            "spec": {
-                "replicas": 1,
-                "selector": { "matchLabels": { "app": "app" } },
-                "template": app_template("app", 2, volume),
-            }
-        }))?;
-        deployments.create(&Default::default(), &deployment).await?;
-        fixture::wait_ready_pods(&client, namespace, "app", 1, TIMEOUT).await?;
-        let dir = velero::claim_dir(&client, namespace, "data").await?;
+        let (_, dir) = deploy_app(&client, namespace, 2).await?;
         dirs.push((velero::tree(&dir)?, dir));
     }
     let backup = format!("{ns}-nightly");
@@ -450,34 +420,19 @@ async fn fail_one_of_two(env: &TestEnv, ns: &str, other: &str) -> Result<()> {
     forget(&client, ns, &backup).await
 }
 
-/// A cancel while Velero's data mover copies: the PodVolumeRestore ends Canceled,
-/// and the app comes back only after that, so nothing writes under it.
+/// A cancel while Velero's data mover copies: the PodVolumeRestore ends (Canceled,
+/// or Failed as Velero v1.18.3 reports it), and the app comes back only after that,
+/// so nothing writes under it.
 #[tokio::test]
 async fn a_cancel_mid_copy_brings_the_app_back_only_after_velero_stopped() -> Result<()> {
     run_test("velero-cancel", |env| async move {
         let ns = env.namespace().to_string();
         let client = env.client.clone();
         controller(&env).await?;
-        on_real_nodes(&env).await?;
-        fixture::pvc_of_class(&client, &ns, "data", None, &[], LOCAL_PATH_CLASS).await?;
-        let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
-        env.create::<k8s_openapi::api::apps::v1::Deployment>(json!({
-            "metadata": { "name": "app" },
-            "spec": {
-                "replicas": 1,
-                "selector": { "matchLabels": { "app": "app" } },
-                "template": app_template("app", 384, volume),
-            }
-        }))
-        .await?;
-        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        let (_, dir) = deploy_app(&client, &ns, 384).await?;
         let backup = format!("{ns}-nightly");
         velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
-        std::fs::remove_file(
-            velero::claim_dir(&client, &ns, "data")
-                .await?
-                .join("db/main.db"),
-        )?;
+        std::fs::remove_file(dir.join("db/main.db"))?;
 
         let spec = DataRestoreSpec {
             backup_name: Some(backup.clone()),

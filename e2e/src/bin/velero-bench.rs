@@ -17,19 +17,17 @@ use std::io::{BufRead, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
-};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use refill::api::{DataRestore, DataRestoreSpec, Phase};
 use refill_e2e::velero::{self, VELERO_NAMESPACE};
 use refill_e2e::{
-    Cluster, LOCAL_PATH_CLASS, REAL_NODE_LABEL, REAL_NODE_TAINT, TESTBOX_IMAGE, fixture,
-    in_cluster, is_pod_ready, wait_for,
+    Cluster, LOCAL_PATH_CLASS, TESTBOX_IMAGE, fixture, in_cluster, is_pod_ready,
+    real_node_annotations, wait_for,
 };
 use serde_json::json;
 
@@ -139,12 +137,9 @@ async fn remove_namespace(client: &Client) -> Result<()> {
 /// Each app: a Deployment of one pod (on a real node, by the namespace's
 /// annotations) whose init container writes its volume's files once.
 async fn create_apps(client: &Client, apps: &[(String, u32)]) -> Result<()> {
-    let toleration =
-        json!([{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS, "annotations": {
-        "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=real"),
-        "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
-    }}}))?;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {
+        "name": NS, "annotations": real_node_annotations(),
+    }}))?;
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await?;
@@ -230,17 +225,34 @@ async fn downtimes(client: &Client, apps: &[(String, u32)]) -> Result<Vec<Durati
     Ok(out.into_values().collect())
 }
 
+/// Runs one way's `restore` (which returns the bytes it moved) while watching the
+/// apps' downtime, and counts the service accounts' writes over it.
+async fn measure(
+    cluster: &Cluster,
+    client: &Client,
+    apps: &[(String, u32)],
+    restore: impl Future<Output = Result<u64>>,
+) -> Result<Run> {
+    let load = load_average();
+    let audit = AuditCursor::now(cluster)?;
+    let began = Instant::now();
+    let (downtime, bytes) = tokio::try_join!(downtimes(client, apps), restore)?;
+    Ok(Run {
+        load,
+        wall: began.elapsed(),
+        downtime,
+        bytes,
+        writes: audit.writes(cluster)?,
+    })
+}
+
 async fn refill_restore(
     cluster: &Cluster,
     client: &Client,
     apps: &[(String, u32)],
     backup: &str,
 ) -> Result<Run> {
-    let load = load_average();
-    let audit = AuditCursor::now(cluster)?;
     let name = format!("{backup}-refill");
-    let began = Instant::now();
-    let watch = downtimes(client, apps);
     let restore = async {
         let spec = DataRestoreSpec {
             backup_name: Some(backup.into()),
@@ -248,32 +260,25 @@ async fn refill_restore(
             ..Default::default()
         };
         fixture::data_restore(client, VELERO_NAMESPACE, &name, spec).await?;
-        fixture::wait_finished(client, VELERO_NAMESPACE, &name, TIMEOUT).await
+        let done = fixture::wait_finished(client, VELERO_NAMESPACE, &name, TIMEOUT).await?;
+        let status = done.status.unwrap_or_default();
+        ensure!(
+            status.phase == Phase::Completed,
+            "refill's restore ended {:?}: {:?}",
+            status.phase,
+            status.errors
+        );
+        Ok(status
+            .volumes
+            .iter()
+            .map(|v| v.bytes_done.max(0) as u64)
+            .sum())
     };
-    let (down, done) = tokio::try_join!(watch, restore)?;
-    let wall = began.elapsed();
-    let status = done.status.unwrap_or_default();
-    ensure!(
-        status.phase == Phase::Completed,
-        "refill's restore ended {:?}: {:?}",
-        status.phase,
-        status.errors
-    );
-    let bytes = status
-        .volumes
-        .iter()
-        .map(|v| v.bytes_done.max(0) as u64)
-        .sum();
+    let run = measure(cluster, client, apps, restore).await?;
     Api::<DataRestore>::namespaced(client.clone(), VELERO_NAMESPACE)
         .delete(&name, &DeleteParams::default())
         .await?;
-    Ok(Run {
-        load,
-        wall,
-        downtime: down,
-        bytes,
-        writes: audit.writes(cluster)?,
-    })
+    Ok(run)
 }
 
 async fn velero_restore(
@@ -282,69 +287,35 @@ async fn velero_restore(
     apps: &[(String, u32)],
     backup: &str,
 ) -> Result<Run> {
-    let load = load_average();
-    let audit = AuditCursor::now(cluster)?;
-    let gvk = GroupVersionKind::gvk("velero.io", "v1", "Restore");
-    let restores: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        VELERO_NAMESPACE,
-        &ApiResource::from_gvk(&gvk),
-    );
     let name = format!("{backup}-velero");
-    let began = Instant::now();
-    let watch = downtimes(client, apps);
     let restore = async {
         remove_namespace(client).await?;
-        let restore: DynamicObject = serde_json::from_value(json!({
+        let restore = json!({
             "apiVersion": "velero.io/v1", "kind": "Restore",
             "metadata": {"name": name, "namespace": VELERO_NAMESPACE},
             "spec": {"backupName": backup, "includedNamespaces": [NS]},
-        }))?;
-        restores.create(&PostParams::default(), &restore).await?;
-        let done = wait_for("Velero's restore", TIMEOUT, || async {
-            let r = restores.get(&name).await?;
-            let phase = r.data["status"]["phase"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            Ok(matches!(
-                phase.as_str(),
-                "Completed" | "PartiallyFailed" | "Failed" | "FailedValidation"
-            )
-            .then_some(r))
-        })
-        .await?;
-        if done.data["status"]["phase"] != "Completed" {
-            bail!("Velero's restore ended: {:#}", done.data["status"]);
-        }
-        Ok(())
+        });
+        velero::run_to_completion(client, restore, TIMEOUT).await?;
+        // The bytes Velero wrote back: what its PodVolumeRestores report.
+        let pvrs: Api<refill::api::PodVolumeRestore> =
+            Api::namespaced(client.clone(), VELERO_NAMESPACE);
+        let selector = format!("velero.io/restore-name={name}");
+        Ok(pvrs
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .iter()
+            .filter_map(|p| p.status.as_ref()?.progress.as_ref())
+            .map(|p| p.bytes_done.max(0) as u64)
+            .sum())
     };
-    let (down, ()) = tokio::try_join!(watch, restore)?;
-    let wall = began.elapsed();
-    // The bytes Velero wrote back: what its PodVolumeRestores report.
-    let pvrs: Api<refill::api::PodVolumeRestore> =
-        Api::namespaced(client.clone(), VELERO_NAMESPACE);
-    let selector = format!("velero.io/restore-name={name}");
-    let bytes = pvrs
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .iter()
-        .filter_map(|p| p.status.as_ref()?.progress.as_ref())
-        .map(|p| p.bytes_done.max(0) as u64)
-        .sum();
+    let run = measure(cluster, client, apps, restore).await?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     ensure!(
         claims.list(&ListParams::default()).await?.items.len() == apps.len(),
         "Velero did not bring every claim back"
     );
-    Ok(Run {
-        load,
-        wall,
-        downtime: down,
-        bytes,
-        writes: audit.writes(cluster)?,
-    })
+    Ok(run)
 }
 
 /// Writes (create, update, patch, delete) by refill's and Velero's service accounts

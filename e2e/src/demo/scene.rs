@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeCl
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use refill::api::{Backup, DataRestore};
-use refill_e2e::{REAL_NODE_LABEL, REAL_NODE_TAINT, TESTBOX_IMAGE, fixture, velero, wait_for};
+use refill_e2e::{TESTBOX_IMAGE, fixture, real_node_annotations, velero, wait_for};
 use serde_json::json;
 
 use super::data::{self, File};
@@ -152,15 +152,10 @@ async fn empty_namespace(client: &Client) -> Result<()> {
 /// and the StatefulSet `db` (3 replicas), all pods Ready.
 pub async fn create_app(client: &Client, volumes: &[Volume]) -> Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
-    // Every pod of the namespace (refill's stand-ins too) goes to a real node: the
-    // annotations an admin would set for PodNodeSelector and PodTolerationRestriction.
-    let toleration =
-        json!([{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
+    // Every pod of the namespace (refill's stand-ins too) goes to a real node.
     let ns: Namespace = serde_json::from_value(json!({
-        "metadata": {"name": NS, "labels": {PART_OF.0: PART_OF.1}, "annotations": {
-            "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=real"),
-            "scheduler.alpha.kubernetes.io/defaultTolerations": toleration.to_string(),
-        }}
+        "metadata": {"name": NS, "labels": {PART_OF.0: PART_OF.1},
+            "annotations": real_node_annotations()}
     }))?;
     api.create(&PostParams::default(), &ns).await?;
     for v in volumes {
