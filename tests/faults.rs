@@ -47,7 +47,7 @@ use refill::labels;
 use refill_e2e::cluster::Cluster;
 use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle, Observer};
 use refill_e2e::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
-use refill_e2e::{TEST_NAMESPACE_LABEL, TestEnv, run_test, run_test_on, wait_for};
+use refill_e2e::{OwnCluster, TEST_NAMESPACE_LABEL, TestEnv, run_test, run_test_on, wait_for};
 use serde_json::json;
 
 /// How long a restore may take to end after its fault.
@@ -1537,30 +1537,28 @@ async fn overlapping_restores_of_one_pvc_started_together() -> Result<()> {
 
 /// The cluster for faults that restart its components (never the shared one):
 /// `REFILL_FAULTS_CLUSTER_DIR` (default `~/.cache/refill/cluster-faults`), its ports
-/// moved by `REFILL_FAULTS_PORT_OFFSET` (default 300).
-fn faults_cluster() -> (PathBuf, u16) {
-    let dir = std::env::var_os("REFILL_FAULTS_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            PathBuf::from(home).join(".cache/refill/cluster-faults")
-        });
+/// moved by `REFILL_FAULTS_PORT_OFFSET` (default 300). kwok nodes only: the fault
+/// is the API server's, and the simulated node agent does the copy.
+fn faults_cluster() -> OwnCluster {
     let offset = std::env::var("REFILL_FAULTS_PORT_OFFSET")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    (dir, offset)
+    let cluster = match std::env::var_os("REFILL_FAULTS_CLUSTER_DIR") {
+        Some(dir) => OwnCluster::at(PathBuf::from(dir), offset),
+        None => OwnCluster::new("cluster-faults", offset),
+    };
+    cluster.with("REFILL_REAL_NODES", "0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_restarted_mid_copy() -> Result<()> {
     init_logging();
-    let (dir, offset) = faults_cluster();
-    let cluster: &'static Cluster = Box::leak(Box::new(
-        refill_e2e::start_cluster(&dir, offset)
-            .await
-            .with_context(|| format!("starting the faults cluster in {}", dir.display()))?,
-    ));
+    let own: &'static OwnCluster = Box::leak(Box::new(faults_cluster()));
+    let cluster: &'static Cluster =
+        Box::leak(Box::new(own.start().await.with_context(|| {
+            format!("starting the faults cluster in {}", own.dir.display())
+        })?));
     let outcome = run_test_on(cluster, "api-server-restarted-mid-copy", |env| async move {
         let s = Scene::new(env).await?;
         let app = s.app(Shape::Deployment, false).await?;
@@ -1569,21 +1567,12 @@ async fn api_server_restarted_mid_copy() -> Result<()> {
         let _controller = s.controller().await?;
         s.restore("r1", s.spec(&app)).await?;
         s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
-        let down = refill_e2e::restart_component(cluster, offset, "kube-apiserver").await?;
+        let down = own.restart_component("kube-apiserver").await?;
         tracing::info!("kube-apiserver was down for {down:?}");
         let (_, problems) = s.check(&app, "r1", &Expect::completed()).await;
         verdict(problems)
     })
     .await;
-    // As e2e/test does for the shared cluster: CI leaves nothing running.
-    if std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("REFILL_STOP_CLUSTER").is_ok_and(|v| v == "1")
-    {
-        let _ = tokio::process::Command::new(refill_e2e::scripts_dir().join("down.sh"))
-            .env("REFILL_CLUSTER_DIR", &dir)
-            .env("REFILL_PORT_OFFSET", offset.to_string())
-            .status()
-            .await;
-    }
+    own.stop_if_asked().await;
     outcome
 }

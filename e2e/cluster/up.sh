@@ -14,6 +14,8 @@
 #                       kwok only). See nodes.sh.
 #   REFILL_VELERO       1 (default with real nodes): Velero and its S3 server on
 #                       the real nodes; 0 to leave them out. See velero.sh.
+#   REFILL_VELERO_VERSION  the Velero release to build and install (default
+#                       VELERO_VERSION of versions.env)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
@@ -458,6 +460,9 @@ start_real_nodes() {
       "${kubectl[@]}" delete node "$name" --ignore-not-found --wait=false >/dev/null
     fi
   done
+  # The nodes this start asked for, for scripts run later without its settings
+  # (load-image.sh).
+  real_node_names >"$cluster_dir/real-nodes"
   ((real_node_count)) || return 0
   node_bin="$("$here/build-node.sh" | tail -n 1)"
   [[ -x "$node_bin/kubelet" ]] || { say "build-node.sh gave no usable bin dir ('$node_bin')"; exit 1; }

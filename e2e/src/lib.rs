@@ -24,15 +24,17 @@ pub mod cluster;
 pub mod fixture;
 pub mod in_cluster;
 pub mod node_agent;
+pub mod own_cluster;
 pub mod support;
 pub mod velero;
 
 pub use cluster::{
     COMPONENTS, Cluster, LOCAL_PATH_CLASS, NODES, PAUSE_IMAGE, REAL_NODE_LABEL, REAL_NODE_TAINT,
     REAL_NODES, REFILL_IMAGE, RESTORE_WAIT_CONTAINER, RESTORE_WAIT_DONE, TEST_USER_AGENT,
-    TESTBOX_IMAGE, admin_client, cluster, cluster_dir, real_node_annotations, restart_component,
-    scripts_dir, service_account_token, start_cluster,
+    TESTBOX_IMAGE, admin_client, cluster, cluster_dir, real_node_annotations, scripts_dir,
+    service_account_token,
 };
+pub use own_cluster::OwnCluster;
 pub use support::{
     POLL_INTERVAL, TEST_NAMESPACE_LABEL, TEST_TIMEOUT, TestEnv, TestNamespace, dns_label, dump,
     is_pod_ready, run_test, run_test_on, wait_for,

@@ -20,6 +20,37 @@ use crate::support::wait_for;
 /// Where `e2e/cluster/up.sh` installs Velero.
 pub const VELERO_NAMESPACE: &str = "velero";
 
+/// A version named in `e2e/cluster/versions.env` (`VELERO_VERSION`,
+/// `VELERO_COMPAT_VERSION`, ...), as the cluster scripts read it.
+pub fn version(name: &str) -> Result<String> {
+    let file = crate::cluster::scripts_dir().join("versions.env");
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+        .map(|v| v.trim().to_string())
+        .filter(|v| v.starts_with('v'))
+        .with_context(|| format!("no {name}=v... in {}", file.display()))
+}
+
+/// The release Velero's server Deployment runs, from its image tag.
+pub async fn running_version(client: &Client) -> Result<String> {
+    let deployment =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), VELERO_NAMESPACE)
+            .get("velero")
+            .await?;
+    let image = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .and_then(|c| c.image)
+        .unwrap_or_default();
+    image
+        .rsplit_once(':')
+        .map(|(_, tag)| tag.to_string())
+        .with_context(|| format!("Velero's server image {image:?} has no tag"))
+}
+
 /// One of Velero's kinds (`Backup`, `Restore`, ...) in Velero's namespace, as
 /// dynamic objects: refill's own types carry only the fields it reads.
 pub fn velero_api(client: &Client, kind: &str) -> Api<DynamicObject> {

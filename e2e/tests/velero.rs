@@ -9,15 +9,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{DataRestore, DataRestoreSpec, Phase, PodVolumePhase, PodVolumeRestore};
 use refill_e2e::velero::{self, Entry, VELERO_NAMESPACE};
-use refill_e2e::{LOCAL_PATH_CLASS, TESTBOX_IMAGE, TestEnv, real_node_annotations};
-use refill_e2e::{fixture, in_cluster, run_test, wait_for};
+use refill_e2e::{
+    Cluster, LOCAL_PATH_CLASS, OwnCluster, TESTBOX_IMAGE, TestEnv, real_node_annotations,
+};
+use refill_e2e::{fixture, in_cluster, run_test, run_test_on, wait_for};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -197,33 +199,73 @@ async fn nothing_left_behind(client: &Client, ns: &str, restore: &DataRestore) -
 #[tokio::test]
 async fn velero_node_agent_restores_a_deployments_claim_in_place() -> Result<()> {
     run_test("velero-deploy", |env| async move {
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
         controller(&env).await?;
-        let (_, dir) = deploy_app(&client, &ns, 8).await?;
-        let want = velero::tree(&dir)?;
-        ensure!(want.len() >= 10, "the app wrote only {want:?}");
-
-        let backup = format!("{ns}-nightly");
-        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
-        let pvbs = velero::pod_volume_backups(&client, &backup).await?;
-        ensure!(pvbs.len() == 1, "{} PodVolumeBackups, want 1", pvbs.len());
-
-        damage(&dir)?;
-        ensure!(
-            same_tree(&want, &dir).is_err(),
-            "the damage changed nothing"
-        );
-
-        let done = restore(&client, &ns, &backup, vec![format!("{ns}/data")]).await?;
-        let status = done.status.clone().unwrap_or_default();
-        ensure!(status.phase == Phase::Completed, "{status:#?}");
-        same_tree(&want, &dir)?;
-        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
-        nothing_left_behind(&client, &ns, &done).await?;
-        forget(&client, &ns, &backup).await
+        a_deployments_claim_restored_in_place(&env).await
     })
     .await
+}
+
+/// The same restore through the oldest Velero release refill is tested with
+/// (`VELERO_COMPAT_VERSION` in `e2e/cluster/versions.env`, v1.14): its node agent
+/// moves the data itself (no data-mover pod), knows no Accepted or Prepared phase,
+/// and names its done file after the owner marked `controller: true`. In a cluster
+/// of its own with one real node, since a cluster holds one release's CRDs.
+#[tokio::test]
+async fn the_oldest_velero_tested_restores_a_deployments_claim_in_place() -> Result<()> {
+    let want = velero::version("VELERO_COMPAT_VERSION")?;
+    let own: &'static OwnCluster = Box::leak(Box::new(
+        OwnCluster::new(&format!("cluster-velero-{want}"), 400)
+            .with("REFILL_VELERO_VERSION", &want)
+            .with("REFILL_REAL_NODES", "1")
+            .with("REFILL_NODES", "1"),
+    ));
+    let cluster: &'static Cluster = Box::leak(Box::new(own.start().await.with_context(|| {
+        format!(
+            "starting a cluster with Velero {want} in {}",
+            own.dir.display()
+        )
+    })?));
+    let outcome = run_test_on(cluster, "velero-compat", |env| async move {
+        let running = velero::running_version(&env.client).await?;
+        ensure!(
+            running == want,
+            "the cluster runs Velero {running}, not {want}"
+        );
+        in_cluster::install_controller(env.cluster, &env.client, VELERO_NAMESPACE, TIMEOUT).await?;
+        a_deployments_claim_restored_in_place(&env).await
+    })
+    .await;
+    own.stop_if_asked().await;
+    outcome
+}
+
+/// An app's files damaged and deleted after a backup come back byte for byte, with
+/// modes, owners and the symlink, and the app runs again.
+async fn a_deployments_claim_restored_in_place(env: &TestEnv) -> Result<()> {
+    let ns = env.namespace().to_string();
+    let client = env.client.clone();
+    let (_, dir) = deploy_app(&client, &ns, 8).await?;
+    let want = velero::tree(&dir)?;
+    ensure!(want.len() >= 10, "the app wrote only {want:?}");
+
+    let backup = format!("{ns}-nightly");
+    velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+    let pvbs = velero::pod_volume_backups(&client, &backup).await?;
+    ensure!(pvbs.len() == 1, "{} PodVolumeBackups, want 1", pvbs.len());
+
+    damage(&dir)?;
+    ensure!(
+        same_tree(&want, &dir).is_err(),
+        "the damage changed nothing"
+    );
+
+    let done = restore(&client, &ns, &backup, vec![format!("{ns}/data")]).await?;
+    let status = done.status.clone().unwrap_or_default();
+    ensure!(status.phase == Phase::Completed, "{status:#?}");
+    same_tree(&want, &dir)?;
+    fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+    nothing_left_behind(&client, &ns, &done).await?;
+    forget(&client, &ns, &backup).await
 }
 
 #[tokio::test]
