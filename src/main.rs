@@ -30,9 +30,60 @@ enum Command {
         /// Where /healthz and /readyz answer.
         #[arg(long, default_value = "0.0.0.0:8080", env = "REFILL_PROBE_ADDR")]
         probe_addr: std::net::SocketAddr,
+        #[command(flatten)]
+        election: ElectionArgs,
     },
     /// Print a shell completion script, e.g. `refill completion bash > /etc/bash_completion.d/refill`.
     Completion { shell: clap_complete::Shell },
+}
+
+/// Leader election among the controller's replicas.
+#[derive(clap::Args)]
+struct ElectionArgs {
+    /// Work only while holding the Lease, so that several replicas can run: one
+    /// works, the others stand by. `--leader-elect=false` for a single replica
+    /// that needs no Lease.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "REFILL_LEADER_ELECT")]
+    leader_elect: bool,
+    /// The Lease, in the controller's namespace.
+    #[arg(long, default_value = refill::controller::leader::Election::DEFAULT_LEASE_NAME)]
+    lease_name: String,
+    /// How long a lease not renewed stays valid: a standby takes over at most this
+    /// long after the leader died.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease_duration: std::time::Duration,
+    /// This replica's name in the Lease; default: the pod's name, else the host's.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+impl ElectionArgs {
+    fn election(&self) -> anyhow::Result<Option<refill::controller::leader::Election>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let seconds = self.lease_duration.as_secs();
+        if seconds < 2 {
+            anyhow::bail!("--lease-duration must be at least 2s, not {seconds}s");
+        }
+        let identity = match &self.identity {
+            Some(name) => name.clone(),
+            None => hostname()?,
+        };
+        Ok(Some(refill::controller::leader::Election {
+            lease_name: self.lease_name.clone(),
+            identity,
+            duration_seconds: seconds,
+            // A third of the lease, as client-go's 10 s renew deadline of a 15 s lease
+            // leaves 5 s.
+            grace_seconds: (seconds / 3).max(1),
+        }))
+    }
+}
+
+fn hostname() -> anyhow::Result<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")?;
+    Ok(format!("{}-{}", name.trim(), std::process::id()))
 }
 
 #[tokio::main]
@@ -46,13 +97,17 @@ async fn main() -> anyhow::Result<()> {
         Command::Backup { command } => {
             refill::cli::exit(refill::cli::backup(&cli.global, command).await)
         }
-        Command::Controller { probe_addr } => {
+        Command::Controller {
+            probe_addr,
+            election,
+        } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| "info,kube=warn".into()),
                 )
                 .init();
+            let election = election.election()?;
             let client = refill::controller::client(
                 cli.global.kubeconfig.as_deref(),
                 cli.global.context.clone(),
@@ -64,7 +119,24 @@ async fn main() -> anyhow::Result<()> {
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             tokio::spawn(refill::controller::health::serve(probe_addr, ready.clone()));
-            refill::controller::run_with_readiness(client, config, ready).await?;
+            let Some(election) = election else {
+                return refill::controller::run_with_readiness(client, config, ready).await;
+            };
+            let namespace = config.namespace.clone();
+            let work = {
+                let (client, ready) = (client.clone(), ready.clone());
+                move || refill::controller::run_with_readiness(client, config, ready)
+            };
+            match refill::controller::leader::run(client, &namespace, &election, ready, work).await
+            {
+                Err(e) if e.is::<refill::controller::leader::Lost>() => {
+                    tracing::error!("{e}");
+                    // Now, not after the runtime has wound its tasks down: a replica
+                    // that is no longer the leader writes nothing more.
+                    std::process::exit(1);
+                }
+                outcome => outcome?,
+            }
         }
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -36,6 +36,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuota};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -44,7 +45,9 @@ use refill::api::{
     PodVolumePhase, PodVolumeRestore, VolumePhase,
 };
 use refill::labels;
+use refill_e2e::audit;
 use refill_e2e::cluster::Cluster;
+use refill_e2e::controller_process::{ControllerKind, ControllerProcess};
 use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle, Observer};
 use refill_e2e::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
 use refill_e2e::{OwnCluster, TEST_NAMESPACE_LABEL, TestEnv, run_test, run_test_on, wait_for};
@@ -1313,6 +1316,113 @@ async fn no_node_agent_with_short_timeout(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
+/// The Deployment's two replicas as two `refill controller` processes for one
+/// namespace: the leader is killed (SIGKILL) while the node agent copies; the
+/// standby takes the Lease within its duration and finishes the restore, with one
+/// PodVolumeRestore per volume and the consumers back. At no moment do both write:
+/// the audit log, by each process's own token, shows every write of the standby
+/// after the last of the leader.
+async fn leader_killed_mid_copy(env: TestEnv) -> Result<()> {
+    let cluster = env.cluster;
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let kind = ControllerKind::Refill(PathBuf::from(env!("CARGO_BIN_EXE_refill")));
+    let lease = ["--lease-duration", &format!("{}s", LEASE.as_secs())];
+    let cursor = audit::Cursor::now(cluster)?;
+    let start = |name: &'static str| {
+        ControllerProcess::start_named(cluster, &kind, &s.ns, &s.scratch, name, &lease)
+    };
+    let leader = start("replica-a").await?;
+    s.lease_held_by("replica-a").await?;
+    let standby = start("replica-b").await?;
+    s.restore("r1", s.spec(&app)).await?;
+    s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
+    let leader_token = leader.credential_id().to_string();
+    let killed = SystemTime::now();
+    leader.stop().await;
+    let (_, mut problems) = s.check(&app, "r1", &Expect::completed()).await;
+    if let Err(e) = s.lease_held_by("replica-b").await {
+        problems.push(format!("{e:#}"));
+    }
+
+    let events = cursor.read_since(cluster)?;
+    let writes = |token: &str| -> Vec<(SystemTime, String)> {
+        audit::filter(&events, token)
+            .iter()
+            .filter(|e| e.is_write() && e.resource() != "leases")
+            .filter_map(|e| Some((e.received()?, format!("{} {}", e.verb, e.resource()))))
+            .collect()
+    };
+    let (first, second) = (writes(&leader_token), writes(standby.credential_id()));
+    standby.stop().await;
+    let last_of_first = first.iter().max_by_key(|(t, _)| *t);
+    let first_of_second = second.iter().min_by_key(|(t, _)| *t);
+    match (last_of_first, first_of_second) {
+        (Some((a, what_a)), Some((b, what_b))) => {
+            if b <= a {
+                problems.push(format!(
+                    "both replicas wrote: the standby's {what_b} came before the leader's {what_a}"
+                ));
+            }
+            if *b < killed {
+                problems.push(format!(
+                    "the standby wrote ({what_b}) while the leader lived"
+                ));
+            }
+            let takeover = b.duration_since(killed).unwrap_or_default();
+            eprintln!(
+                "[leader] {}: {} writes by the leader, {} by the standby, its first {takeover:?} after the kill",
+                s.ns,
+                first.len(),
+                second.len()
+            );
+            if takeover > LEASE + Duration::from_secs(5) {
+                problems.push(format!(
+                    "the standby took over {takeover:?} after the kill, lease {LEASE:?}"
+                ));
+            }
+        }
+        _ => problems.push(format!(
+            "expected writes from both replicas: leader {}, standby {}",
+            first.len(),
+            second.len()
+        )),
+    }
+    let pvrs = s.watch.pvrs.state();
+    if pvrs.len() != app.claims.len() {
+        let names: Vec<String> = pvrs.iter().map(|p| p.name_any()).collect();
+        problems.push(format!(
+            "{} PodVolumeRestores for {} claims: {names:?}",
+            pvrs.len(),
+            app.claims.len()
+        ));
+    }
+    verdict(problems)
+}
+
+/// The lease of [`leader_killed_mid_copy`]: short, so that the case stays short.
+const LEASE: Duration = Duration::from_secs(6);
+
+impl Scene {
+    /// Waits until the controller's Lease in the scene's namespace names `identity`.
+    async fn lease_held_by(&self, identity: &str) -> Result<()> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.ns);
+        wait_for(
+            format!("the Lease held by {identity}"),
+            LEASE * 3,
+            || async {
+                let holder = leases
+                    .get_opt(refill::controller::leader::Election::DEFAULT_LEASE_NAME)
+                    .await?
+                    .and_then(|l| l.spec?.holder_identity);
+                Ok((holder.as_deref() == Some(identity)).then_some(()))
+            },
+        )
+        .await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_during_a_restore() -> Result<()> {
     let cases = vec![
@@ -1334,6 +1444,10 @@ async fn faults_during_a_restore() -> Result<()> {
             pvr_deleted_mid_copy_keep_stopped,
         ),
         case("pvc-deleted-mid-copy", pvc_deleted_mid_copy),
+        case(
+            "leader-killed-mid-copy-standby-takes-over",
+            leader_killed_mid_copy,
+        ),
         case("consumer-rescaled-while-quiescing", |env| {
             consumer_rescaled(env, VolumePhase::Quiescing)
         }),

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -19,13 +21,37 @@ use crate::support::{is_pod_ready, wait_for};
 /// rebuilt image (same tag) rolls the controller out again.
 const IMAGE_SHA_ANNOTATION: &str = "refill.dev/image-sha256";
 
-/// `manifests/deployment.yaml` as a user applies it, changed only where this
-/// cluster differs: the image is the locally built one (never pulled), Velero's
-/// namespace is `velero_namespace`, and the pod goes to a real node.
-pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<Deployment> {
+/// The name of the Lease the controller's replicas elect their leader by, in
+/// Velero's namespace (refill's default).
+pub const LEASE: &str = "refill-controller";
+
+/// The objects of `manifests/deployment.yaml`: the Deployment and its
+/// PodDisruptionBudget.
+fn manifest_objects() -> Result<(Deployment, serde_json::Value)> {
+    use serde::Deserialize;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/deployment.yaml");
     let yaml = std::fs::read_to_string(&path)?;
-    let mut deployment: Deployment = serde_yaml::from_str(&yaml)?;
+    let mut deployment = None;
+    let mut budget = None;
+    for document in serde_yaml::Deserializer::from_str(&yaml) {
+        let object = serde_json::Value::deserialize(document)?;
+        match object["kind"].as_str() {
+            Some("Deployment") => deployment = Some(serde_json::from_value(object)?),
+            Some("PodDisruptionBudget") => budget = Some(object),
+            other => anyhow::bail!("{}: unexpected kind {other:?}", path.display()),
+        }
+    }
+    Ok((
+        deployment.context("deployment.yaml has no Deployment")?,
+        budget.context("deployment.yaml has no PodDisruptionBudget")?,
+    ))
+}
+
+/// `manifests/deployment.yaml`'s Deployment as a user applies it, changed only
+/// where this cluster differs: the image is the locally built one (never pulled),
+/// Velero's namespace is `velero_namespace`, and the pods go to real nodes.
+pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<Deployment> {
+    let (mut deployment, _) = manifest_objects()?;
     let template = &mut deployment
         .spec
         .as_mut()
@@ -65,9 +91,10 @@ pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<
 }
 
 /// Installs refill from `manifests/` (CRDs, RBAC for `velero_namespace`, the
-/// controller Deployment) with the image of this checkout, and returns once the
-/// controller's pod of that image is Ready: its readiness probe passes only when
-/// its watches have synced. Leaves it running, as an installed controller is.
+/// controller Deployment and its PodDisruptionBudget) with the image of this
+/// checkout, and returns the leader once every replica is of that image and Ready
+/// (a replica is Ready standing by, or leading with its watches synced) and one of
+/// them holds the Lease. Leaves them running, as an installed controller is.
 pub async fn install_controller(
     cluster: &Cluster,
     client: &Client,
@@ -78,42 +105,59 @@ pub async fn install_controller(
     fixture::install_refill(client, velero_namespace).await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
     let deployment = controller_deployment(velero_namespace, &image_sha)?;
+    let replicas = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1) as usize;
+    let apply = PatchParams::apply("refill-e2e").force();
     deployments
-        .patch(
-            "refill",
-            &PatchParams::apply("refill-e2e").force(),
-            &Patch::Apply(&deployment),
-        )
+        .patch("refill", &apply, &Patch::Apply(&deployment))
+        .await?;
+    let (_, budget) = manifest_objects()?;
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), CONTROLLER_SA.0)
+        .patch("refill", &apply, &Patch::Apply(&budget))
         .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
-    let pod = wait_for("refill's controller pod Ready", timeout, || async {
-        let listed = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=refill"))
-            .await?;
-        let current: Vec<Pod> = listed
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
-        // Only the new pod, once the old one (another image) has gone: two
-        // controllers must never serve one namespace.
-        let all_new = current.iter().all(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(IMAGE_SHA_ANNOTATION))
-                == Some(&image_sha)
-        });
-        Ok(match current.as_slice() {
-            [pod] if all_new && is_pod_ready(pod) => Some(pod.clone()),
-            _ => None,
-        })
-    })
+    let leases: Api<Lease> = Api::namespaced(client.clone(), velero_namespace);
+    let leader = wait_for(
+        format!("{replicas} Ready controller pods of the new image, one leading"),
+        timeout,
+        || async {
+            let listed = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=refill"))
+                .await?;
+            let current: Vec<Pod> = listed
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let all_new_and_ready = current.len() == replicas
+                && current.iter().all(|p| {
+                    is_pod_ready(p)
+                        && p.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(IMAGE_SHA_ANNOTATION))
+                            == Some(&image_sha)
+                });
+            if !all_new_and_ready {
+                return Ok(None);
+            }
+            let holder = leases
+                .get_opt(LEASE)
+                .await?
+                .and_then(|l| l.spec?.holder_identity);
+            Ok(current
+                .into_iter()
+                .find(|p| p.metadata.name.is_some() && p.metadata.name == holder))
+        },
+    )
     .await?;
-    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let node = leader.spec.as_ref().and_then(|s| s.node_name.clone());
     ensure!(
         node.as_deref().is_some_and(|n| n.starts_with("real-")),
         "the controller runs on {node:?}, not a real node"
     );
-    Ok(pod)
+    Ok(leader)
 }

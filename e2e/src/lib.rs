@@ -20,7 +20,9 @@
 //! }
 //! ```
 
+pub mod audit;
 pub mod cluster;
+pub mod controller_process;
 pub mod fixture;
 pub mod in_cluster;
 pub mod node_agent;

@@ -6,6 +6,7 @@ mod consumer;
 mod context;
 mod error;
 pub mod health;
+pub mod leader;
 mod phase;
 mod pod_volume_restore;
 pub mod reasons;

@@ -7,9 +7,7 @@
 //! Both ways must leave the same end state, which is checked: every file as the
 //! backup holds it, byte for byte; replicas as before and Ready; no helper pod left.
 
-pub mod audit;
 pub mod baseline;
-pub mod controller;
 pub mod report;
 pub mod scene;
 
@@ -24,9 +22,9 @@ use refill_e2e::Cluster;
 use refill_e2e::fixture;
 use refill_e2e::node_agent::{self, NodeAgentConfig};
 
-use self::audit::Requests;
-use self::controller::{ControllerKind, ControllerProcess};
 use self::scene::{Scene, Side};
+use refill_e2e::audit::{self, Requests};
+use refill_e2e::controller_process::{ControllerKind, ControllerProcess};
 
 /// How long any one restore (either way) may take before the run is given up.
 pub const RESTORE_TIMEOUT: Duration = Duration::from_secs(1800);

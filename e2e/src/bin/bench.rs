@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::Parser;
 
-use bench::controller::ControllerKind;
+use refill_e2e::controller_process::ControllerKind;
 
 /// Restore N PVCs with refill and with a kubectl script; compare time, API requests
 /// and the controller's memory.

@@ -120,8 +120,9 @@ async fn run(args: &Args, ui: &mut Ui, report: &mut Report) -> Result<()> {
     let sa_client = kubeconfig_client(&sa_kubeconfig).await?;
     show_access(ui, &sa_client).await?;
     ui.ok(&format!(
-        "Deployment of manifests/deployment.yaml: pod {} Ready on {}",
+        "Deployment of manifests/deployment.yaml: replicas Ready, {} leading (Lease {}) on {}",
         pod.metadata.name.as_deref().unwrap_or_default(),
+        in_cluster::LEASE,
         pod.spec
             .as_ref()
             .and_then(|s| s.node_name.as_deref())

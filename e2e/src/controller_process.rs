@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::Cluster;
+use crate::fixture::CONTROLLER_SA;
+use crate::service_account_token;
 use anyhow::{Context as _, Result, bail};
 use kube::config::Kubeconfig;
-use refill_e2e::Cluster;
-use refill_e2e::fixture::CONTROLLER_SA;
-use refill_e2e::service_account_token;
 
 /// Which program runs the controller.
 #[derive(Debug, Clone)]
@@ -38,18 +38,32 @@ impl ControllerProcess {
         velero_ns: &str,
         dir: &Path,
     ) -> Result<Self> {
+        Self::start_named(cluster, kind, velero_ns, dir, "controller", &[]).await
+    }
+
+    /// [`ControllerProcess::start`] for one of several controllers of a test: `name`
+    /// names its log and kubeconfig in `dir` and, as `--identity`, the replica in the
+    /// leader Lease (a `refill` binary's); `extra` are further arguments.
+    pub async fn start_named(
+        cluster: &Cluster,
+        kind: &ControllerKind,
+        velero_ns: &str,
+        dir: &Path,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
         let admin = cluster.admin_client().await?;
         let token = service_account_token(&admin, CONTROLLER_SA.0, CONTROLLER_SA.1).await?;
         let credential = format!("JTI={}", token_id(&token)?);
-        let kubeconfig = dir.join("controller.kubeconfig");
+        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
         write_kubeconfig(cluster, &token, &kubeconfig)?;
         let probe = free_port()?;
-        let log = dir.join("controller.log");
+        let log = dir.join(format!("{name}.log"));
         let log_file = std::fs::File::create(&log)?;
         let mut command = match kind {
             ControllerKind::Refill(binary) => {
                 let mut c = tokio::process::Command::new(binary);
-                c.arg("controller");
+                c.args(["controller", "--identity", name]);
                 c
             }
             ControllerKind::SelfExec => {
@@ -63,6 +77,7 @@ impl ControllerProcess {
             .arg(&kubeconfig)
             .args(["--namespace", velero_ns])
             .args(["--probe-addr", &format!("127.0.0.1:{probe}")])
+            .args(extra)
             .env(
                 "RUST_LOG",
                 std::env::var("BENCH_CONTROLLER_LOG").unwrap_or_else(|_| "info,kube=warn".into()),

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::Cluster;
 use anyhow::{Context as _, Result};
 use k8s_openapi::jiff::Timestamp;
-use refill_e2e::Cluster;
 use serde::Deserialize;
 
 /// The user agent prefix of refill's controller.
