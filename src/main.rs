@@ -27,14 +27,34 @@ enum Command {
     },
     /// Run the controller that carries out DataRestores.
     Controller {
-        /// Where /healthz and /readyz answer.
+        /// Where /healthz, /readyz and /metrics (Prometheus) answer.
         #[arg(long, default_value = "0.0.0.0:8080", env = "REFILL_PROBE_ADDR")]
         probe_addr: std::net::SocketAddr,
+        /// `json`: one JSON object per log line (time, level, target, message and
+        /// fields), for log collectors.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "REFILL_LOG_FORMAT")]
+        log_format: LogFormat,
         #[command(flatten)]
         election: ElectionArgs,
     },
     /// Print a shell completion script, e.g. `refill completion bash > /etc/bash_completion.d/refill`.
     Completion { shell: clap_complete::Shell },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
 }
 
 /// Leader election among the controller's replicas.
@@ -99,14 +119,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Controller {
             probe_addr,
+            log_format,
             election,
         } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info,kube=warn".into()),
-                )
-                .init();
+            init_logging(log_format);
             let election = election.election()?;
             let client = refill::controller::client(
                 cli.global.kubeconfig.as_deref(),
@@ -118,14 +134,23 @@ async fn main() -> anyhow::Result<()> {
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            tokio::spawn(refill::controller::health::serve(probe_addr, ready.clone()));
+            let metrics = config.metrics.clone();
+            tokio::spawn(refill::controller::health::serve(
+                probe_addr,
+                ready.clone(),
+                metrics.clone(),
+            ));
             let Some(election) = election else {
+                metrics.set_leader(true);
                 return refill::controller::run_with_readiness(client, config, ready).await;
             };
             let namespace = config.namespace.clone();
             let work = {
                 let (client, ready) = (client.clone(), ready.clone());
-                move || refill::controller::run_with_readiness(client, config, ready)
+                move || {
+                    metrics.set_leader(true);
+                    refill::controller::run_with_readiness(client, config, ready)
+                }
             };
             match refill::controller::leader::run(client, &namespace, &election, ready, work).await
             {

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -1421,6 +1421,89 @@ impl Scene {
         )
         .await
     }
+}
+
+/// One sample of Prometheus text: the value on the line `name value` (`name` with
+/// its labels, as the text writes them).
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The controller as its Deployment runs it, a process with `--log-format json`:
+/// its `/metrics`, scraped before, during and after a restore, move as the restore
+/// does (a PodVolumeRestore waits while no node agent runs; then one restore, one
+/// volume and its bytes, one app's downtime), and every line it logs is a JSON object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_json_logs_follow_a_restore() -> Result<()> {
+    init_logging();
+    run_test("metrics-and-json-logs", |env| async move {
+        let cluster = env.cluster;
+        let s = Scene::new(env).await?;
+        let app = s.app(Shape::Deployment, false).await?;
+        let kind = ControllerKind::Refill(PathBuf::from(env!("CARGO_BIN_EXE_refill")));
+        let json = ["--log-format", "json"];
+        let controller =
+            ControllerProcess::start_named(cluster, &kind, &s.ns, &s.scratch, "metrics", &json)
+                .await?;
+        s.lease_held_by("metrics").await?;
+        let before = controller.scrape().await?;
+        ensure!(sample(&before, "refill_leader") == Some(1.0), "{before}");
+        let completed = "refill_restores_total{result=\"Completed\"}";
+        ensure!(sample(&before, completed).is_none(), "{before}");
+
+        // No node agent yet: the PodVolumeRestore waits for one, and the gauge says so.
+        s.restore("r1", s.spec(&app)).await?;
+        let waiting = "refill_pod_volume_restores_waiting";
+        let during = wait_for("a PodVolumeRestore counted as waiting", BOUND, || async {
+            let text = controller.scrape().await?;
+            Ok((sample(&text, waiting) == Some(1.0)).then_some(text))
+        })
+        .await?;
+        ensure!(sample(&during, completed).is_none(), "{during}");
+
+        let _agent = s.node_agent(Some(COPY_RATE));
+        let (_, problems) = s.check(&app, "r1", &Expect::completed()).await;
+        verdict(problems)?;
+        let after = controller.scrape().await?;
+        let want = [
+            (completed, 1.0),
+            ("refill_volumes_total{result=\"Completed\"}", 1.0),
+            ("refill_restored_bytes_total", SNAPSHOT_BYTES as f64),
+            ("refill_restore_duration_seconds_count", 1.0),
+            ("refill_app_downtime_seconds_count", 1.0),
+            (waiting, 0.0),
+            ("refill_pod_volume_restores_overdue", 0.0),
+        ];
+        for (name, value) in want {
+            ensure!(
+                sample(&after, name) == Some(value),
+                "{name} is {:?}, want {value}:\n{after}",
+                sample(&after, name)
+            );
+        }
+        let downtime = sample(&after, "refill_app_downtime_seconds_sum").unwrap_or_default();
+        ensure!(
+            downtime > 0.0 && downtime < BOUND.as_secs_f64(),
+            "downtime {downtime}"
+        );
+
+        let log = std::fs::read_to_string(controller.log_path())?;
+        controller.stop().await;
+        let mut leading = false;
+        for line in log.lines().filter(|l| !l.trim().is_empty()) {
+            let object: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("a log line that is not JSON: {line}"))?;
+            ensure!(
+                object["level"].is_string() && object["timestamp"].is_string(),
+                "a log line without level or timestamp: {line}"
+            );
+            leading |= object["message"] == "leading";
+        }
+        ensure!(leading, "no \"leading\" line in the log:\n{log}");
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

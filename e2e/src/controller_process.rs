@@ -26,6 +26,8 @@ pub enum ControllerKind {
 pub struct ControllerProcess {
     child: tokio::process::Child,
     pid: u32,
+    probe: u16,
+    log: PathBuf,
     credential: String,
     kind: ControllerKind,
 }
@@ -112,6 +114,8 @@ impl ControllerProcess {
         Ok(ControllerProcess {
             child,
             pid,
+            probe,
+            log,
             credential,
             kind: kind.clone(),
         })
@@ -140,6 +144,23 @@ impl ControllerProcess {
         }
     }
 
+    /// The body of `/metrics`, as Prometheus would scrape it.
+    pub async fn scrape(&self) -> Result<String> {
+        let answer = get(self.probe, "/metrics").await?;
+        let (head, body) = answer
+            .split_once("\r\n\r\n")
+            .context("/metrics answered without a body")?;
+        if !head.starts_with("HTTP/1.1 200") {
+            bail!("/metrics answered {head}");
+        }
+        Ok(body.to_string())
+    }
+
+    /// Where the process's output goes.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// Stops the controller (it is killed; it holds no state of its own).
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();
@@ -148,17 +169,20 @@ impl ControllerProcess {
 }
 
 async fn ready(port: u16) -> bool {
+    get(port, "/readyz")
+        .await
+        .is_ok_and(|answer| answer.starts_with("HTTP/1.1 200"))
+}
+
+/// The whole answer (status line, headers, body) to `GET path` on the probe port.
+async fn get(port: u16, path: &str) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return false;
-    };
-    let request = "GET /readyz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n";
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return false;
-    }
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
     let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer).await;
-    answer.starts_with("HTTP/1.1 200")
+    stream.read_to_string(&mut answer).await?;
+    Ok(answer)
 }
 
 fn free_port() -> Result<u16> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
@@ -91,7 +91,7 @@ pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<
 }
 
 /// Installs refill from `manifests/` (CRDs, RBAC for `velero_namespace`, the
-/// controller Deployment and its PodDisruptionBudget) with the image of this
+/// controller Deployment, its PodDisruptionBudget and metrics Service) with the image of this
 /// checkout, and returns the leader once every replica is of that image and Ready
 /// (a replica is Ready standing by, or leading with its watches synced) and one of
 /// them holds the Lease. Leaves them running, as an installed controller is.
@@ -117,6 +117,11 @@ pub async fn install_controller(
     let (_, budget) = manifest_objects()?;
     Api::<PodDisruptionBudget>::namespaced(client.clone(), CONTROLLER_SA.0)
         .patch("refill", &apply, &Patch::Apply(&budget))
+        .await?;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/metrics.yaml");
+    let service: Service = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+    Api::<Service>::namespaced(client.clone(), CONTROLLER_SA.0)
+        .patch("refill-metrics", &apply, &Patch::Apply(&service))
         .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
     let leases: Api<Lease> = Api::namespaced(client.clone(), velero_namespace);

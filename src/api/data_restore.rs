@@ -367,6 +367,12 @@ pub struct ConsumerRecord {
     /// `namespace/name` of the DataRestore that holds it, when state is HeldByOther.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_by: Option<String>,
+    /// When refill stopped it: the start of the app's downtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<Time>,
+    /// When refill brought it back: the end of the app's downtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<Time>,
 }
 
 impl ConsumerRecord {

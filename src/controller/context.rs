@@ -2,7 +2,7 @@
 //! indexes that only speed things up (the cluster holds all state that matters).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -14,6 +14,8 @@ use tracing::debug;
 use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
 use crate::observe::Known;
+
+use super::metrics::Metrics;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -29,6 +31,9 @@ pub struct Config {
     pub agent_grace: Duration,
     /// How long a canceled PodVolumeRestore may go on before the volume warns.
     pub cancel_grace: Duration,
+    /// Where the controller counts (served at `/metrics` by the `refill controller`
+    /// command).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Default for Config {
@@ -39,6 +44,7 @@ impl Default for Config {
             recheck_interval: Duration::from_secs(2),
             agent_grace: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(300),
+            metrics: Arc::default(),
         }
     }
 }
@@ -134,6 +140,7 @@ impl Context {
                 .expect("write lock")
                 .retain(|k, _| !k.starts_with(&uid));
             self.last_version.lock().expect("version lock").remove(&uid);
+            self.config.metrics.forget(&uid);
         }
     }
 

@@ -7,6 +7,7 @@ mod context;
 mod error;
 pub mod health;
 pub mod leader;
+pub mod metrics;
 mod phase;
 mod pod_volume_restore;
 pub mod reasons;

@@ -81,6 +81,8 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
                 None => {
                     dr = write_status(&api, &dr, &status).await?;
                     ctx.wrote(&uid, dr.resource_version());
+                    // `before` is the status last written: `dr` is what a write returned.
+                    ctx.config.metrics.written(&uid, &before, &status);
                 }
             }
         }
@@ -164,6 +166,7 @@ async fn patch_out_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> kube::
 /// (the object only moved on), else after a backoff that grows per restore.
 pub fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context>) -> Action {
     let uid = dr.uid().unwrap_or_default();
+    ctx.config.metrics.reconcile_failed(error.category());
     match error.category() {
         Category::Conflict => Action::requeue(Duration::from_millis(100)),
         category => {

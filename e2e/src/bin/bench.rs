@@ -115,6 +115,7 @@ async fn controller_only(args: Args) -> Result<()> {
     tokio::spawn(refill::controller::health::serve(
         args.probe_addr,
         ready.clone(),
+        config.metrics.clone(),
     ));
     refill::controller::run_with_readiness(client, config, ready).await
 }

@@ -6,6 +6,7 @@ mod step;
 mod strategy;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
@@ -56,6 +57,7 @@ pub async fn stop(
         _ => {
             let Some(obj) = api.get_opt(&name).await? else {
                 record.state = ConsumerState::Stopped;
+                record.stopped_at.get_or_insert_with(now);
                 return Ok(Stopped::Done);
             };
             match strategy::holder(&obj) {
@@ -86,7 +88,12 @@ pub async fn stop(
         }
     }
     record.state = ConsumerState::Stopped;
+    record.stopped_at.get_or_insert_with(now);
     Ok(Stopped::Done)
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 /// Tries the one-request scale back: true when it applied or the workload is gone,
@@ -158,6 +165,9 @@ pub async fn resume(
         (Resumed::Untouched, ConsumerState::Stopping) => ConsumerState::Running,
         _ => ConsumerState::Resumed,
     };
+    if record.state == ConsumerState::Resumed && record.stopped_at.is_some() {
+        record.resumed_at.get_or_insert_with(now);
+    }
     Ok(resumed)
 }
 
@@ -234,6 +244,8 @@ mod tests {
             replicas,
             original: None,
             held_by: None,
+            stopped_at: None,
+            resumed_at: None,
         }
     }
 

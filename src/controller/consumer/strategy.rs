@@ -302,6 +302,8 @@ mod tests {
             replicas: Some(3),
             original: None,
             held_by: None,
+            stopped_at: None,
+            resumed_at: None,
         }
     }
 

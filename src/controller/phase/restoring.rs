@@ -313,6 +313,8 @@ fn merge_consumer(
                 replicas: planned.replicas,
                 original,
                 held_by: None,
+                stopped_at: None,
+                resumed_at: None,
             })
         }
     }

@@ -101,6 +101,8 @@ pub async fn validate(
             replicas: c.replicas,
             original: None,
             held_by: None,
+            stopped_at: None,
+            resumed_at: None,
         })
         .collect();
     status.phase = Phase::Restoring;

@@ -19,6 +19,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{PodVolumePhase, VolumePhase, VolumeStatus};
 
+use super::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
+
 /// What one pass saw of a volume's world. Built by [`super::observe`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Seen {
@@ -427,7 +429,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
             };
             let warning = expired(since, rules.agent_grace, now).then(|| {
                 format!(
-                    "no node agent has taken PodVolumeRestore {name} for {}s; is Velero's node agent running on node {}?",
+                    "{NO_NODE_AGENT} {name} for {}s; is Velero's node agent running on node {}?",
                     rules.agent_grace.as_secs(),
                     pvr.node
                         .as_deref()
@@ -438,9 +440,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
             Step {
                 effect: None,
                 change: Change::Stay {
-                    message: Some(format!(
-                        "waiting for a node agent to take PodVolumeRestore {name}"
-                    )),
+                    message: Some(format!("{WAITING_FOR_NODE_AGENT} {name}")),
                     warning,
                 },
             }

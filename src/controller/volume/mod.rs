@@ -18,6 +18,12 @@ use apply::Applied;
 use decide::Rules;
 use execute::Act;
 
+/// How a volume's message begins while its PodVolumeRestore waits for a node agent
+/// to take it (the metrics count these).
+pub const WAITING_FOR_NODE_AGENT: &str = "waiting for a node agent to take PodVolumeRestore";
+/// How its warning begins once it has waited past the grace.
+pub const NO_NODE_AGENT: &str = "no node agent has taken PodVolumeRestore";
+
 /// A volume after one pass.
 pub struct Advanced {
     pub volume: VolumeStatus,

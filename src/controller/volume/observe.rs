@@ -260,6 +260,8 @@ mod tests {
             replicas: Some(2),
             original: None,
             held_by: Some("velero/first".into()),
+            stopped_at: None,
+            resumed_at: None,
         }
     }
 
