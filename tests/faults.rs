@@ -1316,6 +1316,48 @@ async fn no_node_agent_with_short_timeout(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
+/// A namespace that enforces Pod Security `restricted`, its app compliant: the
+/// stand-in is admitted, runs as the app's user and group with its fsGroup (so
+/// restored files keep their owners), and the restore completes.
+async fn stand_in_in_restricted_namespace(env: TestEnv) -> Result<()> {
+    let labels = json!({"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }}});
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .patch(
+            env.namespace(),
+            &PatchParams::default(),
+            &Patch::Merge(labels),
+        )
+        .await?;
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, false).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    s.restore("r1", s.spec(&app)).await?;
+    let stand_in = s
+        .watch
+        .until("a stand-in pod", BOUND, |o| {
+            o.stand_ins().into_iter().next()
+        })
+        .await?;
+    let (_, mut problems) = s.check(&app, "r1", &Expect::completed()).await;
+    let spec = stand_in.spec.clone().unwrap_or_default();
+    let pod = spec.security_context.clone().unwrap_or_default();
+    if (pod.run_as_user, pod.run_as_group, pod.fs_group) != (Some(1001), Some(1001), Some(1001)) {
+        problems.push(format!(
+            "the stand-in's pod security is not the app's: {pod:?}"
+        ));
+    }
+    let wait = spec.init_containers.unwrap_or_default().into_iter().next();
+    let user = wait.and_then(|c| c.security_context?.run_as_user);
+    if user != Some(1001) {
+        problems.push(format!("restore-wait runs as {user:?}, not the app's 1001"));
+    }
+    verdict(problems)
+}
+
 /// The Deployment's two replicas as two `refill controller` processes for one
 /// namespace: the leader is killed (SIGKILL) while the node agent copies; the
 /// standby takes the Lease within its duration and finishes the restore, with one
@@ -1521,6 +1563,10 @@ async fn faults_during_a_restore() -> Result<()> {
         case(
             "stand-in-refused-by-admission",
             stand_in_refused_by_admission,
+        ),
+        case(
+            "stand-in-admitted-in-a-restricted-namespace",
+            stand_in_in_restricted_namespace,
         ),
         case(
             "pvr-deleted-by-someone-mid-copy-keep-stopped",

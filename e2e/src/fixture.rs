@@ -318,12 +318,20 @@ pub fn pod_template(app: &str, claims: &[&str]) -> serde_json::Value {
     let mounts: Vec<_> = (0..claims.len())
         .map(|i| json!({"name": volume_name(claims.len(), i), "mountPath": format!("/data/{i}")}))
         .collect();
+    // As Pod Security's `restricted` level asks, so the app also runs in namespaces
+    // that enforce it.
     json!({
         "metadata": {"labels": {"app": app}},
         "spec": {
-            "securityContext": {"runAsUser": 1001, "fsGroup": 1001},
+            "securityContext": {
+                "runAsUser": 1001, "runAsGroup": 1001, "fsGroup": 1001, "runAsNonRoot": true,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [{"name": "app", "image": "registry.local/app:1", "volumeMounts": mounts,
-                            "securityContext": {"runAsUser": 1001}}],
+                            "securityContext": {
+                                "runAsUser": 1001, "allowPrivilegeEscalation": false,
+                                "capabilities": {"drop": ["ALL"]},
+                            }}],
             "volumes": volumes,
         }
     })
