@@ -4,11 +4,15 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{DataRestore, VolumePluginRestore};
+use crate::api::{DataRestore, DataRestoreRequest, VolumePluginRestore};
 
 /// refill's own kinds: what `manifests/crds.yaml` holds.
 pub fn refill_crds() -> Vec<CustomResourceDefinition> {
-    vec![DataRestore::crd(), VolumePluginRestore::crd()]
+    vec![
+        DataRestore::crd(),
+        DataRestoreRequest::crd(),
+        VolumePluginRestore::crd(),
+    ]
 }
 
 /// Renders CRDs as one multi-document YAML stream.

@@ -34,6 +34,11 @@ pub const ORIGINAL_REPLICAS: &str = "refill.dev/original-replicas";
 /// On a parked DaemonSet or suspended CronJob: what to put back, as JSON.
 pub const ORIGINAL_STATE: &str = "refill.dev/original";
 
+/// On a DataRestore made for a team's DataRestoreRequest: the request's UID, and
+/// (annotation) its `namespace/name`.
+pub const REQUEST_UID: &str = "refill.dev/request-uid";
+pub const REQUEST_ANNOTATION: &str = "refill.dev/request";
+
 pub const FINALIZER: &str = "refill.dev/finalizer";
 pub const FIELD_MANAGER: &str = "refill";
 

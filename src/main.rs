@@ -34,6 +34,10 @@ enum Command {
         /// fields), for log collectors.
         #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "REFILL_LOG_FORMAT")]
         log_format: LogFormat,
+        /// Also carry out teams' DataRestoreRequests, in every namespace (one
+        /// controller per cluster should).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "REFILL_REQUESTS")]
+        requests: bool,
         #[command(flatten)]
         election: ElectionArgs,
     },
@@ -120,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Controller {
             probe_addr,
             log_format,
+            requests,
             election,
         } => {
             init_logging(log_format);
@@ -131,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             let config = refill::controller::Config {
                 namespace: cli.global.namespace.clone(),
+                requests,
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

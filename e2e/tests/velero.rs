@@ -12,9 +12,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use refill::api::{DataRestore, DataRestoreSpec, Phase, PodVolumePhase, PodVolumeRestore};
+use refill::api::{
+    DataRestore, DataRestoreRequest, DataRestoreSpec, Phase, PodVolumePhase, PodVolumeRestore,
+};
 use refill_e2e::velero::{self, Entry, VELERO_NAMESPACE};
 use refill_e2e::{
     Cluster, LOCAL_PATH_CLASS, OwnCluster, TESTBOX_IMAGE, TestEnv, real_node_annotations,
@@ -531,6 +533,173 @@ async fn a_cancel_mid_copy_brings_the_app_back_only_after_velero_stopped() -> Re
         );
         nothing_left_behind(&client, &ns, &done).await?;
         forget(&client, &ns, &backup).await
+    })
+    .await
+}
+
+/// An application team, holding only the built-in `edit` role in its namespace,
+/// puts its own claim back with a DataRestoreRequest, which refill carries out
+/// through a DataRestore in Velero's namespace that the team cannot see. A request
+/// for another namespace's claim or from a backup without the namespace is refused
+/// naming the field, with nothing made for it; the restore helper's image cannot be
+/// set at all; and the team's account gets 403 in Velero's namespace and in others.
+#[tokio::test]
+async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Result<()> {
+    run_test("velero-team", |env| async move {
+        let ns = env.namespace().to_string();
+        let admin = env.client.clone();
+        controller(&env).await?;
+        let (_, dir) = deploy_app(&admin, &ns, 2).await?;
+        let want = velero::tree(&dir)?;
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&admin, &backup, &[&ns], TIMEOUT).await?;
+        damage(&dir)?;
+
+        let team = team_client(&env).await?;
+        let requests: Api<DataRestoreRequest> = Api::namespaced(team.clone(), &ns);
+        let request = |name: &str, backup: &str, pvcs: &[String]| -> Result<DataRestoreRequest> {
+            Ok(serde_json::from_value(json!({
+                "apiVersion": "refill.dev/v1alpha1", "kind": "DataRestoreRequest",
+                "metadata": {"name": name},
+                "spec": {"backupName": backup, "pvcs": pvcs},
+            }))?)
+        };
+        requests
+            .create(
+                &Default::default(),
+                &request("fix-data", &backup, &["data".into()])?,
+            )
+            .await?;
+        let done = request_finished(&requests, "fix-data").await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        same_tree(&want, &dir)?;
+        fixture::wait_ready_pods(&admin, &ns, "app", 1, TIMEOUT).await?;
+        let carried_out_by = status.data_restore.clone().unwrap_or_default();
+        ensure!(
+            carried_out_by.starts_with(&format!("{VELERO_NAMESPACE}/req-")),
+            "{carried_out_by}"
+        );
+
+        // Refused: another namespace's claim; a backup that does not hold this one.
+        let refusals = [
+            (
+                "other-claim",
+                backup.clone(),
+                "default/data".to_string(),
+                "spec.pvcs[0]",
+            ),
+            (
+                "other-backup",
+                "no-such-backup".to_string(),
+                "data".to_string(),
+                "spec.backupName",
+            ),
+        ];
+        for (name, backup, claim, field) in refusals {
+            let created = requests
+                .create(&Default::default(), &request(name, &backup, &[claim])?)
+                .await?;
+            let ended = request_finished(&requests, name).await?;
+            let status = ended.status.clone().unwrap_or_default();
+            ensure!(status.phase == Phase::Failed, "{name}: {status:#?}");
+            ensure!(
+                status.errors.iter().any(|e| e.starts_with(field)),
+                "{name}: the error does not name {field}: {:?}",
+                status.errors
+            );
+            ensure!(status.data_restore.is_none(), "{name}: {status:#?}");
+            let made = Api::<DataRestore>::namespaced(admin.clone(), VELERO_NAMESPACE)
+                .list(&ListParams::default().labels(&format!(
+                    "{}={}",
+                    refill::labels::REQUEST_UID,
+                    created.uid().unwrap_or_default()
+                )))
+                .await?;
+            ensure!(made.items.is_empty(), "{name}: a DataRestore was made");
+        }
+
+        // The helper's image is not the team's to set: the kind has no such field.
+        let mut with_image =
+            serde_json::to_value(request("with-image", &backup, &["data".into()])?)?;
+        with_image["spec"]["restoreHelper"] = json!({"image": "registry.example/any:1"});
+        let strict = PatchParams::apply("team").validation(kube::api::ValidationDirective::Strict);
+        let refused = Api::<DynamicObject>::namespaced_with(
+            team.clone(),
+            &ns,
+            &kube::api::ApiResource::erase::<DataRestoreRequest>(&()),
+        )
+        .patch("with-image", &strict, &Patch::Apply(&with_image))
+        .await;
+        match refused {
+            Err(kube::Error::Api(e)) if e.code == 400 && e.message.contains("restoreHelper") => {}
+            other => anyhow::bail!("a request with restoreHelper was not refused: {other:?}"),
+        }
+
+        // Nothing beyond its namespace.
+        let forbidden =
+            |e: kube::Result<_>| matches!(e, Err(kube::Error::Api(ref s)) if s.code == 403);
+        let in_velero = Api::<DataRestore>::namespaced(team.clone(), VELERO_NAMESPACE)
+            .list(&ListParams::default())
+            .await;
+        ensure!(
+            forbidden(in_velero.map(drop)),
+            "the team may list DataRestores"
+        );
+        let elsewhere = Api::<DataRestoreRequest>::namespaced(team.clone(), "default")
+            .list(&ListParams::default())
+            .await;
+        ensure!(
+            forbidden(elsewhere.map(drop)),
+            "the team may list requests in default"
+        );
+
+        // Deleting the request deletes its DataRestore.
+        requests.delete("fix-data", &Default::default()).await?;
+        let restore_name = carried_out_by
+            .split_once('/')
+            .map(|(_, n)| n.to_string())
+            .unwrap_or_default();
+        let restores = Api::<DataRestore>::namespaced(admin.clone(), VELERO_NAMESPACE);
+        wait_for("the request's DataRestore gone", TIMEOUT, || async {
+            Ok(restores
+                .get_opt(&restore_name)
+                .await?
+                .is_none()
+                .then_some(()))
+        })
+        .await?;
+        velero::delete_backup(&admin, &backup).await
+    })
+    .await
+}
+
+/// A client of the ServiceAccount `team` in the test's namespace, bound there to the
+/// built-in `edit` ClusterRole and nothing else.
+async fn team_client(env: &TestEnv) -> Result<Client> {
+    let ns = env.namespace();
+    env.create::<k8s_openapi::api::core::v1::ServiceAccount>(json!({"metadata": {"name": "team"}}))
+        .await?;
+    env.create::<k8s_openapi::api::rbac::v1::RoleBinding>(json!({
+        "metadata": {"name": "team-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "team", "namespace": ns}],
+    }))
+    .await?;
+    env.cluster.service_account_client(ns, "team").await
+}
+
+async fn request_finished(
+    requests: &Api<DataRestoreRequest>,
+    name: &str,
+) -> Result<DataRestoreRequest> {
+    wait_for(format!("request {name} to end"), TIMEOUT, || async {
+        let request = requests.get(name).await?;
+        let ended = request
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_terminal());
+        Ok(ended.then_some(request))
     })
     .await
 }

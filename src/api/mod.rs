@@ -2,9 +2,11 @@
 //! kinds of a Velero installation.
 
 pub mod data_restore;
+pub mod data_restore_request;
 pub mod velero;
 pub mod volume_plugin_restore;
 
 pub use data_restore::*;
+pub use data_restore_request::*;
 pub use velero::*;
 pub use volume_plugin_restore::*;

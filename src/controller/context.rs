@@ -34,6 +34,11 @@ pub struct Config {
     /// Where the controller counts (served at `/metrics` by the `refill controller`
     /// command).
     pub metrics: Arc<Metrics>,
+    /// Also carry out teams' DataRestoreRequests, in every namespace. One controller
+    /// per cluster should: `refill controller` does unless `--requests=false`; off by
+    /// default here, so that tests running many controllers side by side do not all
+    /// answer the same request.
+    pub requests: bool,
 }
 
 impl Default for Config {
@@ -45,6 +50,7 @@ impl Default for Config {
             agent_grace: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(300),
             metrics: Arc::default(),
+            requests: false,
         }
     }
 }

@@ -12,6 +12,7 @@ mod phase;
 mod pod_volume_restore;
 pub mod reasons;
 mod reconcile;
+mod request;
 mod restore_helper;
 mod stand_in;
 mod status;
@@ -108,7 +109,8 @@ pub async fn run_with_readiness(
     let claim_mapper_ctx = ctx.clone();
     info!(namespace, "refill controller started");
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    Controller::new(restores, watcher::Config::default())
+    let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
+    let restores = Controller::new(restores, watcher::Config::default())
         .owns(pvrs, watcher::Config::default())
         // Stand-in pods live in the PVC's namespace, where no owner reference may point
         // at the DataRestore, and consumer pods are not refill's at all: both are mapped
@@ -130,8 +132,13 @@ pub async fn run_with_readiness(
             if let Err(e) = result {
                 warn!("reconcile failed: {e}");
             }
-        })
-        .await;
+        });
+    match requests {
+        Some(requests) => {
+            futures::join!(restores, requests);
+        }
+        None => restores.await,
+    }
     info!("refill controller stopped");
     Ok(())
 }

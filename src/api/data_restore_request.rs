@@ -1,0 +1,89 @@
+//! `DataRestoreRequest`: a restore an application team asks for in its own namespace,
+//! without access to Velero's. It may name only that namespace's claims and only a
+//! backup that holds that namespace's volumes, and it has no say over the restore
+//! helper's image or security. refill carries it out through a DataRestore in
+//! Velero's namespace, which the team can neither see nor change, and copies that
+//! restore's progress back here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::data_restore::{ConsumerPolicy, ConsumerRecord, FailurePolicy, Phase, VolumeStatus};
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+#[kube(
+    group = "refill.dev",
+    version = "v1alpha1",
+    kind = "DataRestoreRequest",
+    namespaced,
+    status = "DataRestoreRequestStatus",
+    shortname = "drr",
+    category = "refill",
+    printcolumn = r#"{"name":"Backup","type":"string","jsonPath":".spec.backupName"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Volumes","type":"string","jsonPath":".status.summary"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DataRestoreRequestSpec {
+    /// The Velero Backup to restore from; it must hold volumes of this namespace.
+    pub backup_name: String,
+    /// Claims of this namespace to restore, by name. Empty: every claim of this
+    /// namespace the backup holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pvcs: Vec<String>,
+    /// Nodes the stand-in pod may run on, keyed by claim name; required for a claim
+    /// that is unbound with a WaitForFirstConsumer StorageClass.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub candidate_nodes: BTreeMap<String, Vec<String>>,
+    /// What to do with pods that mount a claim being restored.
+    #[serde(default)]
+    pub consumers: ConsumerPolicy,
+    /// What to do with the stopped consumers when a volume fails.
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+    /// How long one volume may take (default `4h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_timeout: Option<String>,
+    /// How long the whole request may take (default `24h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Set to true to stop the restore; consumers are brought back as after a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel: bool,
+}
+
+/// The DataRestore's status as the team may see it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataRestoreRequestStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The DataRestore carrying the request out, `namespace/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_restore: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumers: Vec<ConsumerRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Why the request was refused or the restore failed, each naming the field or
+    /// the object at fault.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

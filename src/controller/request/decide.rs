@@ -1,0 +1,168 @@
+//! What a team's request may ask for, and the DataRestore that carries it out: pure,
+//! so that every refusal is tested on its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha2::{Digest, Sha256};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::api::{
+    DataRestore, DataRestoreRequestSpec, DataRestoreRequestStatus, DataRestoreSpec,
+    DataRestoreStatus, Phase,
+};
+use crate::controller::status;
+
+/// The DataRestore of a request: readable, unique per request object (a request
+/// deleted and made again under its name gets a new one), and a valid name.
+pub fn data_restore_name(namespace: &str, name: &str, uid: &str) -> String {
+    let readable: String = format!("req-{namespace}-{name}")
+        .chars()
+        .take(48)
+        .collect::<String>()
+        .trim_end_matches(['-', '.'])
+        .to_string();
+    let digest = Sha256::digest(uid.as_bytes());
+    format!("{readable}-{}", &hex::encode(digest)[..8])
+}
+
+/// Whether `text` can name a claim (a DNS-1123 subdomain).
+fn is_object_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 253
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// `claim` (a name, or `namespace/name` of the request's own namespace) as the
+/// DataRestore's `namespace/name`; else why not, for the field `field`.
+fn own_claim(namespace: &str, claim: &str, field: &str) -> Result<String, String> {
+    let (in_namespace, name) = match claim.split_once('/') {
+        Some((ns, name)) => (ns, name),
+        None => (namespace, claim),
+    };
+    if in_namespace != namespace {
+        return Err(format!(
+            "{field}: {claim:?} is in namespace {in_namespace}; a DataRestoreRequest restores claims of its own namespace ({namespace}) only"
+        ));
+    }
+    if !is_object_name(name) {
+        return Err(format!("{field}: {claim:?} is not a claim name"));
+    }
+    Ok(format!("{namespace}/{name}"))
+}
+
+/// The DataRestore spec for a request in `namespace`, or every reason it is refused.
+/// `backed_up` holds the namespaces whose volumes the named backup holds (empty when
+/// there is no such backup: the answer is the same, so that a team learns nothing of
+/// backups that are not its own).
+pub fn data_restore_spec(
+    namespace: &str,
+    spec: &DataRestoreRequestSpec,
+    backed_up: &BTreeSet<String>,
+) -> Result<DataRestoreSpec, Vec<String>> {
+    let mut errors = Vec::new();
+    if spec.backup_name.is_empty() {
+        errors.push("spec.backupName: required".to_string());
+    } else if !backed_up.contains(namespace) {
+        errors.push(format!(
+            "spec.backupName: no backup {:?} holds volumes of namespace {namespace}",
+            spec.backup_name
+        ));
+    }
+    let mut pvcs = Vec::new();
+    for (i, claim) in spec.pvcs.iter().enumerate() {
+        match own_claim(namespace, claim, &format!("spec.pvcs[{i}]")) {
+            Ok(key) => pvcs.push(key),
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut candidate_nodes = BTreeMap::new();
+    for (claim, nodes) in &spec.candidate_nodes {
+        match own_claim(namespace, claim, &format!("spec.candidateNodes[{claim:?}]")) {
+            Ok(key) => {
+                candidate_nodes.insert(key, nodes.clone());
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(DataRestoreSpec {
+        backup_name: Some(spec.backup_name.clone()),
+        // No claims named: every claim of the namespace the backup holds.
+        included_namespaces: if pvcs.is_empty() {
+            vec![namespace.to_string()]
+        } else {
+            Vec::new()
+        },
+        pvcs,
+        candidate_nodes,
+        consumers: spec.consumers,
+        on_failure: spec.on_failure,
+        volume_timeout: spec.volume_timeout.clone(),
+        timeout: spec.timeout.clone(),
+        cancel: spec.cancel,
+        // The helper's image, command and security, and the stand-in's image, stay
+        // as Velero's namespace sets them: a team has no say over what runs there.
+        ..Default::default()
+    })
+}
+
+/// The status of a refused request, its conditions as a failed DataRestore's.
+pub fn refused(
+    errors: Vec<String>,
+    generation: Option<i64>,
+    previous: &DataRestoreRequestStatus,
+) -> DataRestoreRequestStatus {
+    let as_restore = DataRestoreStatus {
+        phase: Phase::Failed,
+        errors: errors.clone(),
+        conditions: previous.conditions.clone(),
+        ..Default::default()
+    };
+    DataRestoreRequestStatus {
+        phase: Phase::Failed,
+        observed_generation: generation,
+        conditions: status::conditions(&as_restore, generation),
+        errors,
+        ..Default::default()
+    }
+}
+
+/// The request's status: the DataRestore's, as far as the team may see it.
+pub fn mirrored(dr: &DataRestore, generation: Option<i64>) -> DataRestoreRequestStatus {
+    let status = dr.status.clone().unwrap_or_default();
+    DataRestoreRequestStatus {
+        phase: status.phase,
+        observed_generation: generation,
+        data_restore: Some(format!(
+            "{}/{}",
+            dr.metadata.namespace.as_deref().unwrap_or_default(),
+            dr.metadata.name.as_deref().unwrap_or_default()
+        )),
+        summary: status.summary,
+        volumes: status.volumes,
+        consumers: status.consumers,
+        start_time: status.start_time,
+        completion_time: status.completion_time,
+        errors: status.errors,
+        warnings: status.warnings,
+        // Of this request's generation, not the DataRestore's.
+        conditions: status
+            .conditions
+            .into_iter()
+            .map(|c| Condition {
+                observed_generation: generation,
+                ..c
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,106 @@
+use super::*;
+
+fn spec(backup: &str, pvcs: &[&str]) -> DataRestoreRequestSpec {
+    DataRestoreRequestSpec {
+        backup_name: backup.into(),
+        pvcs: pvcs.iter().map(|p| p.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn holding(namespaces: &[&str]) -> BTreeSet<String> {
+    namespaces.iter().map(|n| n.to_string()).collect()
+}
+
+#[test]
+fn claims_of_the_own_namespace_become_the_data_restores_by_namespace_and_name() {
+    let mut request = spec("nightly", &["data", "team-a/logs"]);
+    request.candidate_nodes = [("data".to_string(), vec!["node-a".to_string()])].into();
+    request.cancel = true;
+    let dr = data_restore_spec("team-a", &request, &holding(&["team-a", "team-b"])).unwrap();
+    assert_eq!(dr.backup_name.as_deref(), Some("nightly"));
+    assert_eq!(dr.pvcs, ["team-a/data", "team-a/logs"]);
+    assert!(dr.included_namespaces.is_empty());
+    assert_eq!(dr.candidate_nodes["team-a/data"], ["node-a"]);
+    assert!(dr.cancel);
+    assert!(dr.restore_helper.is_none() && dr.stand_in_image.is_none());
+}
+
+#[test]
+fn no_claims_named_means_every_claim_of_the_namespace_in_the_backup() {
+    let dr = data_restore_spec("team-a", &spec("nightly", &[]), &holding(&["team-a"])).unwrap();
+    assert_eq!(dr.included_namespaces, ["team-a"]);
+    assert!(dr.pvcs.is_empty());
+}
+
+#[test]
+fn a_claim_of_another_namespace_is_refused_naming_the_field() {
+    let errors = data_restore_spec(
+        "team-a",
+        &spec("nightly", &["data", "team-b/data"]),
+        &holding(&["team-a", "team-b"]),
+    )
+    .unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].starts_with("spec.pvcs[1]: \"team-b/data\" is in namespace team-b"));
+    assert!(errors[0].contains("its own namespace (team-a)"));
+}
+
+#[test]
+fn a_candidate_node_key_of_another_namespace_is_refused_too() {
+    let mut request = spec("nightly", &[]);
+    request.candidate_nodes = [("team-b/data".to_string(), vec!["n".to_string()])].into();
+    let errors = data_restore_spec("team-a", &request, &holding(&["team-a"])).unwrap_err();
+    assert!(errors[0].starts_with("spec.candidateNodes[\"team-b/data\"]"));
+}
+
+#[test]
+fn a_backup_without_the_namespace_and_a_missing_backup_get_the_same_answer() {
+    let without =
+        data_restore_spec("team-a", &spec("other", &["data"]), &holding(&["team-b"])).unwrap_err();
+    let missing =
+        data_restore_spec("team-a", &spec("other", &["data"]), &holding(&[])).unwrap_err();
+    assert_eq!(without, missing);
+    assert_eq!(
+        without,
+        ["spec.backupName: no backup \"other\" holds volumes of namespace team-a"]
+    );
+}
+
+#[test]
+fn every_reason_is_given_at_once() {
+    let errors =
+        data_restore_spec("team-a", &spec("", &["Bad_Name", "x/y"]), &holding(&[])).unwrap_err();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert_eq!(errors[0], "spec.backupName: required");
+    assert!(errors[1].starts_with("spec.pvcs[0]: \"Bad_Name\" is not a claim name"));
+    assert!(errors[2].starts_with("spec.pvcs[1]"));
+}
+
+#[test]
+fn data_restore_names_are_valid_readable_and_differ_per_request_object() {
+    let a = data_restore_name("team-a", "fix-db", "uid-1");
+    assert!(a.starts_with("req-team-a-fix-db-"), "{a}");
+    assert_ne!(a, data_restore_name("team-a", "fix-db", "uid-2"));
+    let long = data_restore_name(&"n".repeat(63), &"r".repeat(253), "uid");
+    assert!(long.len() <= 63, "{}", long.len());
+    assert!(is_object_name(&long));
+}
+
+#[test]
+fn a_refused_request_is_failed_with_its_errors_in_a_condition() {
+    let status = refused(
+        vec!["spec.backupName: required".into()],
+        Some(3),
+        &Default::default(),
+    );
+    assert_eq!(status.phase, Phase::Failed);
+    let stalled = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .expect("a Stalled condition");
+    assert_eq!(stalled.status, "True");
+    assert_eq!(stalled.message, "spec.backupName: required");
+    assert_eq!(stalled.observed_generation, Some(3));
+}

@@ -1,0 +1,209 @@
+//! Teams' DataRestoreRequests, in their own namespaces: each is checked ([`decide`]),
+//! carried out by a DataRestore in Velero's namespace made for it, and shows that
+//! restore's progress. The request holds a finalizer so that deleting it deletes its
+//! DataRestore first, which brings the team's consumers back as any deletion does.
+
+pub mod decide;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::api::{DataRestore, DataRestoreRequest, DataRestoreRequestStatus, PodVolumeBackup};
+use crate::labels::{self, FIELD_MANAGER, FINALIZER};
+
+use super::{Context, Error, Result};
+
+/// Watches every namespace's requests, and the DataRestores made for them, until the
+/// process is asked to stop.
+pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let requests: Api<DataRestoreRequest> = Api::all(client.clone());
+    let restores: Api<DataRestore> = Api::namespaced(client, &ctx.config.namespace);
+    let made_for_requests = watcher::Config::default().labels(labels::REQUEST_UID);
+    Controller::new(requests, watcher::Config::default())
+        .watches(restores, made_for_requests, |dr: DataRestore| {
+            let (namespace, name) = dr
+                .annotations()
+                .get(labels::REQUEST_ANNOTATION)?
+                .split_once('/')?;
+            Some(ObjectRef::new(name).within(namespace))
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!("request reconcile failed: {e}");
+            }
+        })
+        .await;
+}
+
+async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Result<Action> {
+    let namespace = request.namespace().unwrap_or_default();
+    let name = request.name_any();
+    let uid = request.uid().unwrap_or_default();
+    let requests: Api<DataRestoreRequest> = Api::namespaced(ctx.client.clone(), &namespace);
+    let restores: Api<DataRestore> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let dr_name = decide::data_restore_name(&namespace, &name, &uid);
+    let has_finalizer = request.finalizers().iter().any(|f| f == FINALIZER);
+
+    if request.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        // The DataRestore's own finalizer brings the consumers back; the request goes
+        // only once it has.
+        if let Some(dr) = restores.get_opt(&dr_name).await? {
+            if dr.metadata.deletion_timestamp.is_none() {
+                restores.delete(&dr_name, &Default::default()).await?;
+            }
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+        set_finalizers(&requests, &request, false).await?;
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        set_finalizers(&requests, &request, true).await?;
+        return Ok(Action::await_change());
+    }
+
+    let previous = request.status.clone().unwrap_or_default();
+    let generation = request.metadata.generation;
+    let status = match restores.get_opt(&dr_name).await? {
+        Some(dr) => {
+            if request.spec.cancel && !dr.spec.cancel {
+                let cancel = json!({"spec": {"cancel": true}});
+                restores
+                    .patch(&dr_name, &PatchParams::default(), &Patch::Merge(cancel))
+                    .await?;
+            }
+            decide::mirrored(&dr, generation)
+        }
+        // Refused as it stands: looked at again only when its spec changes.
+        None if previous.phase.is_terminal() && previous.observed_generation == generation => {
+            return Ok(Action::await_change());
+        }
+        None => {
+            let backed_up = backed_up_namespaces(&ctx, &request.spec.backup_name).await?;
+            match decide::data_restore_spec(&namespace, &request.spec, &backed_up) {
+                Err(errors) => {
+                    info!(request = %format!("{namespace}/{name}"), ?errors, "refused");
+                    decide::refused(errors, generation, &previous)
+                }
+                Ok(spec) => {
+                    let dr = DataRestore {
+                        metadata: ObjectMeta {
+                            name: Some(dr_name.clone()),
+                            namespace: Some(ctx.config.namespace.clone()),
+                            labels: Some([(labels::REQUEST_UID.to_string(), uid.clone())].into()),
+                            annotations: Some(
+                                [(
+                                    labels::REQUEST_ANNOTATION.to_string(),
+                                    format!("{namespace}/{name}"),
+                                )]
+                                .into(),
+                            ),
+                            ..Default::default()
+                        },
+                        spec,
+                        status: None,
+                    };
+                    let made = match restores.create(&PostParams::default(), &dr).await {
+                        Ok(made) => made,
+                        Err(kube::Error::Api(e)) if e.code == 409 => restores.get(&dr_name).await?,
+                        Err(e) => return Err(e.into()),
+                    };
+                    info!(request = %format!("{namespace}/{name}"), restore = %dr_name, "carried out by a DataRestore");
+                    decide::mirrored(&made, generation)
+                }
+            }
+        }
+    };
+    if status != previous {
+        write_status(&requests, &name, &status).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// The namespaces whose pod volumes the backup holds (none when there is no such
+/// backup), from its PodVolumeBackups.
+async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<String>> {
+    if backup.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let pvbs: Api<PodVolumeBackup> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let selector = format!("{}={}", labels::BACKUP_NAME, labels::label_value(backup));
+    Ok(pvbs
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|pvb| pvb.spec.pod.namespace)
+        .collect())
+}
+
+async fn set_finalizers(
+    api: &Api<DataRestoreRequest>,
+    request: &DataRestoreRequest,
+    ours: bool,
+) -> Result<()> {
+    let mut finalizers: Vec<String> = request
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if ours {
+        finalizers.push(FINALIZER.to_string());
+    }
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": request.resource_version()}});
+    match api
+        .patch(
+            &request.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other.map(drop).map_err(Error::from),
+    }
+}
+
+async fn write_status(
+    api: &Api<DataRestoreRequest>,
+    name: &str,
+    status: &DataRestoreRequestStatus,
+) -> Result<()> {
+    // Server-side apply, so that fields the status no longer has really go.
+    let body = json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": "DataRestoreRequest",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, ctx: Arc<Context>) -> Action {
+    let uid = request.uid().unwrap_or_default();
+    ctx.config.metrics.reconcile_failed(error.category());
+    let delay = ctx.backoffs.next(&uid);
+    warn!(request = %request.name_any(), "will retry in {delay:?}: {error}");
+    Action::requeue(delay)
+}
