@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{
     DataRestore, DataRestoreRequest, DataRestoreSpec, Phase, PodVolumePhase, PodVolumeRestore,
@@ -623,14 +623,14 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         let mut with_image =
             serde_json::to_value(request("with-image", &backup, &["data".into()])?)?;
         with_image["spec"]["restoreHelper"] = json!({"image": "registry.example/any:1"});
-        let strict = PatchParams::apply("team").validation(kube::api::ValidationDirective::Strict);
-        let refused = Api::<DynamicObject>::namespaced_with(
-            team.clone(),
-            &ns,
-            &kube::api::ApiResource::erase::<DataRestoreRequest>(&()),
-        )
-        .patch("with-image", &strict, &Patch::Apply(&with_image))
-        .await;
+        // Created with strict field validation, as kubectl does: an unknown field is an
+        // error, not dropped.
+        let post = http::Request::post(format!(
+            "/apis/refill.dev/v1alpha1/namespaces/{ns}/datarestorerequests?fieldValidation=Strict"
+        ))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&with_image)?)?;
+        let refused = team.request::<serde_json::Value>(post).await;
         match refused {
             Err(kube::Error::Api(e)) if e.code == 400 && e.message.contains("restoreHelper") => {}
             other => anyhow::bail!("a request with restoreHelper was not refused: {other:?}"),
