@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2154 # $work and log come from the sourcing script
-# Shared by the build scripts (build-node.sh, build-velero.sh); sourced, not run.
+# Shared by the build scripts (build-node.sh, build-velero.sh, build-helm.sh); sourced, not run.
 # They set $work (where module copies go) and define log.
 
 # A writable copy of a module's source, so that the module's own go.mod (with its

@@ -78,7 +78,8 @@ async fn apply_yaml(client: &Client, yaml: &str, velero_namespace: &str) -> Resu
     Ok(())
 }
 
-async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
+/// Applies the CRDs of a YAML stream and waits until they are served.
+pub async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     for document in serde_yaml::Deserializer::from_str(yaml) {

@@ -123,6 +123,18 @@ pub async fn install_controller(
     Api::<Service>::namespaced(client.clone(), CONTROLLER_SA.0)
         .patch("refill-metrics", &apply, &Patch::Apply(&service))
         .await?;
+    wait_for_leader(client, velero_namespace, &image_sha, replicas, timeout).await
+}
+
+/// Waits until `replicas` controller pods of the image `image_sha` are Ready and one
+/// of them holds the Lease, on a real node; returns that one.
+async fn wait_for_leader(
+    client: &Client,
+    velero_namespace: &str,
+    image_sha: &str,
+    replicas: usize,
+    timeout: Duration,
+) -> Result<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
     let leases: Api<Lease> = Api::namespaced(client.clone(), velero_namespace);
     let leader = wait_for(
@@ -144,7 +156,7 @@ pub async fn install_controller(
                             .annotations
                             .as_ref()
                             .and_then(|a| a.get(IMAGE_SHA_ANNOTATION))
-                            == Some(&image_sha)
+                            == Some(&image_sha.to_string())
                 });
             if !all_new_and_ready {
                 return Ok(None);
@@ -165,4 +177,75 @@ pub async fn install_controller(
         "the controller runs on {node:?}, not a real node"
     );
     Ok(leader)
+}
+
+/// Installs refill with its Helm chart (`charts/refill`, helm built by
+/// `e2e/cluster/build-helm.sh`) as a user would, with the image of this checkout and
+/// the values this cluster needs (the local image, Velero's namespace, the real
+/// nodes), and returns the leader as [`install_controller`] does. The CRDs are
+/// applied first, as `helm upgrade` leaves a chart's CRDs alone.
+pub async fn install_with_helm(
+    cluster: &Cluster,
+    client: &Client,
+    velero_namespace: &str,
+    timeout: Duration,
+) -> Result<Pod> {
+    let image_sha = cluster.load_refill_image().await?;
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/refill");
+    fixture::apply_crds(
+        client,
+        &std::fs::read_to_string(chart.join("crds/crds.yaml"))?,
+    )
+    .await?;
+    let built = tokio::process::Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/build-helm.sh"),
+    )
+    .output()
+    .await?;
+    ensure!(
+        built.status.success(),
+        "build-helm.sh failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let helm = String::from_utf8(built.stdout)?
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    let (repository, tag) = REFILL_IMAGE
+        .rsplit_once(':')
+        .context("REFILL_IMAGE has no tag")?;
+    let node_selector = json!({ REAL_NODE_LABEL: "real" });
+    let tolerations =
+        json!([{ "key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule" }]);
+    let annotations = json!({ IMAGE_SHA_ANNOTATION: image_sha });
+    let out = tokio::process::Command::new(&helm)
+        .args(["upgrade", "--install", "refill"])
+        .arg(&chart)
+        .args([
+            "--namespace",
+            CONTROLLER_SA.0,
+            "--create-namespace",
+            "--take-ownership",
+        ])
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig)
+        .args([
+            "--set",
+            &format!("image.repository={repository},image.tag={tag},image.pullPolicy=Never"),
+        ])
+        .args(["--set", &format!("veleroNamespace={velero_namespace}")])
+        .args(["--set-json", &format!("nodeSelector={node_selector}")])
+        .args(["--set-json", &format!("tolerations={tolerations}")])
+        .args(["--set-json", &format!("podAnnotations={annotations}")])
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "helm upgrade --install failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (deployment, _) = manifest_objects()?;
+    let replicas = deployment.spec.and_then(|s| s.replicas).unwrap_or(1) as usize;
+    wait_for_leader(client, velero_namespace, &image_sha, replicas, timeout).await
 }

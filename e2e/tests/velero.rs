@@ -211,12 +211,19 @@ async fn velero_node_agent_restores_a_deployments_claim_in_place() -> Result<()>
 /// (`VELERO_COMPAT_VERSION` in `e2e/cluster/versions.env`, v1.14): its node agent
 /// moves the data itself (no data-mover pod), knows no Accepted or Prepared phase,
 /// and names its done file after the owner marked `controller: true`. In a cluster
-/// of its own with one real node, since a cluster holds one release's CRDs.
+/// of its own with one real node, since a cluster holds one release's CRDs; refill
+/// is installed there with its Helm chart (`charts/refill`).
 #[tokio::test]
 async fn the_oldest_velero_tested_restores_a_deployments_claim_in_place() -> Result<()> {
     let want = velero::version("VELERO_COMPAT_VERSION")?;
+    // REFILL_VELERO_COMPAT_PORT_OFFSET moves it (default 400), for a second checkout's
+    // run beside this one.
+    let offset = std::env::var("REFILL_VELERO_COMPAT_PORT_OFFSET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
     let own: &'static OwnCluster = Box::leak(Box::new(
-        OwnCluster::new(&format!("cluster-velero-{want}"), 400)
+        OwnCluster::new(&format!("cluster-velero-{want}-{offset}"), offset)
             .with("REFILL_VELERO_VERSION", &want)
             .with("REFILL_REAL_NODES", "1")
             .with("REFILL_NODES", "1"),
@@ -233,7 +240,8 @@ async fn the_oldest_velero_tested_restores_a_deployments_claim_in_place() -> Res
             running == want,
             "the cluster runs Velero {running}, not {want}"
         );
-        in_cluster::install_controller(env.cluster, &env.client, VELERO_NAMESPACE, TIMEOUT).await?;
+        // This cluster gets refill the other way users install it: the Helm chart.
+        in_cluster::install_with_helm(env.cluster, &env.client, VELERO_NAMESPACE, TIMEOUT).await?;
         a_deployments_claim_restored_in_place(&env).await
     })
     .await;

@@ -1,0 +1,152 @@
+//! The Helm chart (`charts/refill`) kept in step with `manifests/`: rendered with its
+//! default values by the real helm (built from its Go module by
+//! `e2e/cluster/build-helm.sh`), it gives exactly the objects of `manifests/`, and its
+//! values change what they say. The chart's install on a cluster is tested with the
+//! Velero release check in `e2e/tests/velero.rs`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn helm() -> &'static Path {
+    static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HELM.get_or_init(build_helm)
+}
+
+fn build_helm() -> PathBuf {
+    let out = Command::new(repo().join("e2e/cluster/build-helm.sh"))
+        .output()
+        .expect("running build-helm.sh");
+    assert!(
+        out.status.success(),
+        "build-helm.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    PathBuf::from(text.lines().last().expect("build-helm.sh printed no path"))
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Objects by `kind namespace/name`.
+fn by_key(objects: Vec<Value>) -> BTreeMap<String, Value> {
+    objects
+        .into_iter()
+        .map(|o| {
+            let key = format!(
+                "{} {}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            (key, o)
+        })
+        .collect()
+}
+
+fn render(args: &[&str]) -> BTreeMap<String, Value> {
+    let out = Command::new(helm())
+        .args(["template", "refill"])
+        .arg(repo().join("charts/refill"))
+        .args(["--namespace", "refill-system"])
+        .args(args)
+        .output()
+        .expect("running helm template");
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    by_key(documents(&String::from_utf8(out.stdout).unwrap()))
+}
+
+fn manifests() -> BTreeMap<String, Value> {
+    let mut all = Vec::new();
+    for file in [
+        "rbac.yaml",
+        "deployment.yaml",
+        "metrics.yaml",
+        "servicemonitor.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo().join("manifests").join(file)).unwrap();
+        // The chart's namespace is made by `helm install --create-namespace`.
+        all.extend(
+            documents(&text)
+                .into_iter()
+                .filter(|o| o["kind"] != "Namespace"),
+        );
+    }
+    by_key(all)
+}
+
+#[test]
+fn the_chart_with_its_defaults_renders_the_objects_of_manifests() {
+    let chart = render(&["--set", "metrics.serviceMonitor.enabled=true"]);
+    let want = manifests();
+    let keys = |m: &BTreeMap<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&chart), keys(&want));
+    for (key, object) in &want {
+        assert_eq!(
+            &chart[key], object,
+            "{key} differs between charts/refill and manifests/"
+        );
+    }
+}
+
+#[test]
+fn the_charts_crds_are_those_of_manifests() {
+    let chart = std::fs::read_to_string(repo().join("charts/refill/crds/crds.yaml")).unwrap();
+    let manifests = std::fs::read_to_string(repo().join("manifests/crds.yaml")).unwrap();
+    assert!(
+        chart == manifests,
+        "charts/refill/crds/crds.yaml is out of date: cp manifests/crds.yaml charts/refill/crds/"
+    );
+}
+
+#[test]
+fn the_values_change_what_they_name() {
+    let chart = render(&[
+        "--set",
+        "veleroNamespace=backups,replicas=3,image.tag=1.2.3,image.pullPolicy=Always",
+        "--set",
+        "logFormat=json,tenantRoles=false,metrics.service=false",
+        "--set",
+        "extraArgs={--lease-duration=30s}",
+    ]);
+    assert!(chart.contains_key("Role backups/refill"));
+    assert!(chart.contains_key("RoleBinding backups/refill"));
+    assert!(!chart.contains_key("ClusterRole /refill-requests-edit"));
+    assert!(!chart.contains_key("Service refill-system/refill-metrics"));
+    assert!(!chart.contains_key("ServiceMonitor refill-system/refill"));
+    let deployment = &chart["Deployment refill-system/refill"];
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/refill-dev/refill:1.2.3");
+    assert_eq!(container["imagePullPolicy"], "Always");
+    assert_eq!(
+        container["args"],
+        serde_json::json!([
+            "controller",
+            "--namespace",
+            "backups",
+            "--lease-duration=30s"
+        ])
+    );
+    let env = container["env"].as_array().unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "REFILL_LOG_FORMAT" && e["value"] == "json")
+    );
+}
