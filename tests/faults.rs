@@ -991,6 +991,37 @@ async fn stand_in_in_quota_namespace(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
+/// A LimitRange whose largest CPU limit is below the restore helper's (Velero's
+/// default 100m): the stand-in is refused, the restore ends Failed with the API
+/// server's words, and the app (within the range) comes back.
+async fn stand_in_refused_by_limit_range(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::Deployment, true).await?;
+    s.env
+        .create::<k8s_openapi::api::core::v1::LimitRange>(json!({
+            "metadata": {"name": "small-containers"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "50m"}}]},
+        }))
+        .await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller().await?;
+    s.restore("r1", s.spec(&app)).await?;
+    let expect = Expect {
+        phases: &[Phase::Failed],
+        bound: SHORT_BOUND,
+        ..Expect::ended()
+    };
+    let (dr, mut problems) = s.check(&app, "r1", &expect).await;
+    let said = dr.as_deref().map(texts).unwrap_or_default();
+    if !said.contains("maximum cpu usage per Container is 50m") {
+        problems.push(format!(
+            "the status does not carry the LimitRange's refusal: {}",
+            describe(dr.as_deref())
+        ));
+    }
+    verdict(problems)
+}
+
 async fn stand_in_refused_by_admission(env: TestEnv) -> Result<()> {
     let s = Scene::new(env).await?;
     let app = s.app(Shape::Deployment, false).await?;
@@ -1567,6 +1598,10 @@ async fn faults_during_a_restore() -> Result<()> {
         case(
             "stand-in-admitted-in-a-restricted-namespace",
             stand_in_in_restricted_namespace,
+        ),
+        case(
+            "stand-in-refused-by-a-limit-range",
+            stand_in_refused_by_limit_range,
         ),
         case(
             "pvr-deleted-by-someone-mid-copy-keep-stopped",
