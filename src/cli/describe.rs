@@ -6,13 +6,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::ListParams;
 
-use crate::api::{DataRestore, VolumePluginRestore, plugin_keys};
+use crate::api::{ConsumerRecord, ConsumerState, DataRestore, VolumePluginRestore, plugin_keys};
 use crate::labels;
 
 use super::args::DescribeArgs;
 use super::client::Ctx;
 use super::errors::{Kind, Result, Target};
-use super::format::{Table, age, bytes_of, or_dash, when};
+use super::format::{self, Table, age, bytes_of, or_dash, when};
 use super::get::{backup_of, volumes_done};
 use super::output;
 
@@ -153,7 +153,7 @@ pub fn render(
 
     if !status.consumers.is_empty() {
         out += "\nConsumers stopped:\n";
-        let mut table = Table::new(&["KIND", "NAME", "REPLICAS", "STATE", "PVCS"]);
+        let mut table = Table::new(&["KIND", "NAME", "REPLICAS", "STATE", "PVCS", "DOWN"]);
         for c in &status.consumers {
             table.row(vec![
                 format!("{:?}", c.kind),
@@ -163,6 +163,7 @@ pub fn render(
                     .unwrap_or_else(|| "-".into()),
                 format!("{:?}", c.state),
                 c.pvcs.join(", "),
+                downtime(c, now),
             ]);
         }
         out += &table.render("  ");
@@ -260,6 +261,20 @@ pub fn render(
     out
 }
 
+/// How long the app was down: stop to resume, or so far while it is stopped.
+fn downtime(consumer: &ConsumerRecord, now: Timestamp) -> String {
+    match (&consumer.stopped_at, &consumer.resumed_at) {
+        (Some(_), Some(_)) => {
+            format::between(consumer.stopped_at.as_ref(), consumer.resumed_at.as_ref())
+                .unwrap_or_else(|| "-".into())
+        }
+        (Some(_), None) if consumer.state == ConsumerState::Stopped => {
+            format!("{} so far", format::age(consumer.stopped_at.as_ref(), now))
+        }
+        _ => "-".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,7 +320,7 @@ mod tests {
                 replicas: Some(3),
                 original: None,
                 held_by: None,
-                stopped_at: None,
+                stopped_at: Some(at("2026-01-01T11:01:00Z")),
                 resumed_at: None,
             }],
             warnings: vec!["careful".into()],
@@ -333,7 +348,9 @@ mod tests {
         );
         assert!(text.contains("shop/data-db-0   Restoring   node-a   refill-data-db-0-abc   fix-db-1234          512 B/2.0 KiB   -"), "{text}");
         assert!(
-            text.contains("StatefulSet   shop/db   3          Stopped   shop/data-db-0"),
+            text.contains(
+                "StatefulSet   shop/db   3          Stopped   shop/data-db-0   4m so far"
+            ),
             "{text}"
         );
         assert!(text.contains("Warnings:\n  - careful\n"), "{text}");
@@ -342,6 +359,17 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("Volume plugin restores"), "{text}");
+    }
+
+    #[test]
+    fn a_resumed_consumer_shows_how_long_it_was_down() {
+        let now: Timestamp = "2026-01-01T11:05:00Z".parse().unwrap();
+        let mut consumer = sample().status.unwrap().consumers.remove(0);
+        consumer.state = ConsumerState::Resumed;
+        consumer.resumed_at = Some(at("2026-01-01T11:01:40Z"));
+        assert_eq!(downtime(&consumer, now), "40s");
+        consumer.stopped_at = None;
+        assert_eq!(downtime(&consumer, now), "-");
     }
 
     #[test]
