@@ -1520,8 +1520,12 @@ async fn metrics_and_json_logs_follow_a_restore() -> Result<()> {
             ControllerProcess::start_named(cluster, &kind, &s.ns, &s.scratch, "metrics", &json)
                 .await?;
         s.lease_held_by("metrics").await?;
-        let before = controller.scrape().await?;
-        ensure!(sample(&before, "refill_leader") == Some(1.0), "{before}");
+        // The Lease names it a moment before the process starts its work.
+        let before = wait_for("the controller to report that it leads", SETUP, || async {
+            let text = controller.scrape().await?;
+            Ok((sample(&text, "refill_leader") == Some(1.0)).then_some(text))
+        })
+        .await?;
         let completed = "refill_restores_total{result=\"Completed\"}";
         ensure!(sample(&before, completed).is_none(), "{before}");
 
