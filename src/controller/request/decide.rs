@@ -134,6 +134,31 @@ pub fn refused(
     }
 }
 
+/// The status of a request whose DataRestore was deleted before it ended.
+pub fn lost(
+    previous: &DataRestoreRequestStatus,
+    generation: Option<i64>,
+) -> DataRestoreRequestStatus {
+    let which = previous
+        .data_restore
+        .as_deref()
+        .unwrap_or("its DataRestore");
+    let mut errors = previous.errors.clone();
+    errors.push(format!(
+        "DataRestore {which}, which carried the request out, was deleted before it ended; its consumers were brought back by that deletion; create a new request to restore again"
+    ));
+    // What was seen of the restore stays; the phase and conditions say it failed.
+    DataRestoreRequestStatus {
+        data_restore: previous.data_restore.clone(),
+        summary: previous.summary.clone(),
+        volumes: previous.volumes.clone(),
+        consumers: previous.consumers.clone(),
+        start_time: previous.start_time.clone(),
+        warnings: previous.warnings.clone(),
+        ..refused(errors, generation, previous)
+    }
+}
+
 /// The request's status: the DataRestore's, as far as the team may see it.
 pub fn mirrored(dr: &DataRestore, generation: Option<i64>) -> DataRestoreRequestStatus {
     let status = dr.status.clone().unwrap_or_default();

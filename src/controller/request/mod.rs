@@ -89,10 +89,13 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
             }
             decide::mirrored(&dr, generation)
         }
-        // Refused as it stands: looked at again only when its spec changes.
+        // Ended or refused as it stands: looked at again only when its spec changes.
         None if previous.phase.is_terminal() && previous.observed_generation == generation => {
             return Ok(Action::await_change());
         }
+        // Its DataRestore went while it ran (an admin deleted it): not made again
+        // behind the admin's back.
+        None if previous.data_restore.is_some() => decide::lost(&previous, generation),
         None => {
             let backed_up = backed_up_namespaces(&ctx, &request.spec.backup_name).await?;
             match decide::data_restore_spec(&namespace, &request.spec, &backed_up) {

@@ -104,3 +104,23 @@ fn a_refused_request_is_failed_with_its_errors_in_a_condition() {
     assert_eq!(stalled.message, "spec.backupName: required");
     assert_eq!(stalled.observed_generation, Some(3));
 }
+
+#[test]
+fn a_request_whose_data_restore_was_deleted_mid_way_fails_saying_so() {
+    let running = DataRestoreRequestStatus {
+        phase: Phase::Restoring,
+        data_restore: Some("velero/req-team-a-fix-1234abcd".into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    };
+    let status = lost(&running, Some(1));
+    assert_eq!(status.phase, Phase::Failed);
+    assert_eq!(status.data_restore, running.data_restore);
+    assert!(
+        status.errors[0].starts_with(
+            "DataRestore velero/req-team-a-fix-1234abcd, which carried the request out, was deleted"
+        ),
+        "{:?}",
+        status.errors
+    );
+}
