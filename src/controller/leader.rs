@@ -4,7 +4,10 @@
 //!
 //! A replica that loses the lease must stop writing at once, wherever its reconciles
 //! are: [`run`] returns [`Lost`] without waiting for them, and the process exits on
-//! it (as client-go's controllers do), so nothing of it outlives the loss. Restores
+//! it (as client-go's controllers do), so nothing of it outlives the loss. The lease
+//! is lost when the keeper finds another holder in it: this replica did not renew in
+//! time (the keeper retries failed renewals until then, and an API server this
+//! replica cannot reach takes its writes no more than its renewals). Restores
 //! need nothing handed over: every decision is in the objects' status and
 //! annotations, which the next leader reads as a restarted controller would.
 
@@ -81,6 +84,8 @@ where
         identity = election.identity,
         "waiting for the lease"
     );
+    let stop = stop_signal();
+    tokio::pin!(stop);
     loop {
         if *leading.borrow_and_update() {
             break;
@@ -91,7 +96,7 @@ where
                     anyhow::bail!("the lease keeper stopped: {:?}", keeper.await);
                 }
             }
-            _ = stop_signal() => {
+            () = &mut stop => {
                 info!("asked to stop while standing by");
                 return Ok(());
             }
