@@ -580,7 +580,7 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
             .await?;
         let done = request_finished(&requests, "fix-data").await?;
         let status = done.status.clone().unwrap_or_default();
-        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        ensure!(status.restore.phase == Phase::Completed, "{status:#?}");
         same_tree(&want, &dir)?;
         fixture::wait_ready_pods(&admin, &ns, "app", 1, TIMEOUT).await?;
         let carried_out_by = status.data_restore.clone().unwrap_or_default();
@@ -610,11 +610,11 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
                 .await?;
             let ended = request_finished(&requests, name).await?;
             let status = ended.status.clone().unwrap_or_default();
-            ensure!(status.phase == Phase::Failed, "{name}: {status:#?}");
+            ensure!(status.restore.phase == Phase::Failed, "{name}: {status:#?}");
             ensure!(
-                status.errors.iter().any(|e| e.starts_with(field)),
+                status.restore.errors.iter().any(|e| e.starts_with(field)),
                 "{name}: the error does not name {field}: {:?}",
-                status.errors
+                status.restore.errors
             );
             ensure!(status.data_restore.is_none(), "{name}: {status:#?}");
             let made = Api::<DataRestore>::namespaced(admin.clone(), VELERO_NAMESPACE)
@@ -706,7 +706,7 @@ async fn request_finished(
         let ended = request
             .status
             .as_ref()
-            .is_some_and(|s| s.phase.is_terminal());
+            .is_some_and(|s| s.restore.phase.is_terminal());
         Ok(ended.then_some(request))
     })
     .await

@@ -7,12 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::data_restore::{ConsumerPolicy, ConsumerRecord, FailurePolicy, Phase, VolumeStatus};
+use super::data_restore::{ConsumerPolicy, DataRestoreStatus, FailurePolicy};
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[kube(
@@ -61,29 +60,12 @@ pub struct DataRestoreRequestSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataRestoreRequestStatus {
-    #[serde(default)]
-    pub phase: Phase,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
     /// The DataRestore carrying the request out, `namespace/name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_restore: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub volumes: Vec<VolumeStatus>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub consumers: Vec<ConsumerRecord>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_time: Option<Time>,
-    /// Why the request was refused or the restore failed, each naming the field or
-    /// the object at fault.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+    /// That DataRestore's status (phase, volumes, consumers, conditions, errors),
+    /// with this request's generation; for a refused request, why it was refused,
+    /// each error naming the field at fault.
+    #[serde(flatten)]
+    pub restore: DataRestoreStatus,
 }

@@ -119,22 +119,21 @@ pub fn refused(
     generation: Option<i64>,
     previous: &DataRestoreRequestStatus,
 ) -> DataRestoreRequestStatus {
-    let as_restore = DataRestoreStatus {
-        phase: Phase::Failed,
-        errors: errors.clone(),
-        conditions: previous.conditions.clone(),
-        ..Default::default()
-    };
     DataRestoreRequestStatus {
-        phase: Phase::Failed,
-        observed_generation: generation,
-        conditions: status::conditions(&as_restore, generation),
-        errors,
-        ..Default::default()
+        data_restore: None,
+        restore: failed(
+            DataRestoreStatus {
+                errors,
+                conditions: previous.restore.conditions.clone(),
+                ..Default::default()
+            },
+            generation,
+        ),
     }
 }
 
-/// The status of a request whose DataRestore was deleted before it ended.
+/// The status of a request whose DataRestore was deleted before it ended: what was
+/// seen of the restore stays, and the phase and conditions say it failed.
 pub fn lost(
     previous: &DataRestoreRequestStatus,
     generation: Option<i64>,
@@ -143,19 +142,26 @@ pub fn lost(
         .data_restore
         .as_deref()
         .unwrap_or("its DataRestore");
-    let mut errors = previous.errors.clone();
-    errors.push(format!(
+    let mut restore = previous.restore.clone();
+    restore.errors.push(format!(
         "DataRestore {which}, which carried the request out, was deleted before it ended; its consumers were brought back by that deletion; create a new request to restore again"
     ));
-    // What was seen of the restore stays; the phase and conditions say it failed.
     DataRestoreRequestStatus {
         data_restore: previous.data_restore.clone(),
-        summary: previous.summary.clone(),
-        volumes: previous.volumes.clone(),
-        consumers: previous.consumers.clone(),
-        start_time: previous.start_time.clone(),
-        warnings: previous.warnings.clone(),
-        ..refused(errors, generation, previous)
+        restore: failed(restore, generation),
+    }
+}
+
+/// `status` ended Failed, with conditions that say so, of this request's generation.
+fn failed(status: DataRestoreStatus, generation: Option<i64>) -> DataRestoreStatus {
+    let status = DataRestoreStatus {
+        phase: Phase::Failed,
+        observed_generation: generation,
+        ..status
+    };
+    DataRestoreStatus {
+        conditions: status::conditions(&status, generation),
+        ..status
     }
 }
 
@@ -163,29 +169,24 @@ pub fn lost(
 pub fn mirrored(dr: &DataRestore, generation: Option<i64>) -> DataRestoreRequestStatus {
     let status = dr.status.clone().unwrap_or_default();
     DataRestoreRequestStatus {
-        phase: status.phase,
-        observed_generation: generation,
         data_restore: Some(format!(
             "{}/{}",
             dr.metadata.namespace.as_deref().unwrap_or_default(),
             dr.metadata.name.as_deref().unwrap_or_default()
         )),
-        summary: status.summary,
-        volumes: status.volumes,
-        consumers: status.consumers,
-        start_time: status.start_time,
-        completion_time: status.completion_time,
-        errors: status.errors,
-        warnings: status.warnings,
         // Of this request's generation, not the DataRestore's.
-        conditions: status
-            .conditions
-            .into_iter()
-            .map(|c| Condition {
-                observed_generation: generation,
-                ..c
-            })
-            .collect(),
+        restore: DataRestoreStatus {
+            observed_generation: generation,
+            conditions: status
+                .conditions
+                .into_iter()
+                .map(|c| Condition {
+                    observed_generation: generation,
+                    ..c
+                })
+                .collect(),
+            ..status
+        },
     }
 }
 

@@ -90,7 +90,9 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
             decide::mirrored(&dr, generation)
         }
         // Ended or refused as it stands: looked at again only when its spec changes.
-        None if previous.phase.is_terminal() && previous.observed_generation == generation => {
+        None if previous.restore.phase.is_terminal()
+            && previous.restore.observed_generation == generation =>
+        {
             return Ok(Action::await_change());
         }
         // Its DataRestore went while it ran (an admin deleted it): not made again

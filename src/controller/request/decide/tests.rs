@@ -94,8 +94,9 @@ fn a_refused_request_is_failed_with_its_errors_in_a_condition() {
         Some(3),
         &Default::default(),
     );
-    assert_eq!(status.phase, Phase::Failed);
+    assert_eq!(status.restore.phase, Phase::Failed);
     let stalled = status
+        .restore
         .conditions
         .iter()
         .find(|c| c.type_ == "Stalled")
@@ -108,19 +109,21 @@ fn a_refused_request_is_failed_with_its_errors_in_a_condition() {
 #[test]
 fn a_request_whose_data_restore_was_deleted_mid_way_fails_saying_so() {
     let running = DataRestoreRequestStatus {
-        phase: Phase::Restoring,
         data_restore: Some("velero/req-team-a-fix-1234abcd".into()),
-        observed_generation: Some(1),
-        ..Default::default()
+        restore: DataRestoreStatus {
+            phase: Phase::Restoring,
+            observed_generation: Some(1),
+            ..Default::default()
+        },
     };
     let status = lost(&running, Some(1));
-    assert_eq!(status.phase, Phase::Failed);
+    assert_eq!(status.restore.phase, Phase::Failed);
     assert_eq!(status.data_restore, running.data_restore);
     assert!(
-        status.errors[0].starts_with(
+        status.restore.errors[0].starts_with(
             "DataRestore velero/req-team-a-fix-1234abcd, which carried the request out, was deleted"
         ),
         "{:?}",
-        status.errors
+        status.restore.errors
     );
 }
