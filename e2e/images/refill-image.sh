@@ -24,6 +24,11 @@ while (($#)); do
 done
 ((${#tags[@]})) || tags=(refill.local/refill:dev)
 [[ -n "$out" ]] || out="$target_dir/refill-image.$format.tar"
+# Builds into one archive take turns (tests install refill into two clusters at
+# once): the archive is written through a temporary file of a fixed name.
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+flock 9
 
 # Static, so that the image needs no C library. The gnu target with crt-static
 # rather than musl: it needs nothing beyond the default toolchain. With --target,
@@ -43,7 +48,6 @@ fi
 imagebuild="$("$here/build.sh" | sed -n 1p)/imagebuild"
 tag_args=()
 for t in "${tags[@]}"; do tag_args+=(-t "$t"); done
-mkdir -p "$(dirname "$out")"
 # The same user as manifests/deployment.yaml's runAsUser.
 "$imagebuild" -o "$out" -format "$format" "${tag_args[@]}" -entrypoint /refill -user 65532 \
   "$binary:/refill"
