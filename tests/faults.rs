@@ -991,6 +991,30 @@ async fn stand_in_in_quota_namespace(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
+impl Scene {
+    /// Restores `app` while the API server refuses stand-in pods: the restore ends
+    /// Failed at once, its status carrying the server's words (`said`), and
+    /// everything else as every case checks (consumers back, nothing left running).
+    async fn refused_stand_in(&self, app: &App, said: &str) -> Result<()> {
+        let _agent = self.node_agent(Some(COPY_RATE));
+        let _controller = self.controller().await?;
+        self.restore("r1", self.spec(app)).await?;
+        let expect = Expect {
+            phases: &[Phase::Failed],
+            bound: SHORT_BOUND,
+            ..Expect::ended()
+        };
+        let (dr, mut problems) = self.check(app, "r1", &expect).await;
+        if !dr.as_deref().map(texts).unwrap_or_default().contains(said) {
+            problems.push(format!(
+                "the status does not carry the API server's refusal ({said:?}): {}",
+                describe(dr.as_deref())
+            ));
+        }
+        verdict(problems)
+    }
+}
+
 /// A LimitRange whose largest CPU limit is below the restore helper's (Velero's
 /// default 100m): the stand-in is refused, the restore ends Failed with the API
 /// server's words, and the app (within the range) comes back.
@@ -1003,23 +1027,8 @@ async fn stand_in_refused_by_limit_range(env: TestEnv) -> Result<()> {
             "spec": {"limits": [{"type": "Container", "max": {"cpu": "50m"}}]},
         }))
         .await?;
-    let _agent = s.node_agent(Some(COPY_RATE));
-    let _controller = s.controller().await?;
-    s.restore("r1", s.spec(&app)).await?;
-    let expect = Expect {
-        phases: &[Phase::Failed],
-        bound: SHORT_BOUND,
-        ..Expect::ended()
-    };
-    let (dr, mut problems) = s.check(&app, "r1", &expect).await;
-    let said = dr.as_deref().map(texts).unwrap_or_default();
-    if !said.contains("maximum cpu usage per Container is 50m") {
-        problems.push(format!(
-            "the status does not carry the LimitRange's refusal: {}",
-            describe(dr.as_deref())
-        ));
-    }
-    verdict(problems)
+    s.refused_stand_in(&app, "maximum cpu usage per Container is 50m")
+        .await
 }
 
 async fn stand_in_refused_by_admission(env: TestEnv) -> Result<()> {
@@ -1074,23 +1083,7 @@ async fn stand_in_refused_by_admission(env: TestEnv) -> Result<()> {
             }
         })
         .await?;
-        let _agent = s.node_agent(Some(COPY_RATE));
-        let _controller = s.controller().await?;
-        s.restore("r1", s.spec(&app)).await?;
-        let expect = Expect {
-            phases: &[Phase::Failed],
-            bound: SHORT_BOUND,
-            ..Expect::ended()
-        };
-        let (dr, mut problems) = s.check(&app, "r1", &expect).await;
-        let said = dr.as_deref().map(texts).unwrap_or_default();
-        if !said.contains(message) {
-            problems.push(format!(
-                "the status does not carry the API server's refusal ({message:?}): {}",
-                describe(dr.as_deref())
-            ));
-        }
-        verdict(problems)
+        s.refused_stand_in(&app, message).await
     }
     .await;
     let _ = bindings.delete(&policy, &DeleteParams::default()).await;

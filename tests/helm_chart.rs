@@ -17,20 +17,7 @@ fn repo() -> &'static Path {
 
 fn helm() -> &'static Path {
     static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    HELM.get_or_init(build_helm)
-}
-
-fn build_helm() -> PathBuf {
-    let out = Command::new(repo().join("e2e/cluster/build-helm.sh"))
-        .output()
-        .expect("running build-helm.sh");
-    assert!(
-        out.status.success(),
-        "build-helm.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    PathBuf::from(text.lines().last().expect("build-helm.sh printed no path"))
+    HELM.get_or_init(|| refill_e2e::cluster::helm().expect("building helm"))
 }
 
 fn documents(text: &str) -> Vec<Value> {

@@ -301,6 +301,28 @@ pub fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster")
 }
 
+/// The helm CLI, built (once, cached) by `e2e/cluster/build-helm.sh`: for the
+/// chart's tests and its install. Blocks while a first build runs.
+pub fn helm() -> Result<PathBuf> {
+    let script = scripts_dir().join("build-helm.sh");
+    let out = std::process::Command::new(&script)
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8(out.stdout)?;
+    let path = text
+        .lines()
+        .last()
+        .context("build-helm.sh printed no path")?;
+    Ok(PathBuf::from(path))
+}
+
 static CLUSTER: OnceCell<Cluster> = OnceCell::const_new();
 
 /// The local cluster, started by `e2e/cluster/up.sh` if its kubeconfig is

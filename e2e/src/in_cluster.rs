@@ -23,7 +23,7 @@ const IMAGE_SHA_ANNOTATION: &str = "refill.dev/image-sha256";
 
 /// The name of the Lease the controller's replicas elect their leader by, in
 /// Velero's namespace (refill's default).
-pub const LEASE: &str = "refill-controller";
+pub const LEASE: &str = refill::controller::leader::Election::DEFAULT_LEASE_NAME;
 
 /// The objects of `manifests/deployment.yaml`: the Deployment and its
 /// PodDisruptionBudget.
@@ -105,11 +105,6 @@ pub async fn install_controller(
     fixture::install_refill(client, velero_namespace).await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
     let deployment = controller_deployment(velero_namespace, &image_sha)?;
-    let replicas = deployment
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(1) as usize;
     let apply = PatchParams::apply("refill-e2e").force();
     deployments
         .patch("refill", &apply, &Patch::Apply(&deployment))
@@ -123,18 +118,24 @@ pub async fn install_controller(
     Api::<Service>::namespaced(client.clone(), CONTROLLER_SA.0)
         .patch("refill-metrics", &apply, &Patch::Apply(&service))
         .await?;
-    wait_for_leader(client, velero_namespace, &image_sha, replicas, timeout).await
+    wait_for_leader(client, velero_namespace, &image_sha, timeout).await
 }
 
-/// Waits until `replicas` controller pods of the image `image_sha` are Ready and one
-/// of them holds the Lease, on a real node; returns that one.
+/// Waits until as many controller pods of the image `image_sha` as the installed
+/// Deployment asks for are Ready and one of them holds the Lease, on a real node;
+/// returns that one.
 async fn wait_for_leader(
     client: &Client,
     velero_namespace: &str,
     image_sha: &str,
-    replicas: usize,
     timeout: Duration,
 ) -> Result<Pod> {
+    let replicas = Api::<Deployment>::namespaced(client.clone(), CONTROLLER_SA.0)
+        .get("refill")
+        .await?
+        .spec
+        .and_then(|s| s.replicas)
+        .unwrap_or(1) as usize;
     let pods: Api<Pod> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
     let leases: Api<Lease> = Api::namespaced(client.clone(), velero_namespace);
     let leader = wait_for(
@@ -197,21 +198,7 @@ pub async fn install_with_helm(
         &std::fs::read_to_string(chart.join("crds/crds.yaml"))?,
     )
     .await?;
-    let built = tokio::process::Command::new(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/build-helm.sh"),
-    )
-    .output()
-    .await?;
-    ensure!(
-        built.status.success(),
-        "build-helm.sh failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let helm = String::from_utf8(built.stdout)?
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_string();
+    let helm = tokio::task::spawn_blocking(crate::cluster::helm).await??;
     let (repository, tag) = REFILL_IMAGE
         .rsplit_once(':')
         .context("REFILL_IMAGE has no tag")?;
@@ -245,7 +232,5 @@ pub async fn install_with_helm(
         "helm upgrade --install failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (deployment, _) = manifest_objects()?;
-    let replicas = deployment.spec.and_then(|s| s.replicas).unwrap_or(1) as usize;
-    wait_for_leader(client, velero_namespace, &image_sha, replicas, timeout).await
+    wait_for_leader(client, velero_namespace, &image_sha, timeout).await
 }

@@ -33,18 +33,26 @@ pub fn version(name: &str) -> Result<String> {
         .with_context(|| format!("no {name}=v... in {}", file.display()))
 }
 
-/// The release Velero's server Deployment runs, from its image tag.
-pub async fn running_version(client: &Client) -> Result<String> {
+/// The image of Velero's server Deployment, if Velero is installed.
+pub async fn server_image(client: &Client) -> Result<Option<String>> {
     let deployment =
         Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), VELERO_NAMESPACE)
-            .get("velero")
+            .get_opt("velero")
             .await?;
-    let image = deployment
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.containers.into_iter().next())
-        .and_then(|c| c.image)
-        .unwrap_or_default();
+    Ok(deployment.map(|d| {
+        d.spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.into_iter().next())
+            .and_then(|c| c.image)
+            .unwrap_or_default()
+    }))
+}
+
+/// The release Velero's server Deployment runs, from its image tag.
+pub async fn running_version(client: &Client) -> Result<String> {
+    let image = server_image(client)
+        .await?
+        .context("no Velero server Deployment in namespace velero")?;
     image
         .rsplit_once(':')
         .map(|(_, tag)| tag.to_string())

@@ -36,16 +36,6 @@ pub struct Election {
 
 impl Election {
     pub const DEFAULT_LEASE_NAME: &str = "refill-controller";
-
-    /// Defaults as client-go's: a 15 s lease, renewed 5 s before it ends.
-    pub fn new(identity: impl Into<String>) -> Self {
-        Election {
-            lease_name: Self::DEFAULT_LEASE_NAME.into(),
-            identity: identity.into(),
-            duration_seconds: 15,
-            grace_seconds: 5,
-        }
-    }
 }
 
 /// The lease went to another replica, or could not be kept.

@@ -611,18 +611,9 @@ fn tilde(path: &Path) -> String {
 
 /// One line on the Velero the demo uses: its version and where its pods run.
 async fn velero_summary(client: &Client) -> Result<String> {
-    let server = Api::<Deployment>::namespaced(client.clone(), VELERO_NS)
-        .get_opt("velero")
-        .await?
-        .context(
-            "no Velero in namespace velero: e2e/cluster/up.sh installs it on the real nodes",
-        )?;
-    let image = server
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.containers.into_iter().next())
-        .and_then(|c| c.image)
-        .unwrap_or_default();
+    let image = velero::server_image(client).await?.context(
+        "no Velero in namespace velero: e2e/cluster/up.sh installs it on the real nodes",
+    )?;
     let agents = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), VELERO_NS)
         .list(&kube::api::ListParams::default().labels("name=node-agent"))
         .await?;
