@@ -590,6 +590,9 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         );
 
         // Refused: another namespace's claim; a backup that does not hold this one.
+        // Nothing of the app is touched by a refusal.
+        let deployments = Api::<Deployment>::namespaced(admin.clone(), &ns);
+        let untouched = deployments.get("app").await?.resource_version();
         let refusals = [
             (
                 "other-claim",
@@ -626,6 +629,11 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
                 .await?;
             ensure!(made.items.is_empty(), "{name}: a DataRestore was made");
         }
+        let now = deployments.get("app").await?.resource_version();
+        ensure!(
+            now == untouched,
+            "a refused request changed the app's Deployment"
+        );
 
         // The helper's image is not the team's to set: the kind has no such field.
         let mut with_image =
