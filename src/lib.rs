@@ -3,6 +3,7 @@
 pub mod api;
 pub mod claims;
 pub mod cli;
+pub mod connect;
 pub mod controller;
 pub mod crds;
 pub mod labels;

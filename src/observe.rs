@@ -64,37 +64,59 @@ impl OwnerCache {
     }
 }
 
+/// Where the reads of a decision come from: the API, and first what the controller
+/// knows from its watches when the controller is the reader. The CLI and the controller
+/// read through the same functions, so a dry run and the controller decide from the
+/// same facts in the same words.
+#[derive(Clone, Copy)]
+pub struct Reads<'a> {
+    client: &'a Client,
+    known: Option<&'a Known>,
+}
+
+impl<'a> Reads<'a> {
+    /// Every read goes to the API server (the CLI).
+    pub fn api(client: &'a Client) -> Self {
+        Reads {
+            client,
+            known: None,
+        }
+    }
+
+    /// Reads answer from `known` where it can (the controller).
+    pub fn watched(client: &'a Client, known: &'a Known) -> Self {
+        Reads {
+            client,
+            known: Some(known),
+        }
+    }
+
+    pub fn client(&self) -> &'a Client {
+        self.client
+    }
+}
+
 /// The pods that mount each of `claims` (names in `namespace`), resolved to their top
 /// owners with the replica counts they ask for now. Stand-in pods of the restore
 /// `own_uid` are not consumers.
 pub async fn consumers(
-    client: &Client,
-    known: Option<&Known>,
+    reads: Reads<'_>,
     namespace: &str,
     claims: &[&str],
     own_uid: &str,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
-    let pods = pods_mounting(client, known, namespace, claims).await?;
-    consumers_in(
-        client,
-        known,
-        namespace,
-        &pods,
-        claims,
-        own_uid,
-        Replicas::Read,
-    )
-    .await
+    let pods = pods_mounting(reads, namespace, claims).await?;
+    consumers_in(reads, namespace, &pods, claims, own_uid, Replicas::Read).await
 }
 
 /// The pods of `namespace` that mount any of `claims`: from the controller's index when
 /// it has one ready, else from a list of the namespace.
 pub async fn pods_mounting(
-    client: &Client,
-    known: Option<&Known>,
+    reads: Reads<'_>,
     namespace: &str,
     claims: &[&str],
 ) -> kube::Result<Vec<Arc<Pod>>> {
+    let Reads { client, known } = reads;
     if let Some(found) = known.and_then(|k| k.mounts.mounting(namespace, claims)) {
         return Ok(found);
     }
@@ -120,8 +142,7 @@ pub enum Replicas {
 
 /// Like [`consumers`], over pods already read.
 pub async fn consumers_in(
-    client: &Client,
-    known: Option<&Known>,
+    reads: Reads<'_>,
     namespace: &str,
     pods: &[Arc<Pod>],
     claims: &[&str],
@@ -163,7 +184,7 @@ pub async fn consumers_in(
             if matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
                 && !owner_cache.contains_key(&key)
             {
-                let refs = owners_of(client, known, namespace, owner).await?;
+                let refs = owners_of(reads, namespace, owner).await?;
                 owner_cache.insert(key, refs);
             }
         }
@@ -177,7 +198,7 @@ pub async fn consumers_in(
             Owner::Known(kind, name) if kind.is_scalable() && read_replicas == Replicas::Read => {
                 let key = (*kind, name.clone());
                 if !replica_cache.contains_key(&key) {
-                    let replicas = replicas_of(client, namespace, *kind, name).await?;
+                    let replicas = replicas_of(reads.client, namespace, *kind, name).await?;
                     replica_cache.insert(key.clone(), replicas);
                 }
                 replica_cache[&key]
@@ -188,7 +209,7 @@ pub async fn consumers_in(
     }
     // Workloads whose pod template mounts a claim are consumers too, with no pod running
     // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
-    for (kind, name, workload) in workloads(client, namespace).await? {
+    for (kind, name, workload) in workloads(reads.client, namespace).await? {
         if !is_top_workload(kind, &workload) {
             continue;
         }
@@ -313,11 +334,11 @@ pub fn stand_in_restore(pod: &Pod) -> Option<String> {
 /// The owner references of `owner` (a ReplicaSet or a Job), from what the controller
 /// kept when it read them lately.
 async fn owners_of(
-    client: &Client,
-    known: Option<&Known>,
+    reads: Reads<'_>,
     namespace: &str,
     owner: &OwnerReference,
 ) -> kube::Result<Owners> {
+    let Reads { client, known } = reads;
     if let Some(kept) = known.and_then(|k| k.owners.get(&owner.uid)) {
         return Ok(kept);
     }

@@ -11,7 +11,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::{Backup, DataRestore, PodVolumeBackup, Schedule};
 use crate::labels;
-use crate::observe::{self, Known};
+use crate::observe::{self, Reads};
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
 pub use crate::plan::{ConsumerAction, Placement, PlannedConsumer, PlannedVolume};
@@ -27,27 +27,20 @@ pub enum ValidateError {
 }
 
 /// Validates `dr` against the cluster as it is now and returns what would be done.
-/// Reads only. `known` is what the controller keeps between reads, if it is the caller.
-pub async fn plan(
-    client: &Client,
-    known: Option<&Known>,
-    dr: &DataRestore,
-) -> Result<Plan, ValidateError> {
+/// Reads only, through `reads` (the API, or the controller's watches first).
+pub async fn plan(reads: Reads<'_>, dr: &DataRestore) -> Result<Plan, ValidateError> {
     // A spec that is wrong on its face is refused before anything is read: its names
     // could make the reads themselves fail, which would look like a passing trouble.
     let errors = plan::spec_errors(&dr.spec);
     if !errors.is_empty() {
         return Err(Invalid { errors }.into());
     }
-    let facts = gather(client, known, dr).await?;
+    let facts = gather(reads, dr).await?;
     Ok(plan::plan(&dr.spec, &facts)?)
 }
 
-async fn gather(
-    client: &Client,
-    known: Option<&Known>,
-    dr: &DataRestore,
-) -> Result<Facts, ValidateError> {
+async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateError> {
+    let client = reads.client();
     let namespace = dr.namespace().unwrap_or_else(|| "velero".into());
     let own_uid = dr.uid().unwrap_or_default();
     let backup = find_backup(client, &namespace, dr).await?;
@@ -158,7 +151,7 @@ async fn gather(
     let own_uid = &own_uid;
     let found = side_by_side(claims_by_ns, |(ns, claims)| async move {
         let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
-        Ok(observe::consumers(client, known, &ns, &claims, own_uid).await?)
+        Ok(observe::consumers(reads, &ns, &claims, own_uid).await?)
     })
     .await?;
     for consumers in found {

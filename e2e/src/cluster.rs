@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::PostParams;
-use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::config::AuthInfo;
 use kube::{Api, Client, Config};
 use sha2::Digest as _;
 use tokio::sync::OnceCell;
@@ -193,16 +193,7 @@ impl Cluster {
     /// agent [`TEST_USER_AGENT`], so that they can be told apart from those of
     /// the code under test in the audit log (kube-rs sends none by default).
     pub async fn admin_config(&self) -> Result<Config> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
-            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
-        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .with_context(|| format!("loading {}", self.kubeconfig.display()))?;
-        config.headers.push((
-            http::header::USER_AGENT,
-            http::HeaderValue::from_static(TEST_USER_AGENT),
-        ));
-        Ok(config)
+        Ok(refill::connect::config(Some(&self.kubeconfig), None, TEST_USER_AGENT).await?)
     }
 
     /// A client acting as cluster admin. Tests use it to set up and inspect;

@@ -1,10 +1,10 @@
 //! The connection to the cluster: a kube client from --kubeconfig/--context (or the
 //! usual inference), Velero's namespace, and the API's URL for error messages.
 
-use std::time::Duration;
+use kube::config::KubeconfigError;
+use kube::{Api, Client, Resource};
 
-use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
-use kube::{Api, Client, Config, Resource};
+use crate::connect::{self, ConnectError};
 
 use super::args::GlobalArgs;
 use super::errors::{CliError, Result, Target, kube_error, root_cause};
@@ -24,45 +24,15 @@ pub struct Ctx {
 
 impl Ctx {
     pub async fn connect(global: &GlobalArgs) -> Result<Ctx> {
-        let options = KubeConfigOptions {
-            context: global.context.clone(),
-            ..KubeConfigOptions::default()
-        };
-        let mut config = match &global.kubeconfig {
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                    CliError::new(format!(
-                        "cannot read the kubeconfig {}: {}",
-                        path.display(),
-                        root_cause(&e)
-                    ))
-                })?;
-                let where_ = path.display().to_string();
-                Config::from_custom_kubeconfig(kubeconfig, &options)
-                    .await
-                    .map_err(|e| kubeconfig_error(&e, &where_))?
-            }
-            None if global.context.is_some() => Config::from_kubeconfig(&options)
-                .await
-                .map_err(|e| kubeconfig_error(&e, "your kubeconfig"))?,
-            None => Config::infer().await.map_err(|e| {
-                CliError::new(format!(
-                    "no Kubernetes configuration found; set KUBECONFIG or pass --kubeconfig ({e})"
-                ))
-            })?,
-        };
-        config.connect_timeout = Some(Duration::from_secs(10));
-        // Tells the CLI's requests apart in audit logs (kube-rs sends no user agent).
-        if let (Ok(name), Ok(value)) = ("user-agent".parse(), USER_AGENT.parse()) {
-            config.headers.push((name, value));
-        }
+        let config = connect::config(
+            global.kubeconfig.as_deref(),
+            global.context.clone(),
+            USER_AGENT,
+        )
+        .await
+        .map_err(|e| connect_error(&e))?;
         let server = config.cluster_url.to_string();
-        let client = Client::try_from(config).map_err(|e| {
-            CliError::new(format!(
-                "cannot set up a client for {server}: {}",
-                root_cause(&e)
-            ))
-        })?;
+        let client = connect::client(config).map_err(|e| connect_error(&e))?;
         Ok(Ctx {
             client,
             namespace: global.namespace.clone(),
@@ -85,12 +55,28 @@ impl Ctx {
     }
 }
 
-/// A kubeconfig that cannot be used, with the unknown context named plainly.
-fn kubeconfig_error(e: &KubeconfigError, which: &str) -> CliError {
+/// Why no client could be made, in the CLI's words: an unknown context named plainly,
+/// and only the root cause of the rest.
+fn connect_error(e: &ConnectError) -> CliError {
     match e {
-        KubeconfigError::LoadContext(context) => CliError::new(format!(
+        ConnectError::Read { path, source } => CliError::new(format!(
+            "cannot read the kubeconfig {}: {}",
+            path.display(),
+            root_cause(source)
+        )),
+        ConnectError::Kubeconfig {
+            which,
+            source: KubeconfigError::LoadContext(context),
+        } => CliError::new(format!(
             "context \"{context}\" not found in {which}; list contexts with: kubectl config get-contexts"
         )),
-        other => CliError::new(format!("cannot use {which}: {}", root_cause(other))),
+        ConnectError::Kubeconfig { which, source } => {
+            CliError::new(format!("cannot use {which}: {}", root_cause(source)))
+        }
+        ConnectError::NotFound(_) => CliError::new(e.to_string()),
+        ConnectError::Client { server, source } => CliError::new(format!(
+            "cannot set up a client for {server}: {}",
+            root_cause(source)
+        )),
     }
 }

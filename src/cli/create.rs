@@ -3,6 +3,7 @@
 use kube::api::PostParams;
 
 use crate::api::{Backup, DataRestore, DataRestoreSpec, Schedule};
+use crate::observe::Reads;
 use crate::plan::spec_errors;
 use crate::validate::{self, ValidateError};
 
@@ -123,7 +124,7 @@ async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
 /// nothing about the request: the restore is created anyway, with a warning, because
 /// the controller validates again with its own rights and reports in the status.
 async fn preflight(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
-    match validate::plan(&ctx.client, None, dr).await {
+    match validate::plan(Reads::api(&ctx.client), dr).await {
         Ok(plan) => Ok(plan.warnings),
         Err(ValidateError::Invalid(invalid)) => Err(refused(dr, &invalid.errors)),
         Err(ValidateError::Kube(e)) => Ok(vec![unchecked(ctx, &e)?]),

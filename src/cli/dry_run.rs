@@ -3,6 +3,7 @@
 use kube::ResourceExt;
 
 use crate::api::DataRestore;
+use crate::observe::Reads;
 use crate::plan::{Placement, Plan};
 use crate::validate::{self, ValidateError};
 
@@ -26,7 +27,7 @@ pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> R
         Err(e) if is_not_found(&e) => {}
         Err(e) => return Err(ctx.error(&e, target)),
     }
-    let plan = validate::plan(&ctx.client, None, dr)
+    let plan = validate::plan(Reads::api(&ctx.client), dr)
         .await
         .map_err(|e| match e {
             ValidateError::Invalid(invalid) => refused(dr, &invalid.errors),

@@ -13,9 +13,10 @@ use tracing::debug;
 
 use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
-use crate::observe::Known;
+use crate::observe::{Known, Reads};
 
 use super::metrics::Metrics;
+use super::stores::Stores;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -70,10 +71,12 @@ pub struct Context {
     last_version: Mutex<HashMap<String, String>>,
     /// Backoff of each restore whose passes fail.
     pub backoffs: super::error::Backoffs,
+    /// The stand-ins, PodVolumeRestores and VolumePluginRestores, as watches tell.
+    pub stores: Stores,
 }
 
 impl Context {
-    pub fn new(client: Client, config: Config) -> Self {
+    pub fn new(client: Client, config: Config, stores: Stores) -> Self {
         let reporter = Reporter {
             controller: "refill".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -87,7 +90,13 @@ impl Context {
             last_write: Mutex::default(),
             last_version: Mutex::default(),
             backoffs: Default::default(),
+            stores,
         }
+    }
+
+    /// The controller's reads: its watches first, then the API.
+    pub fn reads(&self) -> Reads<'_> {
+        Reads::watched(&self.client, &self.known)
     }
 
     /// Publishes an Event on the DataRestore; a lost event is not worth failing for.

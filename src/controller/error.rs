@@ -16,6 +16,9 @@ pub enum Error {
     /// A condition no retry changes (an object refill needs is gone, a refusal).
     #[error("{0}")]
     Permanent(String),
+    /// A condition that passes by itself (a watch not listed yet).
+    #[error("{0}")]
+    Transient(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -53,6 +56,7 @@ impl Error {
         match self {
             Error::Kube(e) => category_of(e),
             Error::Permanent(_) => Category::Permanent,
+            Error::Transient(_) => Category::Transient,
         }
     }
 

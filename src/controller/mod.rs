@@ -16,6 +16,7 @@ mod request;
 mod restore_helper;
 mod stand_in;
 mod status;
+mod stores;
 mod volume;
 
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use crate::api::{DataRestore, PodVolumeRestore};
+use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
 
 pub use consumer::{PARKED_KEY, who_changed};
 pub use context::{Config, Context};
@@ -46,22 +47,7 @@ pub async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<String>,
 ) -> anyhow::Result<Client> {
-    let options = kube::config::KubeConfigOptions {
-        context,
-        ..Default::default()
-    };
-    let mut config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(file, &options).await?
-        }
-        None if options.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
-        None => kube::Config::infer().await?,
-    };
-    config
-        .headers
-        .push(("user-agent".parse()?, USER_AGENT.parse()?));
-    Ok(Client::try_from(config)?)
+    Ok(crate::connect::connect(kubeconfig, context, USER_AGENT).await?)
 }
 
 /// Runs the controller until the process is asked to stop.
@@ -82,16 +68,42 @@ pub async fn run_with_readiness(
             "cannot list DataRestores in namespace {namespace}: {e}; are refill's CRDs installed (kubectl apply -f manifests/crds.yaml) and is access granted?"
         );
     }
-    let ctx = Arc::new(Context::new(client.clone(), config));
-    let pvrs: Api<PodVolumeRestore> = Api::namespaced(client.clone(), &namespace);
+    let (stores, writers) = stores::stores();
+    let ctx = Arc::new(Context::new(client.clone(), config, stores));
+    // Only what refill made for its restores (they carry the restore's UID), not every
+    // PodVolumeRestore of Velero's own restores.
+    let made = watcher::Config::default().labels(crate::labels::DATA_RESTORE_UID);
+    let pvr_events = watcher(
+        Api::<PodVolumeRestore>::namespaced(client.clone(), &namespace),
+        made.clone(),
+    )
+    .default_backoff()
+    .reflect(writers.pod_volume_restores)
+    .inspect(move |item| writers.pod_volume_restores_health.note(item))
+    .touched_objects();
+    // VolumePluginRestores only mirror the status; their changes need no pass.
+    let plugin_restores = watcher(
+        Api::<VolumePluginRestore>::namespaced(client.clone(), &namespace),
+        made,
+    )
+    .default_backoff()
+    .reflect(writers.plugin_restores)
+    .for_each(move |item| {
+        writers.plugin_restores_health.note(&item);
+        futures::future::ready(())
+    });
     let pods: Api<Pod> = Api::all(client.clone());
     let index_ctx = ctx.clone();
+    let mut stand_ins = writers.stand_ins;
+    let stand_ins_health = writers.stand_ins_health;
     let pod_events = watcher(pods, watcher::Config::default())
         .default_backoff()
         .map_ok(move |event| {
             index_ctx.known.mounts.apply(&event);
+            stand_ins.apply(&event);
             event
         })
+        .inspect(move |item| stand_ins_health.note(item))
         .touched_objects();
     let mapper_ctx = ctx.clone();
     // Claims are watched by their metadata only, for one fact: being deleted.
@@ -111,7 +123,7 @@ pub async fn run_with_readiness(
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
     let restores = Controller::new(restores, watcher::Config::default())
-        .owns(pvrs, watcher::Config::default())
+        .owns_stream(pvr_events)
         // Stand-in pods live in the PVC's namespace, where no owner reference may point
         // at the DataRestore, and consumer pods are not refill's at all: both are mapped
         // back through the claims refill is working on. The same watch keeps the index
@@ -133,6 +145,11 @@ pub async fn run_with_readiness(
                 warn!("reconcile failed: {e}");
             }
         });
+    // The mirror's watch lives as long as the controller does.
+    let restores = async {
+        futures::pin_mut!(plugin_restores);
+        futures::future::select(std::pin::pin!(restores), plugin_restores).await;
+    };
     match requests {
         Some(requests) => {
             futures::join!(restores, requests);

@@ -13,22 +13,20 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use crate::api::{
     ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
-    Phase, PodVolumeRestore, VolumePhase, VolumePluginRestore,
+    Phase, VolumePhase,
 };
 use crate::controller::concurrent::for_each_concurrently;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
 use crate::controller::restore_helper;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
-use crate::controller::volume::observe::{PassView, split};
+use crate::controller::volume::observe::split;
 use crate::controller::volume::{self, Advanced};
 use crate::controller::{Context, Result};
-use crate::labels;
 use crate::observe::{self, Replicas};
 use crate::plan;
 
@@ -190,18 +188,10 @@ async fn start_volumes(
                 async move {
                     let claims: Vec<&str> =
                         indices.iter().map(|&i| split(&volumes[i].pvc).1).collect();
-                    let pods =
-                        observe::pods_mounting(&ctx.client, Some(&ctx.known), ns, &claims).await?;
-                    let found = observe::consumers_in(
-                        &ctx.client,
-                        Some(&ctx.known),
-                        ns,
-                        &pods,
-                        &claims,
-                        uid,
-                        Replicas::Skip,
-                    )
-                    .await?;
+                    let pods = observe::pods_mounting(ctx.reads(), ns, &claims).await?;
+                    let found =
+                        observe::consumers_in(ctx.reads(), ns, &pods, &claims, uid, Replicas::Skip)
+                            .await?;
                     Ok((pods, found))
                 }
             },
@@ -320,34 +310,6 @@ fn merge_consumer(
     }
 }
 
-/// Lists what the pass looks at once for all volumes: this restore's stand-ins,
-/// PodVolumeRestores and VolumePluginRestores.
-async fn look(
-    ctx: &Context,
-    uid: &str,
-) -> Result<(PassView, BTreeMap<String, VolumePluginRestore>)> {
-    let ns = &ctx.config.namespace;
-    let owned = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
-    let by_restore = ListParams::default().labels(&format!("{}={uid}", labels::RESTORE_UID));
-    let pods = Api::<Pod>::all(ctx.client.clone());
-    let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), ns);
-    let vprs = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), ns);
-    let (stand_ins, pvrs, vprs) =
-        futures::try_join!(pods.list(&owned), pvrs.list(&by_restore), vprs.list(&owned))?;
-    let view = PassView {
-        stand_ins: stand_ins
-            .items
-            .into_iter()
-            .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
-            .collect(),
-        pvrs: pvrs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
-    };
-    Ok((
-        view,
-        vprs.items.into_iter().map(|p| (p.name_any(), p)).collect(),
-    ))
-}
-
 /// Second half: act on what is recorded. Every volume moves on by a step, consumers are
 /// stopped before their volumes go on and brought back after the last of them ended.
 /// Whatever succeeded is in `status` even when an error is returned.
@@ -358,7 +320,10 @@ pub async fn work(
     deleting: bool,
 ) -> Result<bool> {
     let uid = dr.uid().unwrap_or_default();
-    let (view, vprs) = look(ctx, &uid).await?;
+    let view = ctx
+        .stores
+        .view(&ctx.client, &ctx.config.namespace, &uid)
+        .await?;
     let stopped = settle_consumers(dr, ctx, status, &uid).await;
     let helper = if status
         .volumes
@@ -403,7 +368,7 @@ pub async fn work(
     let volumes = status.volumes.clone();
     let synced = for_each_concurrently(
         0..volumes.len(),
-        |i| volume::mirror::sync_plugin_restore(dr, ctx, &volumes[i], &vprs),
+        |i| volume::mirror::sync_plugin_restore(dr, ctx, &volumes[i], &view.plugin_restores),
         |_, ()| {},
     );
     let (settled, synced) = futures::join!(settle_consumers(dr, ctx, status, &uid), synced);

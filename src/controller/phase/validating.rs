@@ -48,7 +48,7 @@ pub async fn validate(
     if !errors.is_empty() {
         return Ok(invalid(status, errors));
     }
-    let plan = match validate::plan(&ctx.client, Some(&ctx.known), dr).await {
+    let plan = match validate::plan(ctx.reads(), dr).await {
         Ok(plan) => plan,
         Err(ValidateError::Invalid(e)) => {
             info!(restore = %dr.name_any(), "invalid: {e}");

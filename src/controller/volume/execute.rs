@@ -24,7 +24,8 @@ use crate::controller::{Context, Result};
 use crate::labels;
 
 use super::decide::{Change, Effect};
-use super::observe::{PassView, split};
+use super::observe::{Found, split};
+use crate::controller::stores::PassView;
 
 /// What the executor needs of the pass.
 pub struct Act<'a> {
@@ -42,19 +43,17 @@ pub struct Act<'a> {
 /// the API's answer changes the outcome (a refusal, a conflict).
 pub async fn perform(
     act: &Act<'_>,
+    found: &Found,
     volume: &mut VolumeStatus,
     effect: Effect,
 ) -> Result<Option<Change>> {
     match effect {
         Effect::CreateStandIn => create_stand_in(act, volume).await,
         Effect::CreatePodVolumeRestore => {
-            let (ns, _) = split(&volume.pvc);
-            let name = labels::stand_in_pod_name(&volume.pvc);
-            let Some(pod) = act.pass.stand_ins.get(&(ns.to_string(), name)) else {
+            let Some(pod) = &found.stand_in else {
                 return Ok(None);
             };
-            let pod = pod.clone();
-            refused_as(create_pod_volume_restore(act, volume, &pod).await, |why| {
+            refused_as(create_pod_volume_restore(act, volume, pod).await, |why| {
                 Change::Abort {
                     outcome: VolumePhase::Failed,
                     message: why,
@@ -77,10 +76,10 @@ pub async fn perform(
         }
         Effect::DeleteStandIn => {
             let (ns, _) = split(&volume.pvc);
-            let name = labels::stand_in_pod_name(&volume.pvc);
-            let Some(pod) = act.pass.stand_ins.get(&(ns.to_string(), name.clone())) else {
+            let Some(pod) = &found.stand_in else {
                 return Ok(None);
             };
+            let name = pod.name_any();
             // Only this very pod: the name is the claim's, and another restore's stand-in
             // may take it as soon as this one is gone.
             let params = DeleteParams {

@@ -2,6 +2,7 @@
 //! volume-plugin progress.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
@@ -18,7 +19,7 @@ pub async fn sync_plugin_restore(
     dr: &DataRestore,
     ctx: &Context,
     volume: &VolumeStatus,
-    vprs: &BTreeMap<String, VolumePluginRestore>,
+    vprs: &BTreeMap<String, Arc<VolumePluginRestore>>,
 ) -> Result<()> {
     let Some(name) = &volume.pod_volume_restore else {
         return Ok(());

@@ -34,20 +34,13 @@ pub struct Advanced {
 /// volume: every effect is idempotent under its derived name, and is done again.
 pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Result<Advanced> {
     let mut volume = volume;
-    observe::follow(&mut volume, act.pass);
-    let seen = observe::seen(
-        act.ctx,
-        &act.dr.name_any(),
-        act.uid,
-        act.status,
-        &volume,
-        act.pass,
-    )
-    .await?;
+    let found = observe::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
+    observe::follow(&mut volume, &found);
+    let seen = observe::seen(act.ctx, act.uid, act.status, &volume, &found).await?;
     let now = Timestamp::now();
     let step = decide::decide(&volume, &seen, rules, now);
     let change = match step.effect {
-        Some(effect) => execute::perform(act, &mut volume, effect)
+        Some(effect) => execute::perform(act, &found, &mut volume, effect)
             .await?
             .unwrap_or(step.change),
         None => step.change,

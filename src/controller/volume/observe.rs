@@ -1,8 +1,8 @@
 //! What one pass sees of a volume's world, for [`super::decide`]. Reads only: from the
-//! pass's lists and the controller's watch-fed indexes, and from the API only where a
-//! decision needs it fresh.
+//! controller's watch-fed stores and indexes, and from the API only where a store that
+//! lags behind could mislead a decision.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -11,18 +11,91 @@ use kube::{Api, ResourceExt};
 use crate::api::{ConsumerState, DataRestoreStatus, PodVolumeRestore, VolumePhase, VolumeStatus};
 use crate::controller::consumer;
 use crate::controller::restore_helper;
+use crate::controller::stores::PassView;
 use crate::controller::{Context, Result};
 use crate::labels;
 use crate::observe;
 
 use super::decide::{Claim, Consumers, Pvr, Seen, StandIn};
 
-/// What a pass lists once for all its volumes.
-pub struct PassView {
-    /// This restore's stand-in pods, by `(namespace, name)`.
-    pub stand_ins: BTreeMap<(String, String), Pod>,
-    /// This restore's PodVolumeRestores, by name.
-    pub pvrs: BTreeMap<String, PodVolumeRestore>,
+/// The objects refill made for one volume, as the pass found them.
+#[derive(Default)]
+pub struct Found {
+    pub stand_in: Option<Arc<Pod>>,
+    pub pod_volume_restore: Option<Arc<PodVolumeRestore>>,
+}
+
+/// Which absences the stores report must be read again from the API before they are
+/// believed: those that would end a volume, or let its consumers come back. A store
+/// lags behind the API by a watch event; an object refill created a moment ago may not
+/// be in it yet.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Confirm {
+    pub stand_in: bool,
+    pub pod_volume_restore: bool,
+}
+
+/// What to read again, from the volume's phase and what the stores hold. Pure.
+pub fn confirm(phase: VolumePhase, stand_in: bool, pvr: Option<&PodVolumeRestore>) -> Confirm {
+    // From StartingStandIn on, the stand-in was made: its absence fails the volume
+    // (Restoring) or ends it (Aborting).
+    let stand_in_expected = matches!(
+        phase,
+        VolumePhase::StartingStandIn | VolumePhase::Restoring | VolumePhase::Aborting
+    );
+    let pvr_ended = pvr.is_some_and(|p| p.phase().is_terminal());
+    Confirm {
+        stand_in: stand_in_expected && !stand_in,
+        pod_volume_restore: match phase {
+            // Its absence fails the volume.
+            VolumePhase::Restoring => pvr.is_none(),
+            // The volume ends on a PodVolumeRestore no agent took only once the stand-in
+            // is gone: that must hold after the stand-in was seen gone.
+            VolumePhase::Aborting => !stand_in && !pvr_ended,
+            _ => false,
+        },
+    }
+}
+
+/// Finds `volume`'s stand-in and PodVolumeRestore: in the pass's view, and read again
+/// where [`confirm`] says so. `restore` and `uid` are the DataRestore's name and UID.
+pub async fn found(
+    ctx: &Context,
+    restore: &str,
+    uid: &str,
+    volume: &VolumeStatus,
+    pass: &PassView,
+) -> Result<Found> {
+    let (ns, _) = split(&volume.pvc);
+    let stand_in_name = labels::stand_in_pod_name(&volume.pvc);
+    let pvr_name = labels::pod_volume_restore_name(restore, uid, &volume.pvc);
+    let mut stand_in = pass
+        .stand_ins
+        .get(&(ns.to_string(), stand_in_name.clone()))
+        .cloned();
+    let mut pod_volume_restore = pass.pod_volume_restores.get(&pvr_name).cloned();
+    let again = confirm(
+        volume.phase,
+        stand_in.is_some(),
+        pod_volume_restore.as_deref(),
+    );
+    if again.stand_in {
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        stand_in = pods
+            .get_opt(&stand_in_name)
+            .await?
+            .filter(|p| observe::is_own_stand_in(p, uid))
+            .map(Arc::new);
+    }
+    if again.pod_volume_restore || (again.stand_in && stand_in.is_none()) {
+        let pvrs: Api<PodVolumeRestore> =
+            Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+        pod_volume_restore = pvrs.get_opt(&pvr_name).await?.map(Arc::new);
+    }
+    Ok(Found {
+        stand_in,
+        pod_volume_restore,
+    })
 }
 
 pub fn split(key: &str) -> (&str, &str) {
@@ -130,21 +203,20 @@ fn pvr_of(found: &PodVolumeRestore) -> Pvr {
     }
 }
 
-/// Sees `volume`'s world. `restore` and `uid` are the DataRestore's name and UID.
+/// Sees `volume`'s world. `uid` is the DataRestore's UID.
 pub async fn seen(
     ctx: &Context,
-    restore: &str,
     uid: &str,
     status: &DataRestoreStatus,
     volume: &VolumeStatus,
-    pass: &PassView,
+    found: &Found,
 ) -> Result<Seen> {
     let pvc = volume.pvc.as_str();
     let (ns, claim) = split(pvc);
     let stand_in_name = labels::stand_in_pod_name(pvc);
-    let mounting = observe::pods_mounting(&ctx.client, Some(&ctx.known), ns, &[claim]).await?;
+    let mounting = observe::pods_mounting(ctx.reads(), ns, &[claim]).await?;
 
-    let mut stand_in = match pass.stand_ins.get(&(ns.to_string(), stand_in_name.clone())) {
+    let mut stand_in = match &found.stand_in {
         Some(pod) => stand_in_of(pod),
         None => StandIn::Absent,
     };
@@ -186,18 +258,6 @@ pub async fn seen(
         }
     }
 
-    let pvr_name = labels::pod_volume_restore_name(restore, uid, pvc);
-    let mut pvr = pass.pvrs.get(&pvr_name).map(pvr_of);
-    // Before an aborting volume ends on a PodVolumeRestore no agent took, that must be
-    // true after the stand-in was seen gone, not only when the pass began.
-    if volume.phase == VolumePhase::Aborting
-        && stand_in == StandIn::Absent
-        && pvr.as_ref().is_some_and(|p| !p.phase.is_terminal())
-    {
-        let api: Api<PodVolumeRestore> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-        pvr = api.get_opt(&pvr_name).await?.as_ref().map(pvr_of);
-    }
-
     let claim_state = match ctx.known.claims.deleted(ns, claim) {
         Some(true) => Claim::Deleted,
         _ => Claim::Exists,
@@ -208,25 +268,19 @@ pub async fn seen(
         foreign_pods,
         restarted,
         stand_in,
-        pvr,
+        pvr: found.pod_volume_restore.as_deref().map(pvr_of),
     })
 }
 
 /// Copies what the stand-in and the node agent report (node, bytes) into the record.
-pub fn follow(volume: &mut VolumeStatus, pass: &PassView) {
-    let (ns, _) = split(&volume.pvc);
-    let name = labels::stand_in_pod_name(&volume.pvc);
-    if let Some(pod) = pass.stand_ins.get(&(ns.to_string(), name.clone())) {
-        volume.stand_in_pod = Some(name);
+pub fn follow(volume: &mut VolumeStatus, found: &Found) {
+    if let Some(pod) = &found.stand_in {
+        volume.stand_in_pod = Some(pod.name_any());
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
             volume.node = Some(node);
         }
     }
-    let Some(found) = volume
-        .pod_volume_restore
-        .as_ref()
-        .and_then(|name| pass.pvrs.get(name))
-    else {
+    let Some(found) = &found.pod_volume_restore else {
         return;
     };
     let status = found.status.clone().unwrap_or_default();
@@ -286,6 +340,55 @@ mod tests {
             message.contains("stopped by DataRestore velero/first"),
             "{message}"
         );
+    }
+
+    fn pvr(phase: crate::api::PodVolumePhase) -> PodVolumeRestore {
+        let mut pvr = PodVolumeRestore::new("r", Default::default());
+        pvr.status = Some(crate::api::PodVolumeRestoreStatus {
+            phase: Some(phase),
+            ..Default::default()
+        });
+        pvr
+    }
+
+    #[test]
+    fn absences_that_end_a_volume_are_read_again() {
+        use crate::api::PodVolumePhase::{Completed, InProgress};
+        let c = |stand_in, pod_volume_restore| Confirm {
+            stand_in,
+            pod_volume_restore,
+        };
+        let (done, running) = (pvr(Completed), pvr(InProgress));
+        // (phase, stand-in in the store, PodVolumeRestore in the store) → what to read again
+        let rows = [
+            (VolumePhase::Pending, false, None, c(false, false)),
+            // Absent here means "make one": a stale store only costs a 409.
+            (VolumePhase::Quiescing, false, None, c(false, false)),
+            (VolumePhase::StartingStandIn, false, None, c(true, false)),
+            (VolumePhase::StartingStandIn, true, None, c(false, false)),
+            (
+                VolumePhase::Restoring,
+                false,
+                Some(&running),
+                c(true, false),
+            ),
+            (VolumePhase::Restoring, true, None, c(false, true)),
+            (VolumePhase::Restoring, true, Some(&done), c(false, false)),
+            (VolumePhase::Aborting, true, Some(&running), c(false, false)),
+            (VolumePhase::Aborting, false, Some(&running), c(true, true)),
+            (VolumePhase::Aborting, false, None, c(true, true)),
+            (VolumePhase::Aborting, false, Some(&done), c(true, false)),
+            (VolumePhase::Completed, false, None, c(false, false)),
+            (VolumePhase::Failed, false, None, c(false, false)),
+        ];
+        for (phase, stand_in, pvr, want) in rows {
+            assert_eq!(
+                confirm(phase, stand_in, pvr),
+                want,
+                "{phase:?}, stand-in {stand_in}, {:?}",
+                pvr.map(|p| p.phase())
+            );
+        }
     }
 
     fn pod(status: PodStatus) -> Pod {

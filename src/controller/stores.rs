@@ -1,0 +1,318 @@
+//! Watch-fed copies of the objects refill makes for a restore: stand-in pods,
+//! PodVolumeRestores and VolumePluginRestores.
+//!
+//! Every pass of every restore looks at all three; listing them each time cost three
+//! requests a pass, for objects the controller watches anyway (changes to them are what
+//! wake a restore up). A pass reads them from these stores instead, and reads the API
+//! only where a store that lags behind could mislead a decision (see
+//! [`super::volume::observe`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::api::{PodVolumeRestore, VolumePluginRestore};
+use crate::labels;
+use crate::observe;
+
+use super::{Error, Result};
+
+/// How long a pass waits for the first list of the watches after a (re)start.
+const SYNC_BOUND: Duration = Duration::from_secs(60);
+
+/// One kind's store, and whether its watch is known to be whole.
+#[derive(Clone)]
+struct Watched<K: Resource + Clone + 'static>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    store: Store<K>,
+    /// False from a watch error until the watch is known to go on without a gap: a
+    /// relist completed, or an event came after it resumed. Meanwhile passes list.
+    whole: Arc<AtomicBool>,
+}
+
+/// What a watch's events say of its store's wholeness.
+#[derive(Clone)]
+pub struct Health(Arc<AtomicBool>);
+
+impl Health {
+    /// Notes one item of the watch, after the store has taken it.
+    pub fn note<K>(&self, item: &Result<Event<K>, watcher::Error>) {
+        match item {
+            Err(_) => self.0.store(false, Ordering::Relaxed),
+            Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
+                self.0.store(true, Ordering::Relaxed)
+            }
+            Ok(Event::Init | Event::InitApply(_)) => {}
+        }
+    }
+}
+
+/// The readers, shared by every reconcile.
+#[derive(Clone)]
+pub struct Stores {
+    stand_ins: Watched<Pod>,
+    pod_volume_restores: Watched<PodVolumeRestore>,
+    plugin_restores: Watched<VolumePluginRestore>,
+}
+
+/// The writing ends, each fed by one watch of [`super::run_with_readiness`], and the
+/// health each watch reports through.
+pub struct Writers {
+    pub stand_ins: StandInWriter,
+    pub pod_volume_restores: Writer<PodVolumeRestore>,
+    pub plugin_restores: Writer<VolumePluginRestore>,
+    pub stand_ins_health: Health,
+    pub pod_volume_restores_health: Health,
+    pub plugin_restores_health: Health,
+}
+
+fn watched<K>() -> (Watched<K>, Writer<K>, Health)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let (store, writer) = reflector::store();
+    let whole = Arc::new(AtomicBool::new(true));
+    (
+        Watched {
+            store,
+            whole: whole.clone(),
+        },
+        writer,
+        Health(whole),
+    )
+}
+
+/// Empty stores and the writers that fill them.
+pub fn stores() -> (Stores, Writers) {
+    let (stand_ins, stand_in_writer, stand_ins_health) = watched();
+    let (pod_volume_restores, pvr_writer, pod_volume_restores_health) = watched();
+    let (plugin_restores, vpr_writer, plugin_restores_health) = watched();
+    (
+        Stores {
+            stand_ins,
+            pod_volume_restores,
+            plugin_restores,
+        },
+        Writers {
+            stand_ins: StandInWriter(stand_in_writer),
+            pod_volume_restores: pvr_writer,
+            plugin_restores: vpr_writer,
+            stand_ins_health,
+            pod_volume_restores_health,
+            plugin_restores_health,
+        },
+    )
+}
+
+/// Keeps the stand-ins out of the controller's watch of all pods, which also feeds the
+/// index of mounts ([`crate::mounts`]): one watch, and only stand-ins held whole.
+pub struct StandInWriter(Writer<Pod>);
+
+impl StandInWriter {
+    pub fn apply(&mut self, event: &Event<Pod>) {
+        let kept = |pod: &Pod| observe::is_stand_in(pod).then(|| pod.clone());
+        let event = match event {
+            Event::Init => Some(Event::Init),
+            Event::InitDone => Some(Event::InitDone),
+            Event::InitApply(pod) => kept(pod).map(Event::InitApply),
+            Event::Apply(pod) => kept(pod).map(Event::Apply),
+            Event::Delete(pod) => kept(pod).map(Event::Delete),
+        };
+        if let Some(event) = event {
+            self.0.apply_watcher_event(&event);
+        }
+    }
+}
+
+/// What one pass of a restore sees of the objects it made, keyed as they are looked up.
+#[derive(Default)]
+pub struct PassView {
+    /// Stand-in pods by `(namespace, name)`.
+    pub stand_ins: BTreeMap<(String, String), Arc<Pod>>,
+    /// PodVolumeRestores by name.
+    pub pod_volume_restores: BTreeMap<String, Arc<PodVolumeRestore>>,
+    /// VolumePluginRestores by name.
+    pub plugin_restores: BTreeMap<String, Arc<VolumePluginRestore>>,
+}
+
+fn of_restore<K: kube::Resource>(object: &K, uid: &str) -> bool {
+    object
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::DATA_RESTORE_UID))
+        .is_some_and(|v| v == uid)
+}
+
+impl Stores {
+    /// The objects of the restore with this UID, once every watch has listed: from the
+    /// stores, or listed from the API while a watch has a gap.
+    pub async fn view(&self, client: &Client, namespace: &str, uid: &str) -> Result<PassView> {
+        self.synced().await?;
+        let mine = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
+        let (stand_ins, pod_volume_restores, plugin_restores) = futures::try_join!(
+            self.stand_ins.of(Api::all(client.clone()), &mine, uid),
+            self.pod_volume_restores
+                .of(Api::namespaced(client.clone(), namespace), &mine, uid),
+            self.plugin_restores
+                .of(Api::namespaced(client.clone(), namespace), &mine, uid),
+        )?;
+        Ok(PassView {
+            stand_ins: stand_ins
+                .into_iter()
+                .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
+                .collect(),
+            pod_volume_restores: by_name(pod_volume_restores),
+            plugin_restores: by_name(plugin_restores),
+        })
+    }
+
+    async fn synced(&self) -> Result<()> {
+        let all = async {
+            futures::try_join!(
+                self.stand_ins.store.wait_until_ready(),
+                self.pod_volume_restores.store.wait_until_ready(),
+                self.plugin_restores.store.wait_until_ready(),
+            )
+        };
+        match tokio::time::timeout(SYNC_BOUND, all).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(Error::Transient(
+                "the watches of stand-in pods and PodVolumeRestores stopped".into(),
+            )),
+            Err(_) => Err(Error::Transient(format!(
+                "the watches of stand-in pods, PodVolumeRestores and VolumePluginRestores have not listed within {}s",
+                SYNC_BOUND.as_secs()
+            ))),
+        }
+    }
+}
+
+impl<K> Watched<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    async fn of(&self, api: Api<K>, mine: &ListParams, uid: &str) -> Result<Vec<Arc<K>>> {
+        if self.whole.load(Ordering::Relaxed) {
+            return Ok(self.store.state_filter(|o| of_restore(o, uid)));
+        }
+        Ok(api
+            .list(mine)
+            .await?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect())
+    }
+}
+
+fn by_name<K: kube::Resource>(objects: Vec<Arc<K>>) -> BTreeMap<String, Arc<K>> {
+    objects.into_iter().map(|o| (o.name_any(), o)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: Option<&str>) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("shop".into());
+        if let Some(uid) = uid {
+            pod.metadata.labels = Some(
+                [
+                    (labels::ROLE.to_string(), labels::ROLE_STAND_IN.to_string()),
+                    (labels::DATA_RESTORE_UID.to_string(), uid.to_string()),
+                ]
+                .into(),
+            );
+        }
+        pod
+    }
+
+    /// A client whose every request fails: a view that reads the API errs.
+    fn unreachable_client() -> Client {
+        Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap()
+    }
+
+    /// Marks the two Velero-side watches listed (empty).
+    fn listed(writers: &mut Writers) {
+        writers
+            .pod_volume_restores
+            .apply_watcher_event(&Event::InitDone);
+        writers
+            .plugin_restores
+            .apply_watcher_event(&Event::InitDone);
+    }
+
+    #[tokio::test]
+    async fn after_a_watch_error_passes_list_until_the_watch_is_whole_again() {
+        let (stores, mut writers) = stores();
+        listed(&mut writers);
+        writers.stand_ins.apply(&Event::InitDone);
+        let client = unreachable_client();
+        assert!(stores.view(&client, "velero", "one").await.is_ok());
+        let gap: Result<Event<Pod>, watcher::Error> = Err(watcher::Error::NoResourceVersion);
+        writers.stand_ins_health.note(&gap);
+        assert!(
+            stores.view(&client, "velero", "one").await.is_err(),
+            "the stand-ins are read from the API"
+        );
+        writers.stand_ins_health.note::<Pod>(&Ok(Event::Init));
+        assert!(
+            stores.view(&client, "velero", "one").await.is_err(),
+            "not yet relisted"
+        );
+        writers.stand_ins_health.note::<Pod>(&Ok(Event::InitDone));
+        assert!(stores.view(&client, "velero", "one").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn only_stand_ins_are_kept_and_a_view_holds_one_restores() {
+        let (stores, mut writers) = stores();
+        for event in [
+            Event::Init,
+            Event::InitApply(pod("web-0", None)),
+            Event::InitApply(pod("refill-a", Some("one"))),
+            Event::InitApply(pod("refill-b", Some("two"))),
+            Event::InitDone,
+            Event::Apply(pod("web-1", None)),
+        ] {
+            writers.stand_ins.apply(&event);
+        }
+        listed(&mut writers);
+        assert_eq!(
+            stores.stand_ins.store.len(),
+            2,
+            "consumer pods are not kept"
+        );
+        let client = unreachable_client();
+        let view = stores.view(&client, "velero", "one").await.unwrap();
+        let names: Vec<_> = view.stand_ins.keys().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["refill-a"]);
+        writers
+            .stand_ins
+            .apply(&Event::Delete(pod("refill-a", Some("one"))));
+        assert!(
+            stores
+                .view(&client, "velero", "one")
+                .await
+                .unwrap()
+                .stand_ins
+                .is_empty()
+        );
+    }
+}
