@@ -1,6 +1,6 @@
 //! Reads the cluster facts that decisions are made from. Nothing here writes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -382,13 +382,6 @@ pub fn replicas(obj: &DynamicObject) -> i32 {
         .as_i64()
         .map(|r| r as i32)
         .unwrap_or(1)
-}
-
-/// Namespaces that hold the PVCs named by `keys` (`namespace/name`).
-pub fn namespaces_of<'a>(keys: impl IntoIterator<Item = &'a String>) -> BTreeSet<String> {
-    keys.into_iter()
-        .filter_map(|k| k.split_once('/').map(|(ns, _)| ns.to_string()))
-        .collect()
 }
 
 #[cfg(test)]

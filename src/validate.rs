@@ -14,7 +14,7 @@ use crate::labels;
 use crate::observe::{self, Reads};
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
-pub use crate::plan::{ConsumerAction, Placement, PlannedConsumer, PlannedVolume};
+pub use crate::plan::Placement;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ValidateError {

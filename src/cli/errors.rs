@@ -6,6 +6,10 @@ pub const EXIT_OK: u8 = 0;
 /// An error, or input refill refuses (including a request validation rejects).
 pub const EXIT_ERROR: u8 = 1;
 /// The command line itself is wrong (clap's own exit code).
+#[allow(
+    dead_code,
+    reason = "clap exits with it itself; named so that every code is here"
+)]
 pub const EXIT_USAGE: u8 = 2;
 /// The restore ended PartiallyFailed, Failed or Canceled.
 pub const EXIT_RESTORE_FAILED: u8 = 3;

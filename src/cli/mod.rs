@@ -15,19 +15,19 @@
 //! Formatting and parsing are pure functions with their tests beside them; the
 //! modules that call the API are thin.
 
-pub mod args;
+mod args;
 mod backup;
 mod client;
 mod create;
 mod delete;
 mod describe;
 mod dry_run;
-pub mod errors;
+mod errors;
 mod format;
 mod get;
 mod output;
 mod progress;
-pub mod selector;
+mod selector;
 mod spec;
 mod wait;
 

@@ -10,7 +10,7 @@ pub mod leader;
 pub mod metrics;
 mod phase;
 mod pod_volume_restore;
-pub mod reasons;
+mod reasons;
 mod reconcile;
 mod request;
 mod restore_helper;

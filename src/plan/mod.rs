@@ -25,7 +25,7 @@ pub use consumers::{
 };
 pub use placement::placement;
 pub use selector::{label_selector_matches, parse_pvc_key};
-pub use spec::{duration, image_reference, quantity, spec_errors};
+pub use spec::{duration, spec_errors};
 pub use volumes::{select_volumes, selection_field};
 
 /// Everything validation needs, read from the cluster beforehand.
