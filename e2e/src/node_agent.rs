@@ -44,6 +44,7 @@
 mod agent;
 pub mod data;
 pub mod decide;
+mod job;
 pub mod writes;
 
 use std::path::PathBuf;
