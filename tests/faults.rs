@@ -640,13 +640,7 @@ where
 
 fn init_logging() {
     // Quieter than the fixture's default: a table runs dozens of controllers.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "refill=warn,refill_e2e=warn,kube=warn".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    fixture::init_logging("refill=warn,refill_e2e=warn,kube=warn");
 }
 
 fn concurrency() -> usize {
