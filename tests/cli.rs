@@ -43,6 +43,21 @@ async fn nightly(s: &Scene, snapshot: &str, bytes: i64) -> Result<Backup> {
     s.velero_backup("nightly", &[volume]).await
 }
 
+/// `refill restore create <name> --from-backup nightly --pvc <pvc>`, then `more`.
+async fn create_from_nightly(env: &TestEnv, name: &str, pvc: &str, more: &[&str]) -> Result<Run> {
+    let mut args = vec![
+        "restore",
+        "create",
+        name,
+        "--from-backup",
+        "nightly",
+        "--pvc",
+        pvc,
+    ];
+    args.extend_from_slice(more);
+    refill(env, &args).await
+}
+
 /// The resourceVersion of every object a restore could touch, DataRestores too, by
 /// `Kind/name`.
 async fn versions(s: &Scene) -> Result<BTreeMap<String, String>> {
@@ -225,21 +240,9 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
 
         let before = versions(&s).await?;
         let pvc = format!("{ns}/data");
-        let run = refill(
-            env,
-            &[
-                "restore",
-                "create",
-                "r1",
-                "--from-backup",
-                "nightly",
-                "--pvc",
-                &pvc,
-                "--dry-run",
-            ],
-        )
-        .await?
-        .ok()?;
+        let run = create_from_nightly(env, "r1", &pvc, &["--dry-run"])
+            .await?
+            .ok()?;
         let out = &run.stdout;
         assert!(out.starts_with("Dry run: nothing was changed."), "{out}");
         let volume = out
@@ -260,41 +263,14 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
         assert!(consumer.contains("scale 2 → 0"), "{out}");
 
         // -o yaml prints the DataRestore that would be created, and still creates nothing.
-        let run = refill(
-            env,
-            &[
-                "restore",
-                "create",
-                "r1",
-                "--from-backup",
-                "nightly",
-                "--pvc",
-                &pvc,
-                "--dry-run",
-                "-o",
-                "yaml",
-            ],
-        )
-        .await?
-        .ok()?;
+        let run = create_from_nightly(env, "r1", &pvc, &["--dry-run", "-o", "yaml"])
+            .await?
+            .ok()?;
         let object: DataRestore = serde_yaml::from_str(&run.stdout)?;
         assert_eq!(object.spec.pvcs, vec![pvc.clone()]);
 
         // A request validation refuses is refused with the controller's words.
-        let run = refill(
-            env,
-            &[
-                "restore",
-                "create",
-                "r2",
-                "--from-backup",
-                "nightly",
-                "--pvc",
-                &format!("{ns}/missing"),
-                "--dry-run",
-            ],
-        )
-        .await?;
+        let run = create_from_nightly(env, "r2", &format!("{ns}/missing"), &["--dry-run"]).await?;
         assert_eq!(run.code, 1, "{run:#?}");
         assert!(
             run.stderr
@@ -484,22 +460,7 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
         nightly(&s, SNAPSHOT, SIZE as i64).await?;
         with_controller(&s, || async {
             let pvc = format!("{ns}/data");
-            let run = refill(
-                env,
-                &[
-                    "restore",
-                    "create",
-                    "r1",
-                    "--from-backup",
-                    "nightly",
-                    "--pvc",
-                    &pvc,
-                    "--timeout",
-                    "3m",
-                    "--wait",
-                ],
-            )
-            .await?;
+            let run = create_from_nightly(env, "r1", &pvc, &["--timeout", "3m", "--wait"]).await?;
             assert_eq!(run.code, 0, "{run:#?}");
             assert!(
                 run.stdout
@@ -648,22 +609,7 @@ async fn a_failed_restore_exits_3_and_names_the_volume() -> Result<()> {
         nightly(&s, "gone", 10).await?;
         with_controller(&s, || async {
             let pvc = format!("{ns}/data");
-            let run = refill(
-                env,
-                &[
-                    "restore",
-                    "create",
-                    "r1",
-                    "--from-backup",
-                    "nightly",
-                    "--pvc",
-                    &pvc,
-                    "--timeout",
-                    "3m",
-                    "--wait",
-                ],
-            )
-            .await?;
+            let run = create_from_nightly(env, "r1", &pvc, &["--timeout", "3m", "--wait"]).await?;
             assert_eq!(run.code, 3, "{run:#?}");
             assert!(
                 run.stderr
@@ -704,11 +650,8 @@ async fn without_a_controller_wait_says_so_instead_of_hanging() -> Result<()> {
         nightly(&s, SNAPSHOT, 10).await?;
         let pvc = format!("{ns}/data");
         let started = std::time::Instant::now();
-        let run = refill(
-            env,
-            &["restore", "create", "r1", "--from-backup", "nightly", "--pvc", &pvc, "--wait", "--pickup-timeout", "2s"],
-        )
-        .await?;
+        let more = ["--wait", "--pickup-timeout", "2s"];
+        let run = create_from_nightly(env, "r1", &pvc, &more).await?;
         assert_eq!(run.code, 4, "{run:#?}");
         assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
         assert!(
