@@ -5,22 +5,16 @@
 //! apiserver's audit log holds no write by refill besides the DataRestore itself and
 //! its status (and the controller's events about it).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use refill::api::{Backup, DataRestore, Phase, PodVolumeBackup, Schedule};
 use refill::labels;
-use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle};
+use refill_e2e::fixture::{self, BackedUpVolume, Run, Scene};
 use refill_e2e::{TestEnv, run_test, wait_for};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -708,21 +702,18 @@ fn cases(ns: &str) -> Vec<Case> {
 #[tokio::test]
 async fn bad_input_is_refused_by_field_and_changes_nothing() -> Result<()> {
     run_test("bad-input", |env| async move {
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
-        fixture::install_refill(&client, &ns).await?;
-        setup(&env).await?;
-        let _controller = ControllerHandle::start(env.cluster, &ns).await?;
-        let before = versions(&client, &ns).await?;
-        let fixture_before = fixture::resource_versions(&client, &ns).await?;
+        let s = Scene::new(env, TIMEOUT).await?;
+        setup(&s).await?;
+        let _controller = s.controller().await?;
+        let before = s.versions().await?;
 
-        let cases = cases(&ns);
+        let cases = cases(&s.ns);
         ensure!(cases.len() >= 25, "only {} cases", cases.len());
         let mut created = Vec::new();
         let mut failures = Vec::new();
         for case in &cases {
-            let direct = direct(&client, &ns, case).await;
-            let by_cli = by_cli(&env, case).await;
+            let direct = direct(&s.client, &s.ns, case).await;
+            let by_cli = by_cli(&s.env, case).await;
             for (path, outcome) in [("DataRestore", direct), ("CLI", by_cli)] {
                 match outcome {
                     Ok(Some(name)) => created.push(name),
@@ -730,12 +721,12 @@ async fn bad_input_is_refused_by_field_and_changes_nothing() -> Result<()> {
                     Err(e) => failures.push(format!("{} ({path}): {e:#}", case.name)),
                 }
             }
-            let now = versions(&client, &ns).await?;
+            let now = s.versions().await?;
             if now != before {
                 failures.push(format!(
                     "{}: objects changed:\n{}",
                     case.name,
-                    changed(&before, &now)
+                    fixture::changed_versions(&before, &now)
                 ));
             }
         }
@@ -746,13 +737,8 @@ async fn bad_input_is_refused_by_field_and_changes_nothing() -> Result<()> {
             failures.join("\n\n")
         );
 
-        let fixture_after = fixture::resource_versions(&client, &ns).await?;
-        ensure!(
-            fixture_before == fixture_after,
-            "{}",
-            changed(&fixture_before, &fixture_after)
-        );
-        let left: Vec<String> = env
+        let left: Vec<String> = s
+            .env
             .api::<DataRestore>()
             .list(&ListParams::default())
             .await?
@@ -766,7 +752,7 @@ async fn bad_input_is_refused_by_field_and_changes_nothing() -> Result<()> {
             left_sorted == created,
             "the DataRestores are not exactly the directly applied ones: {left:?}"
         );
-        audit_shows_no_writes(&env).await
+        audit_shows_no_writes(&s.env).await
     })
     .await
 }
@@ -877,38 +863,17 @@ async fn by_cli(env: &TestEnv, case: &Case) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// What one run of the binary gave.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 async fn refill(env: &TestEnv, args: &[String]) -> Result<Run> {
     refill_as(env, &env.cluster.kubeconfig, args).await
 }
 
 /// Runs the binary with the kubeconfig `kubeconfig`, the test namespace as Velero's.
 async fn refill_as(env: &TestEnv, kubeconfig: &std::path::Path, args: &[String]) -> Result<Run> {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["-n", env.namespace()])
-        .args(args)
-        .env_remove("REFILL_NAMESPACE")
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .output();
-    let output = tokio::time::timeout(TIMEOUT, output)
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_refill"));
+    let run = fixture::run_refill(bin, kubeconfig, env.namespace(), args);
+    tokio::time::timeout(TIMEOUT, run)
         .await
         .context("refill did not end within a minute")?
-        .context("running refill")?;
-    Ok(Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
 }
 
 /// The world the cases run against:
@@ -920,13 +885,7 @@ async fn refill_as(env: &TestEnv, kubeconfig: &std::path::Path, args: &[String])
 ///   not in it (as if its volume had been snapshotted instead);
 /// - backup `running` (InProgress), backup `broken` (Failed), and schedule `weekly`
 ///   whose only backup failed.
-async fn setup(env: &TestEnv) -> Result<()> {
-    let client = &env.client;
-    let ns = env.namespace();
-    let labels = env.ns.labels();
-    let scratch = env.cluster.scratch_dir(ns)?;
-    let snapshots = scratch.join("snapshots");
-    std::fs::create_dir_all(&snapshots)?;
+async fn setup(s: &Scene) -> Result<()> {
     for (claim, node) in [
         ("data", "node-a"),
         ("extra", "node-a"),
@@ -934,39 +893,20 @@ async fn setup(env: &TestEnv) -> Result<()> {
         ("snapshotted", "node-b"),
         ("halfway", "node-c"),
     ] {
-        let dir: PathBuf = scratch.join("pv").join(claim);
-        let pv = format!("{ns}-{claim}");
-        fixture::bound_local_volume(client, ns, claim, &pv, node, &dir, &labels).await?;
+        s.volume(claim, node, &[]).await?;
     }
-    let class = format!("{ns}-local");
-    fixture::storage_class(client, &class, &labels).await?;
-    fixture::pvc_of_class(client, ns, "unbound", None, &[], &class).await?;
-    fixture::deployment(client, ns, "web", 1, &["data"]).await?;
-    let bare: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "bare", "namespace": ns, "labels": {"app": "bare"}},
-        "spec": fixture::pod_template("bare", &["extra"])["spec"],
-    }))?;
-    env.api::<Pod>()
-        .create(&PostParams::default(), &bare)
-        .await?;
-    fixture::wait_ready_pods(client, ns, "web", 1, TIMEOUT).await?;
-    fixture::wait_ready_pods(client, ns, "bare", 1, TIMEOUT).await?;
+    s.unbound_claim("unbound").await?;
+    s.deployment("web", 1, &["data"]).await?;
+    s.bare_pod("bare", &["extra"]).await?;
 
-    let volume = |pvc: &'static str| BackedUpVolume {
-        namespace: ns,
-        pvc,
-        pod: "app-0",
-        volume: "data",
-        snapshot_id: format!("{ns}-{pvc}"),
-        files: vec![("f", b"backed up".to_vec())],
-    };
+    let volume = |pvc: &'static str| s.backed_up(pvc, "app-0", &[("f", b"backed up")]);
     let b1: Vec<BackedUpVolume> = ["data", "extra", "unbound", "solo", "gone", "halfway"]
         .into_iter()
         .map(volume)
         .collect();
-    fixture::backup(client, ns, "b1", &snapshots, &b1).await?;
-    env.api::<PodVolumeBackup>()
+    s.backup("b1", &b1).await?;
+    s.env
+        .api::<PodVolumeBackup>()
         .patch(
             "b1-5",
             &PatchParams::default(),
@@ -975,13 +915,13 @@ async fn setup(env: &TestEnv) -> Result<()> {
             ),
         )
         .await?;
-    let backups = env.api::<Backup>();
+    let backups = s.env.api::<Backup>();
     for (name, phase) in [
         ("running", "InProgress"),
         ("broken", "Failed"),
         ("weekly-1", "Failed"),
     ] {
-        fixture::backup(client, ns, name, &snapshots, &[volume("solo")]).await?;
+        s.backup(name, &[volume("solo")]).await?;
         backups
             .patch(
                 name,
@@ -1001,101 +941,28 @@ async fn setup(env: &TestEnv) -> Result<()> {
     // carry (refill only reads Schedules): created as a dynamic object.
     let schedule: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "velero.io/v1", "kind": "Schedule",
-        "metadata": {"name": "weekly", "namespace": ns},
-        "spec": {"schedule": "@weekly", "template": {"includedNamespaces": [ns]}},
+        "metadata": {"name": "weekly", "namespace": s.ns},
+        "spec": {"schedule": "@weekly", "template": {"includedNamespaces": [s.ns]}},
     }))?;
     Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        ns,
+        s.client.clone(),
+        &s.ns,
         &kube::api::ApiResource::erase::<Schedule>(&()),
     )
     .create(&PostParams::default(), &schedule)
     .await?;
     // Whatever the control plane still does to the new objects (a Deployment's status,
     // a pod's conditions) settles before the first snapshot of versions.
-    let mut last = versions(client, ns).await?;
+    let mut last = s.versions().await?;
     for _ in 0..15 {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = versions(client, ns).await?;
+        let now = s.versions().await?;
         if now == last {
             return Ok(());
         }
         last = now;
     }
     bail!("the namespace's objects did not settle in 30s")
-}
-
-/// `Kind/name` → resourceVersion of every object a restore could touch: workloads, pods,
-/// claims, the test's PVs, and Velero's objects.
-async fn versions(client: &Client, ns: &str) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    let all = ListParams::default();
-    add::<Deployment>(client, ns, &all, &mut out).await?;
-    add::<StatefulSet>(client, ns, &all, &mut out).await?;
-    add::<ReplicaSet>(client, ns, &all, &mut out).await?;
-    add::<DaemonSet>(client, ns, &all, &mut out).await?;
-    add::<Job>(client, ns, &all, &mut out).await?;
-    add::<CronJob>(client, ns, &all, &mut out).await?;
-    add::<Pod>(client, ns, &all, &mut out).await?;
-    add::<PersistentVolumeClaim>(client, ns, &all, &mut out).await?;
-    add::<Backup>(client, ns, &all, &mut out).await?;
-    add::<PodVolumeBackup>(client, ns, &all, &mut out).await?;
-    add::<Schedule>(client, ns, &all, &mut out).await?;
-    add::<refill::api::PodVolumeRestore>(client, ns, &all, &mut out).await?;
-    let mine = ListParams::default().labels(&format!("{}={ns}", refill_e2e::TEST_NAMESPACE_LABEL));
-    for pv in Api::<PersistentVolume>::all(client.clone())
-        .list(&mine)
-        .await?
-    {
-        out.insert(
-            format!("PersistentVolume/{}", pv.name_any()),
-            pv.resource_version().unwrap_or_default(),
-        );
-    }
-    Ok(out)
-}
-
-async fn add<K>(
-    client: &Client,
-    ns: &str,
-    params: &ListParams,
-    out: &mut BTreeMap<String, String>,
-) -> Result<()>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let kind = K::kind(&Default::default()).to_string();
-    for object in Api::<K>::namespaced(client.clone(), ns)
-        .list(params)
-        .await?
-    {
-        out.insert(
-            format!("{kind}/{}", object.name_any()),
-            object.resource_version().unwrap_or_default(),
-        );
-    }
-    Ok(())
-}
-
-fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> String {
-    let mut lines = Vec::new();
-    for key in before
-        .keys()
-        .chain(after.keys().filter(|k| !before.contains_key(*k)))
-    {
-        if before.get(key) != after.get(key) {
-            lines.push(format!(
-                "  {key}: {:?} -> {:?}",
-                before.get(key),
-                after.get(key)
-            ));
-        }
-    }
-    lines.join("\n")
 }
 
 /// Every write refill made about this namespace, from the apiserver's audit log: the
@@ -1169,34 +1036,16 @@ fn refill_requests(env: &TestEnv) -> Result<Vec<Value>> {
 #[tokio::test]
 async fn a_read_the_user_may_not_make_warns_and_creates() -> Result<()> {
     run_test("bad-input-rbac", |env| async move {
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
-        fixture::install_refill(&client, &ns).await?;
-        let scratch = env.cluster.scratch_dir(&ns)?;
-        let snapshots = scratch.join("snapshots");
-        std::fs::create_dir_all(&snapshots)?;
-        let pv = format!("{ns}-data");
-        fixture::bound_local_volume(
-            &client,
-            &ns,
-            "data",
-            &pv,
-            "node-a",
-            &scratch.join("pv"),
-            &env.ns.labels(),
+        let s = Scene::new(env, TIMEOUT).await?;
+        let (env, ns) = (&s.env, &s.ns);
+        s.volume("data", "node-a", &[]).await?;
+        s.backup(
+            "b1",
+            &[s.backed_up("data", "app-0", &[("f", b"backed up")])],
         )
         .await?;
-        let volume = BackedUpVolume {
-            namespace: &ns,
-            pvc: "data",
-            pod: "app-0",
-            volume: "data",
-            snapshot_id: format!("{ns}-data"),
-            files: vec![("f", b"backed up".to_vec())],
-        };
-        fixture::backup(&client, &ns, "b1", &snapshots, &[volume]).await?;
 
-        let kubeconfig = limited_user(&env, &scratch).await?;
+        let kubeconfig = limited_user(env, &s.scratch).await?;
         let pvc = format!("{ns}/data");
         let args = |name: &str, pvc: &str| -> Vec<String> {
             [
@@ -1212,7 +1061,7 @@ async fn a_read_the_user_may_not_make_warns_and_creates() -> Result<()> {
             .map(|s| s.to_string())
             .collect()
         };
-        let run = refill_as(&env, &kubeconfig, &args("r1", &pvc)).await?;
+        let run = refill_as(env, &kubeconfig, &args("r1", &pvc)).await?;
         ensure!(run.code == 0, "{run:#?}");
         ensure!(run.stdout.starts_with("restore \"r1\" created"), "{run:#?}");
         let warning = "warning: could not check the request before creating it (";
@@ -1221,7 +1070,7 @@ async fn a_read_the_user_may_not_make_warns_and_creates() -> Result<()> {
         ensure!(env.api::<DataRestore>().get_opt("r1").await?.is_some());
 
         let missing = format!("{ns}/missing");
-        let run = refill_as(&env, &kubeconfig, &args("r2", &missing)).await?;
+        let run = refill_as(env, &kubeconfig, &args("r2", &missing)).await?;
         ensure!(run.code == 1, "{run:#?}");
         ensure!(
             run.stderr

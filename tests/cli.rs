@@ -3,299 +3,67 @@
 //! namespace (`-n`), with Backups and PodVolumeBackups made up as Velero writes them.
 
 use std::collections::BTreeMap;
-use std::fmt::Debug;
-use std::process::Stdio;
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, Resource, ResourceExt};
-use refill::api::{Backup, DataRestore, PodVolumeBackup};
-use refill::labels;
-use refill_e2e::{TestEnv, dns_label, run_test, wait_for};
-use serde::de::DeserializeOwned;
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use kube::api::{ApiResource, ListParams, Patch, PatchParams};
+use refill::api::{Backup, DataRestore};
+use refill_e2e::fixture::{self, PodVolume, Run, Scene};
+use refill_e2e::node_agent::NodeAgentConfig;
+use refill_e2e::{TestEnv, run_test, wait_for};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What one run of the binary gave.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn ok(self) -> Result<Self> {
-        ensure!(self.code == 0, "refill exited {}: {self:#?}", self.code);
-        Ok(self)
-    }
+/// The test's scene (see [`Scene`]), its waits bounded by [`TIMEOUT`].
+async fn scene(env: TestEnv) -> Result<Scene> {
+    Scene::new(env, TIMEOUT).await
 }
 
 /// Runs the binary with the test's kubeconfig, the test namespace as Velero's.
 async fn refill(env: &TestEnv, args: &[&str]) -> Result<Run> {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
-        .arg("--kubeconfig")
-        .arg(&env.cluster.kubeconfig)
-        .args(["-n", env.namespace()])
-        .args(args)
-        .env_remove("REFILL_NAMESPACE")
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .context("running refill")?;
-    Ok(Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
+    let bin = Path::new(env!("CARGO_BIN_EXE_refill"));
+    fixture::run_refill(bin, &env.cluster.kubeconfig, env.namespace(), args).await
 }
 
-/// refill's CRDs and Velero's (as Velero ships them), applied once per test process.
-async fn install_crds(client: &Client) -> Result<()> {
-    static DONE: OnceCell<()> = OnceCell::const_new();
-    DONE.get_or_try_init(|| async {
-        refill_e2e::node_agent::require_velero_crds(client).await?;
-        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in refill::crds::refill_crds() {
-            let name = crd.name_any();
-            api.patch(
-                &name,
-                &PatchParams::apply("refill-tests").force(),
-                &Patch::Apply(&crd),
-            )
-            .await
-            .with_context(|| format!("applying CRD {name}"))?;
-            wait_for(format!("CRD {name} established"), TIMEOUT, || async {
-                let crd = api.get(&name).await?;
-                let established = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok(established.then_some(()))
-            })
-            .await?;
-        }
-        anyhow::Ok(())
-    })
-    .await?;
-    Ok(())
+/// Backup `nightly` of the claim `data` as pod `web-abc` mounted it: `bytes` in the
+/// snapshot `snapshot`.
+async fn nightly(s: &Scene, snapshot: &str, bytes: i64) -> Result<Backup> {
+    let volume = PodVolume {
+        namespace: &s.ns,
+        pod: "web-abc",
+        volume: "data",
+        pvc: Some("data"),
+        snapshot_id: snapshot,
+        bytes,
+    };
+    s.velero_backup("nightly", &[volume]).await
 }
 
-/// One pod volume in a made-up backup.
-struct Volume<'a> {
-    pod: &'a str,
-    volume: &'a str,
-    /// None for a pod volume that is not a PVC.
-    pvc: Option<&'a str>,
-    snapshot: &'a str,
-    bytes: i64,
+/// `refill restore create <name> --from-backup nightly --pvc <pvc>`, then `more`.
+async fn create_from_nightly(env: &TestEnv, name: &str, pvc: &str, more: &[&str]) -> Result<Run> {
+    let mut args = vec![
+        "restore",
+        "create",
+        name,
+        "--from-backup",
+        "nightly",
+        "--pvc",
+        pvc,
+    ];
+    args.extend_from_slice(more);
+    refill(env, &args).await
 }
 
-/// A Completed Velero Backup in the test namespace with one Completed
-/// PodVolumeBackup per volume, labelled and annotated as Velero does.
-async fn make_backup(env: &TestEnv, name: &str, volumes: &[Volume<'_>]) -> Result<Backup> {
-    let ns = env.namespace();
-    let backups = env.api::<Backup>();
-    let backup: Backup = serde_json::from_value(json!({
-        "apiVersion": "velero.io/v1",
-        "kind": "Backup",
-        "metadata": { "name": name, "namespace": ns },
-        "spec": { "includedNamespaces": [ns], "storageLocation": "default" }
-    }))?;
-    backups.create(&PostParams::default(), &backup).await?;
-    let backup = backups
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": {
-                "phase": "Completed",
-                "startTimestamp": "2026-01-01T01:00:00Z",
-                "completionTimestamp": "2026-01-01T01:05:00Z"
-            } })),
-        )
-        .await?;
-    let uid = backup.uid().unwrap_or_default();
-    let pvbs = env.api::<PodVolumeBackup>();
-    for (i, v) in volumes.iter().enumerate() {
-        let pvb_name = format!("{}-{i}", dns_label(name, 50));
-        let mut annotations = BTreeMap::new();
-        if let Some(pvc) = v.pvc {
-            annotations.insert(labels::PVC_NAME_ANNOTATION, pvc);
-        }
-        let pvb: PodVolumeBackup = serde_json::from_value(json!({
-            "apiVersion": "velero.io/v1",
-            "kind": "PodVolumeBackup",
-            "metadata": {
-                "name": pvb_name,
-                "namespace": ns,
-                "labels": {
-                    labels::BACKUP_NAME: labels::label_value(name),
-                    labels::BACKUP_UID: uid,
-                },
-                "annotations": annotations,
-            },
-            "spec": {
-                "node": "node-a",
-                "pod": { "kind": "Pod", "namespace": ns, "name": v.pod },
-                "volume": v.volume,
-                "backupStorageLocation": "default",
-                "repoIdentifier": format!("s3:http://minio/velero/kopia/{ns}"),
-                "uploaderType": "kopia",
-                "tags": { "backup": name, "ns": ns, "pod": v.pod, "volume": v.volume }
-            }
-        }))?;
-        pvbs.create(&PostParams::default(), &pvb).await?;
-        pvbs.patch(
-            &pvb_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": {
-                "phase": "Completed",
-                "snapshotID": v.snapshot,
-                "path": format!("/host_pods/uid/volumes/{}", v.volume),
-                "progress": { "totalBytes": v.bytes, "bytesDone": v.bytes },
-                "completionTimestamp": "2026-01-01T01:04:00Z"
-            } })),
-        )
-        .await?;
-    }
-    Ok(backup)
-}
-
-/// A PVC statically bound to a local PV on `node`.
-async fn bound_claim(env: &TestEnv, name: &str, node: &str) -> Result<()> {
-    let ns = env.namespace();
-    let pv = format!("{ns}-{name}");
-    let path = env.cluster.scratch_dir(&format!("{ns}/{name}"))?;
-    env.api_all::<PersistentVolume>()
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": { "name": pv, "labels": env.ns.labels() },
-                "spec": {
-                    "capacity": { "storage": "1Gi" },
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "local": { "path": path },
-                    "claimRef": { "namespace": ns, "name": name },
-                    "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [{
-                        "key": "kubernetes.io/hostname", "operator": "In", "values": [node]
-                    }] }] } }
-                }
-            }))?,
-        )
-        .await?;
-    env.create::<PersistentVolumeClaim>(json!({
-        "metadata": { "name": name, "labels": { "app": "web" } },
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "volumeName": pv,
-            "resources": { "requests": { "storage": "1Gi" } }
-        }
-    }))
-    .await?;
-    let claims = env.api::<PersistentVolumeClaim>();
-    wait_for(format!("claim {name} bound"), TIMEOUT, || async {
-        let claim = claims.get(name).await?;
-        let phase = claim.status.and_then(|s| s.phase);
-        Ok((phase.as_deref() == Some("Bound")).then_some(()))
-    })
-    .await
-}
-
-/// A Deployment of `replicas` pods mounting `claim`, waited for until all are ready.
-async fn deployment(env: &TestEnv, name: &str, claim: &str, replicas: i32) -> Result<()> {
-    env.create::<Deployment>(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "app": name } },
-            "template": {
-                "metadata": { "labels": { "app": name } },
-                "spec": {
-                    "containers": [{
-                        "name": "app",
-                        "image": "registry.invalid/app:1",
-                        "volumeMounts": [{ "name": "data", "mountPath": "/data" }]
-                    }],
-                    "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }]
-                }
-            }
-        }
-    }))
-    .await?;
-    let deployments = env.api::<Deployment>();
-    wait_for(format!("deployment {name} ready"), TIMEOUT, || async {
-        let d = deployments.get(name).await?;
-        let status = d.status.clone().unwrap_or_default();
-        let settled = status.observed_generation == d.metadata.generation
-            && status.ready_replicas == Some(replicas)
-            && status.updated_replicas == Some(replicas)
-            && status.available_replicas == Some(replicas);
-        Ok(settled.then_some(()))
-    })
-    .await
-}
-
-async fn add_versions<K>(
-    api: Api<K>,
-    kind: &str,
-    lp: &ListParams,
-    out: &mut BTreeMap<String, String>,
-) -> Result<()>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    for object in api.list(lp).await? {
-        let version = object.resource_version().unwrap_or_default();
-        out.insert(format!("{kind}/{}", object.name_any()), version);
-    }
-    Ok(())
-}
-
-/// The resourceVersion of every object a restore could touch, by `Kind/name`.
-async fn versions(env: &TestEnv) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    let all = ListParams::default();
-    add_versions(env.api::<Deployment>(), "Deployment", &all, &mut out).await?;
-    add_versions(env.api::<ReplicaSet>(), "ReplicaSet", &all, &mut out).await?;
-    add_versions(env.api::<Pod>(), "Pod", &all, &mut out).await?;
-    add_versions(
-        env.api::<PersistentVolumeClaim>(),
-        "PersistentVolumeClaim",
-        &all,
-        &mut out,
-    )
-    .await?;
-    add_versions(env.api::<DataRestore>(), "DataRestore", &all, &mut out).await?;
-    add_versions(env.api::<Backup>(), "Backup", &all, &mut out).await?;
-    add_versions(
-        env.api::<PodVolumeBackup>(),
-        "PodVolumeBackup",
-        &all,
-        &mut out,
-    )
-    .await?;
-    let mine = ListParams::default().labels(&format!(
-        "{}={}",
-        refill_e2e::TEST_NAMESPACE_LABEL,
-        env.namespace()
-    ));
-    add_versions(
-        env.api_all::<PersistentVolume>(),
-        "PersistentVolume",
-        &mine,
-        &mut out,
-    )
-    .await?;
+/// The resourceVersion of every object a restore could touch, DataRestores too, by
+/// `Kind/name`.
+async fn versions(s: &Scene) -> Result<BTreeMap<String, String>> {
+    let mut out = s.versions().await?;
+    let restores = ApiResource::erase::<DataRestore>(&());
+    fixture::add_versions(&s.client, &s.ns, &restores, &mut out).await?;
     Ok(out)
 }
 
@@ -318,52 +86,55 @@ const SNAPSHOT: &str = "3f2a9c1e8b7d4a60";
 #[tokio::test]
 async fn backup_describe_lists_the_file_system_backed_volumes() -> Result<()> {
     run_test("cli-backup-describe", |env| async move {
-        install_crds(&env.client).await?;
+        let s = scene(env).await?;
+        let env = &s.env;
         // Longer than a label value may be: Velero shortens it on the PodVolumeBackups.
         let name = format!("nightly-{}", "0123456789".repeat(7));
-        make_backup(
-            &env,
+        s.velero_backup(
             &name,
             &[
-                Volume {
+                PodVolume {
+                    namespace: &s.ns,
                     pod: "db-0",
                     volume: "data",
                     pvc: Some("data-db-0"),
-                    snapshot: SNAPSHOT,
+                    snapshot_id: SNAPSHOT,
                     bytes: 1_258_291,
                 },
-                Volume {
+                PodVolume {
+                    namespace: &s.ns,
                     pod: "db-1",
                     volume: "data",
                     pvc: Some("data-db-1"),
-                    snapshot: "77aa",
+                    snapshot_id: "77aa",
                     bytes: 2048,
                 },
-                Volume {
+                PodVolume {
+                    namespace: &s.ns,
                     pod: "db-0",
                     volume: "scratch",
                     pvc: None,
-                    snapshot: "99bb",
+                    snapshot_id: "99bb",
                     bytes: 10,
                 },
             ],
         )
         .await?;
         // Another backup's volumes are not this one's.
-        make_backup(
-            &env,
+        s.velero_backup(
             "other",
-            &[Volume {
+            &[PodVolume {
+                namespace: &s.ns,
                 pod: "x",
                 volume: "v",
                 pvc: Some("x"),
-                snapshot: "1",
+                snapshot_id: "1",
                 bytes: 1,
             }],
         )
         .await?;
 
-        let run = refill(&env, &["backup", "describe", &name]).await?.ok()?;
+        let run = refill(env, &["backup", "describe", &name]).await?.ok()?;
         let out = &run.stdout;
         assert!(out.contains("Phase:                 Completed"), "{out}");
         assert!(
@@ -392,7 +163,7 @@ async fn backup_describe_lists_the_file_system_backed_volumes() -> Result<()> {
             "{out}"
         );
 
-        let run = refill(&env, &["backup", "describe", &name, "-o", "json"])
+        let run = refill(env, &["backup", "describe", &name, "-o", "json"])
             .await?
             .ok()?;
         let doc: Value = serde_json::from_str(&run.stdout)?;
@@ -402,7 +173,7 @@ async fn backup_describe_lists_the_file_system_backed_volumes() -> Result<()> {
         assert_eq!(volumes[0]["snapshotID"], SNAPSHOT);
         assert_eq!(volumes[0]["totalBytes"], 1_258_291);
 
-        let run = refill(&env, &["backup", "get"]).await?.ok()?;
+        let run = refill(env, &["backup", "get"]).await?.ok()?;
         let line = run
             .stdout
             .lines()
@@ -424,7 +195,8 @@ async fn backup_describe_lists_the_file_system_backed_volumes() -> Result<()> {
 #[tokio::test]
 async fn an_unknown_backup_is_a_clear_error() -> Result<()> {
     run_test("cli-unknown-backup", |env| async move {
-        install_crds(&env.client).await?;
+        let s = scene(env).await?;
+        let env = &s.env;
         let ns = env.namespace().to_string();
         let expected = format!(
             "error: backup \"nope\" not found in namespace \"{ns}\"; list backups with: refill backup get\n"
@@ -434,7 +206,7 @@ async fn an_unknown_backup_is_a_clear_error() -> Result<()> {
         for extra in [&["--dry-run"][..], &[], &["--wait"]] {
             let mut args = vec!["restore", "create", "r1", "--from-backup", "nope", "--pvc", "shop/data"];
             args.extend_from_slice(extra);
-            let run = refill(&env, &args).await?;
+            let run = refill(env, &args).await?;
             assert_eq!(run.code, 1, "{extra:?}: {run:#?}");
             assert_eq!(run.stderr, expected_create, "{extra:?}");
             assert_eq!(run.stdout, "", "{extra:?}");
@@ -442,10 +214,10 @@ async fn an_unknown_backup_is_a_clear_error() -> Result<()> {
         let left = env.api::<DataRestore>().list(&ListParams::default()).await?;
         assert!(left.items.is_empty(), "a DataRestore was created: {left:?}");
 
-        let run = refill(&env, &["backup", "describe", "nope"]).await?;
+        let run = refill(env, &["backup", "describe", "nope"]).await?;
         assert_eq!(run.code, 1);
         assert_eq!(run.stderr, expected);
-        let run = refill(&env, &["restore", "describe", "nope"]).await?;
+        let run = refill(env, &["restore", "describe", "nope"]).await?;
         assert_eq!(run.code, 1);
         assert_eq!(
             run.stderr,
@@ -459,40 +231,18 @@ async fn an_unknown_backup_is_a_clear_error() -> Result<()> {
 #[tokio::test]
 async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
     run_test("cli-dry-run", |env| async move {
-        install_crds(&env.client).await?;
+        let s = scene(env).await?;
+        let env = &s.env;
         let ns = env.namespace().to_string();
-        bound_claim(&env, "data", "node-b").await?;
-        deployment(&env, "web", "data", 2).await?;
-        make_backup(
-            &env,
-            "nightly",
-            &[Volume {
-                pod: "web-abc",
-                volume: "data",
-                pvc: Some("data"),
-                snapshot: SNAPSHOT,
-                bytes: 1_258_291,
-            }],
-        )
-        .await?;
+        s.volume("data", "node-b", &[]).await?;
+        s.deployment("web", 2, &["data"]).await?;
+        nightly(&s, SNAPSHOT, 1_258_291).await?;
 
-        let before = versions(&env).await?;
+        let before = versions(&s).await?;
         let pvc = format!("{ns}/data");
-        let run = refill(
-            &env,
-            &[
-                "restore",
-                "create",
-                "r1",
-                "--from-backup",
-                "nightly",
-                "--pvc",
-                &pvc,
-                "--dry-run",
-            ],
-        )
-        .await?
-        .ok()?;
+        let run = create_from_nightly(env, "r1", &pvc, &["--dry-run"])
+            .await?
+            .ok()?;
         let out = &run.stdout;
         assert!(out.starts_with("Dry run: nothing was changed."), "{out}");
         let volume = out
@@ -513,41 +263,14 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
         assert!(consumer.contains("scale 2 → 0"), "{out}");
 
         // -o yaml prints the DataRestore that would be created, and still creates nothing.
-        let run = refill(
-            &env,
-            &[
-                "restore",
-                "create",
-                "r1",
-                "--from-backup",
-                "nightly",
-                "--pvc",
-                &pvc,
-                "--dry-run",
-                "-o",
-                "yaml",
-            ],
-        )
-        .await?
-        .ok()?;
+        let run = create_from_nightly(env, "r1", &pvc, &["--dry-run", "-o", "yaml"])
+            .await?
+            .ok()?;
         let object: DataRestore = serde_yaml::from_str(&run.stdout)?;
         assert_eq!(object.spec.pvcs, vec![pvc.clone()]);
 
         // A request validation refuses is refused with the controller's words.
-        let run = refill(
-            &env,
-            &[
-                "restore",
-                "create",
-                "r2",
-                "--from-backup",
-                "nightly",
-                "--pvc",
-                &format!("{ns}/missing"),
-                "--dry-run",
-            ],
-        )
-        .await?;
+        let run = create_from_nightly(env, "r2", &format!("{ns}/missing"), &["--dry-run"]).await?;
         assert_eq!(run.code, 1, "{run:#?}");
         assert!(
             run.stderr
@@ -561,7 +284,7 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
             run.stderr
         );
 
-        let after = versions(&env).await?;
+        let after = versions(&s).await?;
         assert_eq!(before, after, "the dry run changed objects");
         assert!(
             !after.keys().any(|k| k.starts_with("DataRestore/")),
@@ -569,7 +292,7 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
         );
 
         let requests = wait_for("the CLI's requests in the audit log", TIMEOUT, || async {
-            let requests = cli_requests(&env)?;
+            let requests = cli_requests(env)?;
             Ok((!requests.is_empty()).then_some(requests))
         })
         .await?;
@@ -579,7 +302,7 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
             .collect();
         assert!(writes.is_empty(), "the dry run wrote: {writes:#?}");
 
-        let run = refill(&env, &["restore", "get"]).await?.ok()?;
+        let run = refill(env, &["restore", "get"]).await?.ok()?;
         assert_eq!(run.stdout, "");
         assert_eq!(
             run.stderr,
@@ -673,28 +396,24 @@ current-context: x
 }
 
 /// Runs `body` with a refill controller (in this process) and the simulated node
-/// agent serving the test namespace, snapshots read from `snapshots`. Afterwards,
-/// whatever the outcome, the DataRestores are deleted while the controller still
-/// runs, so that no finalizer holds the namespace back.
-async fn with_controller<F, Fut>(env: &TestEnv, snapshots: &std::path::Path, body: F) -> Result<()>
+/// agent serving the test namespace. Afterwards, whatever the outcome, the
+/// DataRestores are deleted while the controller still runs, so that no finalizer
+/// holds the namespace back.
+async fn with_controller<F, Fut>(s: &Scene, body: F) -> Result<()>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
 {
-    let config = refill::controller::Config {
-        namespace: env.namespace().to_string(),
-        ..Default::default()
-    };
-    let controller = tokio::spawn(refill::controller::run(env.client.clone(), config));
-    let mut agent_config = refill_e2e::node_agent::NodeAgentConfig::new(snapshots);
-    agent_config.velero_namespace = env.namespace().to_string();
-    // Slow enough that progress is reported more than once.
-    agent_config.bytes_per_second = Some(SIZE as u64);
-    let agent = refill_e2e::node_agent::spawn(env.client.clone(), agent_config);
+    let controller = s.controller().await?;
+    let agent = s.node_agent_with(NodeAgentConfig {
+        // Slow enough that progress is reported more than once.
+        bytes_per_second: Some(SIZE as u64),
+        ..s.node_agent_config()
+    });
 
     let outcome = body().await;
 
-    let restores = env.api::<DataRestore>();
+    let restores = s.env.api::<DataRestore>();
     let _ = restores
         .delete_collection(&Default::default(), &ListParams::default())
         .await;
@@ -715,7 +434,7 @@ where
                 .await?;
         }
     }
-    controller.abort();
+    controller.kill().await;
     agent.stop().await;
     outcome.and(gone)
 }
@@ -727,47 +446,21 @@ const SIZE: usize = 1_258_291;
 async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_story() -> Result<()>
 {
     run_test("cli-wait", |env| async move {
-        install_crds(&env.client).await?;
+        let s = scene(env).await?;
+        let env = &s.env;
         let ns = env.namespace().to_string();
-        bound_claim(&env, "data", "node-b").await?;
-        deployment(&env, "web", "data", 2).await?;
-        let snapshots = env.cluster.scratch_dir(&format!("{ns}/snapshots"))?;
+        let dir = s.volume("data", "node-b", &[]).await?;
+        s.deployment("web", 2, &["data"]).await?;
         let content = vec![b'x'; SIZE];
         refill_e2e::node_agent::write_snapshot(
-            &snapshots,
+            &s.snapshots,
             SNAPSHOT,
             &[("restored.bin", &content)],
         )?;
-        make_backup(
-            &env,
-            "nightly",
-            &[Volume {
-                pod: "web-abc",
-                volume: "data",
-                pvc: Some("data"),
-                snapshot: SNAPSHOT,
-                bytes: SIZE as i64,
-            }],
-        )
-        .await?;
-        with_controller(&env, &snapshots, || async {
+        nightly(&s, SNAPSHOT, SIZE as i64).await?;
+        with_controller(&s, || async {
             let pvc = format!("{ns}/data");
-            let run = refill(
-                &env,
-                &[
-                    "restore",
-                    "create",
-                    "r1",
-                    "--from-backup",
-                    "nightly",
-                    "--pvc",
-                    &pvc,
-                    "--timeout",
-                    "3m",
-                    "--wait",
-                ],
-            )
-            .await?;
+            let run = create_from_nightly(env, "r1", &pvc, &["--timeout", "3m", "--wait"]).await?;
             assert_eq!(run.code, 0, "{run:#?}");
             assert!(
                 run.stdout
@@ -798,10 +491,7 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
                 "terminal control codes in a pipe: {err:?}"
             );
 
-            let data = env
-                .cluster
-                .scratch_dir(&format!("{ns}/data"))?
-                .join("restored.bin");
+            let data = dir.join("restored.bin");
             assert_eq!(
                 std::fs::read(&data)?.len(),
                 SIZE,
@@ -816,14 +506,14 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
             );
 
             // Following a restore that has ended returns at once.
-            let run = refill(&env, &["restore", "wait", "r1"]).await?.ok()?;
+            let run = refill(env, &["restore", "wait", "r1"]).await?.ok()?;
             assert!(
                 run.stdout
                     .starts_with("restore \"r1\" Completed: 1 volume(s), 1.2 MiB"),
                 "{run:#?}"
             );
 
-            let run = refill(&env, &["restore", "get"]).await?.ok()?;
+            let run = refill(env, &["restore", "get"]).await?.ok()?;
             let line = run
                 .stdout
                 .lines()
@@ -837,7 +527,7 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
                 run.stdout
             );
 
-            let run = refill(&env, &["restore", "describe", "r1"]).await?.ok()?;
+            let run = refill(env, &["restore", "describe", "r1"]).await?.ok()?;
             let out = &run.stdout;
             assert!(out.contains("Phase:       Completed"), "{out}");
             let volume = out
@@ -867,7 +557,7 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
                 "no events of the DataRestore: {out}"
             );
 
-            let run = refill(&env, &["restore", "describe", "r1", "--details"])
+            let run = refill(env, &["restore", "describe", "r1", "--details"])
                 .await?
                 .ok()?;
             let plugin = run
@@ -886,7 +576,7 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
                 run.stdout
             );
 
-            let run = refill(&env, &["restore", "describe", "r1", "-o", "json"])
+            let run = refill(env, &["restore", "describe", "r1", "-o", "json"])
                 .await?
                 .ok()?;
             let object: DataRestore = serde_json::from_str(&run.stdout)?;
@@ -895,7 +585,7 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
                 Some(refill::api::Phase::Completed)
             );
 
-            let run = refill(&env, &["restore", "delete", "r1", "--wait"])
+            let run = refill(env, &["restore", "delete", "r1", "--wait"])
                 .await?
                 .ok()?;
             assert!(run.stdout.ends_with("restore \"r1\" deleted\n"), "{run:#?}");
@@ -911,41 +601,15 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
 #[tokio::test]
 async fn a_failed_restore_exits_3_and_names_the_volume() -> Result<()> {
     run_test("cli-fails", |env| async move {
-        install_crds(&env.client).await?;
+        let s = scene(env).await?;
+        let env = &s.env;
         let ns = env.namespace().to_string();
-        bound_claim(&env, "data", "node-a").await?;
+        s.volume("data", "node-a", &[]).await?;
         // No snapshot directory: the node agent fails the PodVolumeRestore.
-        let snapshots = env.cluster.scratch_dir(&format!("{ns}/snapshots"))?;
-        make_backup(
-            &env,
-            "nightly",
-            &[Volume {
-                pod: "web-abc",
-                volume: "data",
-                pvc: Some("data"),
-                snapshot: "gone",
-                bytes: 10,
-            }],
-        )
-        .await?;
-        with_controller(&env, &snapshots, || async {
+        nightly(&s, "gone", 10).await?;
+        with_controller(&s, || async {
             let pvc = format!("{ns}/data");
-            let run = refill(
-                &env,
-                &[
-                    "restore",
-                    "create",
-                    "r1",
-                    "--from-backup",
-                    "nightly",
-                    "--pvc",
-                    &pvc,
-                    "--timeout",
-                    "3m",
-                    "--wait",
-                ],
-            )
-            .await?;
+            let run = create_from_nightly(env, "r1", &pvc, &["--timeout", "3m", "--wait"]).await?;
             assert_eq!(run.code, 3, "{run:#?}");
             assert!(
                 run.stderr
@@ -964,7 +628,7 @@ async fn a_failed_restore_exits_3_and_names_the_volume() -> Result<()> {
             );
 
             // The controller's finalizer holds it until the rollback is done.
-            let run = refill(&env, &["restore", "delete", "r1", "--wait"])
+            let run = refill(env, &["restore", "delete", "r1", "--wait"])
                 .await?
                 .ok()?;
             assert!(run.stdout.ends_with("restore \"r1\" deleted\n"), "{run:#?}");
@@ -978,29 +642,16 @@ async fn a_failed_restore_exits_3_and_names_the_volume() -> Result<()> {
 #[tokio::test]
 async fn without_a_controller_wait_says_so_instead_of_hanging() -> Result<()> {
     run_test("cli-no-controller", |env| async move {
-        install_crds(&env.client).await?;
+        let s = scene(env).await?;
+        let env = &s.env;
         let ns = env.namespace().to_string();
         // A request validation accepts: anything less is refused before it is created.
-        bound_claim(&env, "data", "node-a").await?;
-        make_backup(
-            &env,
-            "nightly",
-            &[Volume {
-                pod: "web-abc",
-                volume: "data",
-                pvc: Some("data"),
-                snapshot: SNAPSHOT,
-                bytes: 10,
-            }],
-        )
-        .await?;
+        s.volume("data", "node-a", &[]).await?;
+        nightly(&s, SNAPSHOT, 10).await?;
         let pvc = format!("{ns}/data");
         let started = std::time::Instant::now();
-        let run = refill(
-            &env,
-            &["restore", "create", "r1", "--from-backup", "nightly", "--pvc", &pvc, "--wait", "--pickup-timeout", "2s"],
-        )
-        .await?;
+        let more = ["--wait", "--pickup-timeout", "2s"];
+        let run = create_from_nightly(env, "r1", &pvc, &more).await?;
         assert_eq!(run.code, 4, "{run:#?}");
         assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
         assert!(
@@ -1011,14 +662,14 @@ async fn without_a_controller_wait_says_so_instead_of_hanging() -> Result<()> {
         );
 
         // The restore stays, and says what it waits for.
-        let run = refill(&env, &["restore", "get", "r1"]).await?.ok()?;
+        let run = refill(env, &["restore", "get", "r1"]).await?.ok()?;
         let line = run.stdout.lines().nth(1).context("no row")?;
         assert_eq!(line.split_whitespace().take(4).collect::<Vec<_>>(), ["r1", "nightly", "-", "-"], "{}", run.stdout);
-        let run = refill(&env, &["restore", "describe", "r1"]).await?.ok()?;
+        let run = refill(env, &["restore", "describe", "r1"]).await?.ok()?;
         assert!(run.stdout.contains("no controller has picked it up yet"), "{}", run.stdout);
 
         // Without a controller there is no finalizer: it goes at once.
-        let run = refill(&env, &["restore", "delete", "r1"]).await?.ok()?;
+        let run = refill(env, &["restore", "delete", "r1"]).await?.ok()?;
         assert_eq!(run.stdout, "restore \"r1\" deleted\n");
         Ok(())
     })

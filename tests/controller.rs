@@ -10,154 +10,38 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use refill::api::{
-    ConsumerKind, ConsumerPolicy, ConsumerState, DataRestore, DataRestoreSpec, Phase,
-    PodVolumeRestore, VolumePhase, VolumePluginRestore,
+    ConsumerKind, ConsumerPolicy, ConsumerState, DataRestore, DataRestoreSpec, Phase, VolumePhase,
+    VolumePluginRestore,
 };
 use refill::labels;
-use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle};
-use refill_e2e::node_agent::NodeAgentHandle;
+use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle, Scene, phase};
 use refill_e2e::{TestEnv, run_test, wait_for};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// A test's world: refill installed, data directories, and handles to stop things.
-struct Scene {
-    env: TestEnv,
-    client: Client,
-    ns: String,
-    snapshots: PathBuf,
-    scratch: PathBuf,
+/// The test's scene (see [`Scene`]), its waits bounded by [`TIMEOUT`].
+async fn scene(env: TestEnv) -> Result<Scene> {
+    Scene::new(env, TIMEOUT).await
 }
 
-impl Scene {
-    async fn new(env: TestEnv) -> Result<Self> {
-        let ns = env.namespace().to_string();
-        fixture::install_refill(&env.client, &ns).await?;
-        let scratch = env.cluster.scratch_dir(&ns)?;
-        let snapshots = scratch.join("snapshots");
-        std::fs::create_dir_all(&snapshots)?;
-        Ok(Scene {
-            client: env.client.clone(),
-            env,
-            ns,
-            snapshots,
-            scratch,
-        })
-    }
-
-    async fn controller(&self) -> Result<ControllerHandle> {
-        ControllerHandle::start(self.env.cluster, &self.ns).await
-    }
-
-    fn node_agent(&self) -> NodeAgentHandle {
-        fixture::node_agent(&self.client, &self.ns, &self.snapshots)
-    }
-
-    /// A local PV on `node` holding `files`, and a claim `name` bound to it.
-    async fn volume(&self, name: &str, node: &str, files: &[(&str, &[u8])]) -> Result<PathBuf> {
-        let dir = self.scratch.join("pv").join(name);
-        let pv = format!("{}-{name}", self.ns);
-        let labels = self.env.ns.labels();
-        fixture::bound_local_volume(&self.client, &self.ns, name, &pv, node, &dir, &labels).await?;
-        for (file, data) in files {
-            std::fs::write(dir.join(file), data)?;
-        }
-        Ok(dir)
-    }
-
-    fn backed_up<'a>(
-        &'a self,
-        pvc: &'a str,
-        pod: &'a str,
-        files: &[(&'a str, &[u8])],
-    ) -> BackedUpVolume<'a> {
-        BackedUpVolume {
-            namespace: &self.ns,
-            pvc,
-            pod,
-            volume: "data",
-            snapshot_id: format!("{}-{pvc}", self.ns),
-            files: files.iter().map(|(p, d)| (*p, d.to_vec())).collect(),
-        }
-    }
-
-    async fn backup(&self, name: &str, volumes: &[BackedUpVolume<'_>]) -> Result<()> {
-        fixture::backup(&self.client, &self.ns, name, &self.snapshots, volumes).await?;
-        Ok(())
-    }
-
-    fn spec(&self, backup: &str, pvcs: &[&str]) -> DataRestoreSpec {
-        DataRestoreSpec {
-            backup_name: Some(backup.into()),
-            pvcs: pvcs.iter().map(|p| format!("{}/{p}", self.ns)).collect(),
-            ..Default::default()
-        }
-    }
-
-    async fn restore(&self, name: &str, spec: DataRestoreSpec) -> Result<DataRestore> {
-        fixture::data_restore(&self.client, &self.ns, name, spec).await
-    }
-
-    async fn finished(&self, name: &str) -> Result<DataRestore> {
-        fixture::wait_finished(&self.client, &self.ns, name, TIMEOUT).await
-    }
-
-    async fn replicas(&self, deployment: &str) -> Result<(i32, Option<String>)> {
-        let d = Api::<Deployment>::namespaced(self.client.clone(), &self.ns)
-            .get(deployment)
-            .await?;
-        Ok((
-            d.spec.and_then(|s| s.replicas).unwrap_or(1),
-            d.metadata
-                .annotations
-                .unwrap_or_default()
-                .get(labels::QUIESCED_BY)
-                .cloned(),
-        ))
-    }
-
-    async fn assert_no_stand_ins(&self) -> Result<()> {
-        wait_for("stand-in pods gone", TIMEOUT, || async {
-            Ok(fixture::stand_in_pods(&self.client, &self.ns)
-                .await?
-                .is_empty()
-                .then_some(()))
-        })
-        .await
-    }
-
-    async fn wait_volume(&self, name: &str, phase: VolumePhase) -> Result<DataRestore> {
-        let api: Api<DataRestore> = Api::namespaced(self.client.clone(), &self.ns);
-        wait_for(
-            format!("a volume of {name} to reach {phase:?}"),
-            TIMEOUT,
-            || async {
-                let dr = api.get(name).await?;
-                let reached = dr
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.volumes.iter().any(|v| v.phase == phase));
-                Ok(reached.then_some(dr))
-            },
-        )
-        .await
-    }
-
-    async fn pvrs(&self) -> Result<Vec<PodVolumeRestore>> {
-        Ok(
-            Api::<PodVolumeRestore>::namespaced(self.client.clone(), &self.ns)
-                .list(&ListParams::default())
-                .await?
-                .items,
-        )
-    }
-}
-
-fn phase(dr: &DataRestore) -> Phase {
-    dr.status.as_ref().map(|s| s.phase).unwrap_or_default()
+/// Deployment `web` of `replicas` pods on the claim `data` (on `node`, its file `f`
+/// holding `live`), running, and backup `b1` of the claim with `f` holding
+/// `backed_up`. Returns the volume's directory.
+async fn web_with_backup(
+    s: &Scene,
+    node: &str,
+    replicas: i32,
+    live: &[u8],
+    backed_up: &[u8],
+) -> Result<PathBuf> {
+    let dir = s.volume("data", node, &[("f", live)]).await?;
+    s.deployment("web", replicas, &["data"]).await?;
+    s.backup("b1", &[s.backed_up("data", "web-0", &[("f", backed_up)])])
+        .await?;
+    Ok(dir)
 }
 
 const GOOD_DB: &[u8] = b"orders: 1042\ncustomers: 77\n";
@@ -166,7 +50,7 @@ const GOOD_CONF: &[u8] = b"mode: primary\n";
 #[tokio::test]
 async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()> {
     run_test("dr-deploy", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let dir = s
             .volume(
                 "data",
@@ -174,8 +58,7 @@ async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()
                 &[("app.db", GOOD_DB), ("app.conf", GOOD_CONF)],
             )
             .await?;
-        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
-        let pods = fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        let pods = s.deployment("web", 2, &["data"]).await?;
         s.backup(
             "b1",
             &[s.backed_up(
@@ -212,8 +95,8 @@ async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()
             "replicas not restored: {:?}",
             s.replicas("web").await?
         );
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.assert_no_stand_ins().await?;
+        s.ready_pods("web", 2).await?;
+        s.no_stand_ins().await?;
 
         let volume = &status.volumes[0];
         ensure!(
@@ -266,7 +149,7 @@ async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()
 #[tokio::test]
 async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> Result<()> {
     run_test("dr-sts", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let mut dirs = Vec::new();
         for (i, node) in ["node-a", "node-b", "node-c"].iter().enumerate() {
             let claim = format!("data-db-{i}");
@@ -276,7 +159,7 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
             );
         }
         fixture::statefulset(&s.client, &s.ns, "db", 3).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "db", 3, TIMEOUT).await?;
+        s.ready_pods("db", 3).await?;
         let claims: Vec<String> = (0..3).map(|i| format!("data-db-{i}")).collect();
         let pods: Vec<String> = (0..3).map(|i| format!("db-{i}")).collect();
         let contents: Vec<Vec<u8>> = (0..3).map(|i| format!("good {i}").into_bytes()).collect();
@@ -309,8 +192,8 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
             .get("db")
             .await?;
         ensure!(sts.spec.unwrap().replicas == Some(3));
-        fixture::wait_ready_pods(&s.client, &s.ns, "db", 3, TIMEOUT).await?;
-        s.assert_no_stand_ins().await?;
+        s.ready_pods("db", 3).await?;
+        s.no_stand_ins().await?;
         // One event per volume, each naming its claim.
         let events =
             Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), &s.ns)
@@ -336,14 +219,12 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
 #[tokio::test]
 async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
     run_test("dr-rwx", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let dir = s
             .volume("shared", "node-c", &[("index.html", b"<h1>good</h1>")])
             .await?;
-        fixture::deployment(&s.client, &s.ns, "front", 2, &["shared"]).await?;
-        fixture::deployment(&s.client, &s.ns, "back", 1, &["shared"]).await?;
-        let pods = fixture::wait_ready_pods(&s.client, &s.ns, "front", 2, TIMEOUT).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "back", 1, TIMEOUT).await?;
+        let pods = s.deployment("front", 2, &["shared"]).await?;
+        s.deployment("back", 1, &["shared"]).await?;
         s.backup(
             "b1",
             &[s.backed_up(
@@ -363,8 +244,8 @@ async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
         let consumers = dr.status.unwrap().consumers;
         ensure!(consumers.len() == 2, "{consumers:#?}");
         ensure!(s.replicas("front").await? == (2, None) && s.replicas("back").await? == (1, None));
-        fixture::wait_ready_pods(&s.client, &s.ns, "front", 2, TIMEOUT).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "back", 1, TIMEOUT).await?;
+        s.ready_pods("front", 2).await?;
+        s.ready_pods("back", 1).await?;
         Ok(())
     })
     .await
@@ -373,7 +254,7 @@ async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
 #[tokio::test]
 async fn a_finished_job_pod_on_the_claim_does_not_hold_the_restore() -> Result<()> {
     run_test("dr-jobdone", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let dir = s.volume("data", "node-a", &[("f", b"good")]).await?;
         // A one-off Job that used the claim and finished: its pod stays, holding nothing.
         let mut template = fixture::pod_template("migrate", &["data"]);
@@ -390,8 +271,7 @@ async fn a_finished_job_pod_on_the_claim_does_not_hold_the_restore() -> Result<(
             Ok((job.status.and_then(|st| st.succeeded) == Some(1)).then_some(()))
         })
         .await?;
-        fixture::deployment(&s.client, &s.ns, "web", 1, &["data"]).await?;
-        let pods = fixture::wait_ready_pods(&s.client, &s.ns, "web", 1, TIMEOUT).await?;
+        let pods = s.deployment("web", 1, &["data"]).await?;
         s.backup(
             "b1",
             &[s.backed_up("data", &pods[0].name_any(), &[("f", b"good")])],
@@ -418,19 +298,18 @@ async fn a_finished_job_pod_on_the_claim_does_not_hold_the_restore() -> Result<(
 #[tokio::test]
 async fn unbound_wait_for_first_consumer_claim_binds_on_a_candidate() -> Result<()> {
     run_test("dr-wffc", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         // Two free local PVs, on node-a and node-c, in a class of this test's own, so the
         // unbound claim cannot take another test's volume.
-        let class = format!("{}-local", s.ns);
+        let class = s.own_class().await?;
         let labels = s.env.ns.labels();
-        fixture::storage_class(&s.client, &class, &labels).await?;
         let dir_a = s.scratch.join("pv/a");
         let dir_c = s.scratch.join("pv/c");
         let pv_a = format!("{}-a", s.ns);
         let pv_c = format!("{}-c", s.ns);
         fixture::local_pv_of_class(&s.client, &pv_a, "node-a", &dir_a, &labels, &class).await?;
         fixture::local_pv_of_class(&s.client, &pv_c, "node-c", &dir_c, &labels, &class).await?;
-        fixture::pvc_of_class(&s.client, &s.ns, "fresh", None, &[], &class).await?;
+        s.unbound_claim("fresh").await?;
         s.backup(
             "b1",
             &[s.backed_up("fresh", "old-pod", &[("seed.txt", b"seeded")])],
@@ -461,12 +340,11 @@ async fn unbound_wait_for_first_consumer_claim_binds_on_a_candidate() -> Result<
 #[tokio::test]
 async fn a_failed_volume_gives_partially_failed_with_consumers_back() -> Result<()> {
     run_test("dr-partial", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let good = s.volume("good", "node-a", &[("f", b"old")]).await?;
         s.volume("lost", "node-b", &[("f", b"old")]).await?;
-        fixture::deployment(&s.client, &s.ns, "a", 1, &["good"]).await?;
-        fixture::deployment(&s.client, &s.ns, "b", 2, &["lost"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "b", 2, TIMEOUT).await?;
+        s.deployment("a", 1, &["good"]).await?;
+        s.deployment("b", 2, &["lost"]).await?;
         let mut lost = s.backed_up("lost", "b-0", &[("f", b"new")]);
         s.backup("b1", &[s.backed_up("good", "a-0", &[("f", b"new")])])
             .await?;
@@ -500,8 +378,8 @@ async fn a_failed_volume_gives_partially_failed_with_consumers_back() -> Result<
             "{status:#?}"
         );
         ensure!(s.replicas("b").await? == (2, None));
-        fixture::wait_ready_pods(&s.client, &s.ns, "b", 2, TIMEOUT).await?;
-        s.assert_no_stand_ins().await?;
+        s.ready_pods("b", 2).await?;
+        s.no_stand_ins().await?;
 
         // Both in one request: PartiallyFailed.
         let mut both = s.spec("b1", &["good"]);
@@ -554,12 +432,8 @@ async fn a_failed_volume_gives_partially_failed_with_consumers_back() -> Result<
 #[tokio::test]
 async fn a_controller_killed_mid_restore_resumes_without_duplicates() -> Result<()> {
     run_test("dr-restart", |env| async move {
-        let s = Scene::new(env).await?;
-        let dir = s.volume("data", "node-a", &[("f", b"bad")]).await?;
-        fixture::deployment(&s.client, &s.ns, "web", 3, &["data"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 3, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"good")])])
-            .await?;
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-a", 3, b"bad", b"good").await?;
 
         // No node agent yet: the restore stops at Restoring, with everything stopped.
         let controller = s.controller().await?;
@@ -583,8 +457,8 @@ async fn a_controller_killed_mid_restore_resumes_without_duplicates() -> Result<
         ensure!(fixture::read(&dir, "f")? == b"good");
         ensure!(s.pvrs().await?.len() == 1, "duplicate PodVolumeRestores");
         ensure!(s.replicas("web").await? == (3, None));
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 3, TIMEOUT).await?;
-        s.assert_no_stand_ins().await?;
+        s.ready_pods("web", 3).await?;
+        s.no_stand_ins().await?;
         Ok(())
     })
     .await
@@ -593,12 +467,8 @@ async fn a_controller_killed_mid_restore_resumes_without_duplicates() -> Result<
 #[tokio::test]
 async fn a_consumer_scaled_up_mid_restore_stops_the_volume_and_names_who() -> Result<()> {
     run_test("dr-rescale", |env| async move {
-        let s = Scene::new(env).await?;
-        let dir = s.volume("data", "node-a", &[("f", b"live")]).await?;
-        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
-            .await?;
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-a", 2, b"live", b"old").await?;
         let _controller = s.controller().await?;
         s.restore("r1", s.spec("b1", &["data"])).await?;
         s.wait_volume("r1", VolumePhase::Restoring).await?;
@@ -632,8 +502,8 @@ async fn a_consumer_scaled_up_mid_restore_stops_the_volume_and_names_who() -> Re
             fixture::read(&dir, "f")? == b"live",
             "nothing may be written under a running consumer"
         );
-        s.assert_no_stand_ins().await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.no_stand_ins().await?;
+        s.ready_pods("web", 2).await?;
         ensure!(
             s.replicas("web").await?.1.is_none(),
             "the record must be cleared"
@@ -646,15 +516,10 @@ async fn a_consumer_scaled_up_mid_restore_stops_the_volume_and_names_who() -> Re
 #[tokio::test]
 async fn detach_stops_a_bare_pod_and_a_daemonset_and_brings_them_back() -> Result<()> {
     run_test("dr-detach", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let solo = s.volume("solo", "node-a", &[("f", b"bad")]).await?;
         let logs = s.volume("logs", "node-b", &[("f", b"bad")]).await?;
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "solo", "namespace": s.ns, "labels": {"app": "solo"}},
-            "spec": fixture::pod_template("solo", &["solo"])["spec"],
-        }))?;
-        Api::<Pod>::namespaced(s.client.clone(), &s.ns).create(&PostParams::default(), &pod).await?;
+        let pod = s.bare_pod("solo", &["solo"]).await?;
         let ds: DaemonSet = serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": "agent", "namespace": s.ns},
@@ -671,8 +536,7 @@ async fn detach_stops_a_bare_pod_and_a_daemonset_and_brings_them_back() -> Resul
             }
         }))?;
         Api::<DaemonSet>::namespaced(s.client.clone(), &s.ns).create(&PostParams::default(), &ds).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "solo", 1, TIMEOUT).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "agent", 1, TIMEOUT).await?;
+        s.ready_pods("agent", 1).await?;
         s.backup("b1", &[s.backed_up("solo", "solo", &[("f", b"good solo")]), s.backed_up("logs", "agent-x", &[("f", b"good logs")])]).await?;
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
@@ -682,9 +546,9 @@ async fn detach_stops_a_bare_pod_and_a_daemonset_and_brings_them_back() -> Resul
         let dr = s.finished("r1").await?;
         ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
         ensure!(fixture::read(&solo, "f")? == b"good solo" && fixture::read(&logs, "f")? == b"good logs");
-        let back = fixture::wait_ready_pods(&s.client, &s.ns, "solo", 1, TIMEOUT).await?;
+        let back = s.ready_pods("solo", 1).await?;
         ensure!(back[0].metadata.uid != pod.metadata.uid || pod.metadata.uid.is_none());
-        fixture::wait_ready_pods(&s.client, &s.ns, "agent", 1, TIMEOUT).await?;
+        s.ready_pods("agent", 1).await?;
         let ds = Api::<DaemonSet>::namespaced(s.client.clone(), &s.ns).get("agent").await?;
         let selector = ds.spec.unwrap().template.spec.unwrap().node_selector.unwrap_or_default();
         ensure!(selector.len() == 1 && selector["kubernetes.io/hostname"] == "node-b", "{selector:?}");
@@ -698,23 +562,12 @@ async fn detach_stops_a_bare_pod_and_a_daemonset_and_brings_them_back() -> Resul
 #[tokio::test]
 async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
     run_test("dr-bad", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         s.volume("data", "node-a", &[("f", b"x")]).await?;
         s.volume("extra", "node-a", &[("f", b"x")]).await?;
-        let class = format!("{}-local", s.ns);
-        fixture::storage_class(&s.client, &class, &s.env.ns.labels()).await?;
-        fixture::pvc_of_class(&s.client, &s.ns, "unbound", None, &[], &class).await?;
-        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        let bare: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "bare", "namespace": s.ns, "labels": {"app": "bare"}},
-            "spec": fixture::pod_template("bare", &["extra"])["spec"],
-        }))?;
-        Api::<Pod>::namespaced(s.client.clone(), &s.ns)
-            .create(&PostParams::default(), &bare)
-            .await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "bare", 1, TIMEOUT).await?;
+        s.unbound_claim("unbound").await?;
+        s.deployment("web", 2, &["data"]).await?;
+        s.bare_pod("bare", &["extra"]).await?;
         s.backup(
             "b1",
             &[
@@ -725,7 +578,7 @@ async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
         )
         .await?;
         let _controller = s.controller().await?;
-        let before = fixture::resource_versions(&s.client, &s.ns).await?;
+        let before = s.versions().await?;
 
         let cases: [(&str, DataRestoreSpec, &str); 4] = [
             (
@@ -770,7 +623,7 @@ async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
             );
             ensure!(status.volumes.is_empty() && status.consumers.is_empty());
         }
-        let after = fixture::resource_versions(&s.client, &s.ns).await?;
+        let after = s.versions().await?;
         ensure!(
             before == after,
             "objects changed:\nbefore {before:#?}\nafter {after:#?}"
@@ -790,12 +643,8 @@ async fn bad_input_is_refused_clearly_and_touches_nothing() -> Result<()> {
 #[tokio::test]
 async fn cancel_and_delete_roll_back_through_the_same_finish() -> Result<()> {
     run_test("dr-cancel", |env| async move {
-        let s = Scene::new(env).await?;
-        s.volume("data", "node-a", &[("f", b"live")]).await?;
-        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
-            .await?;
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-a", 2, b"live", b"old").await?;
         let _controller = s.controller().await?;
         let api: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
 
@@ -838,9 +687,9 @@ async fn cancel_and_delete_roll_back_through_the_same_finish() -> Result<()> {
         let dr = s.finished("r1").await?;
         ensure!(phase(&dr) == Phase::Canceled, "{:#?}", dr.status);
         ensure!(s.pvrs().await?.iter().all(|p| p.spec.cancel == Some(true)));
-        s.assert_no_stand_ins().await?;
+        s.no_stand_ins().await?;
         ensure!(s.replicas("web").await? == (2, None));
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.ready_pods("web", 2).await?;
 
         s.restore("r2", s.spec("b1", &["data"])).await?;
         s.wait_volume("r2", VolumePhase::Restoring).await?;
@@ -850,12 +699,12 @@ async fn cancel_and_delete_roll_back_through_the_same_finish() -> Result<()> {
             Ok(api.get_opt("r2").await?.is_none().then_some(()))
         })
         .await?;
-        s.assert_no_stand_ins().await?;
+        s.no_stand_ins().await?;
         ensure!(
             s.replicas("web").await? == (2, None),
             "deletion must bring consumers back"
         );
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.ready_pods("web", 2).await?;
         Ok(())
     })
     .await
@@ -864,7 +713,7 @@ async fn cancel_and_delete_roll_back_through_the_same_finish() -> Result<()> {
 #[tokio::test]
 async fn a_schedule_means_its_newest_completed_backup() -> Result<()> {
     run_test("dr-schedule", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let dir = s.volume("data", "node-a", &[("f", b"stale")]).await?;
         let backups: Api<refill::api::Backup> = Api::namespaced(s.client.clone(), &s.ns);
         for (name, content, phase, at) in [
@@ -874,7 +723,7 @@ async fn a_schedule_means_its_newest_completed_backup() -> Result<()> {
         ] {
             let mut volume = s.backed_up("data", "web-0", &[("f", content.as_bytes())]);
             volume.snapshot_id = format!("{}-{name}", s.ns);
-            fixture::backup(&s.client, &s.ns, name, &s.snapshots, &[volume]).await?;
+            s.backup(name, &[volume]).await?;
             backups
                 .patch(
                     name,
@@ -920,12 +769,8 @@ fn refill_marks(annotations: Option<&std::collections::BTreeMap<String, String>>
 #[tokio::test]
 async fn two_restores_of_one_claim_started_together_never_lose_a_replica() -> Result<()> {
     run_test("dr-race", |env| async move {
-        let s = Scene::new(env).await?;
-        s.volume("data", "node-a", &[("f", b"live")]).await?;
-        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
-            .await?;
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-a", 2, b"live", b"old").await?;
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
         for round in 0..3 {
@@ -965,8 +810,8 @@ async fn two_restores_of_one_claim_started_together_never_lose_a_replica() -> Re
                 web.spec.and_then(|s| s.replicas),
                 web.metadata.annotations
             );
-            s.assert_no_stand_ins().await?;
-            fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+            s.no_stand_ins().await?;
+            s.ready_pods("web", 2).await?;
         }
         Ok(())
     })
@@ -977,7 +822,7 @@ async fn two_restores_of_one_claim_started_together_never_lose_a_replica() -> Re
 async fn a_cronjob_that_mounts_the_claim_is_suspended_until_the_restore_ends() -> Result<()> {
     use k8s_openapi::api::batch::v1::CronJob;
     run_test("dr-cron", |env| async move {
-        let s = Scene::new(env).await?;
+        let s = scene(env).await?;
         let dir = s.volume("data", "node-a", &[("f", b"live")]).await?;
         let cron: CronJob = serde_json::from_value(json!({
             "apiVersion": "batch/v1", "kind": "CronJob",
@@ -1026,12 +871,8 @@ async fn a_cronjob_that_mounts_the_claim_is_suspended_until_the_restore_ends() -
 async fn with_no_node_agent_the_restore_warns_then_times_out_and_brings_the_app_back() -> Result<()>
 {
     run_test("dr-noagent", |env| async move {
-        let s = Scene::new(env).await?;
-        s.volume("data", "node-b", &[("f", b"live")]).await?;
-        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
-            .await?;
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-b", 2, b"live", b"old").await?;
         let config = refill::controller::Config {
             namespace: s.ns.clone(),
             agent_grace: Duration::from_secs(2),
@@ -1078,9 +919,9 @@ async fn with_no_node_agent_the_restore_warns_then_times_out_and_brings_the_app_
             "no node agent took it: nothing was written"
         );
         ensure!(s.pvrs().await?.iter().all(|p| p.spec.cancel == Some(true)));
-        s.assert_no_stand_ins().await?;
+        s.no_stand_ins().await?;
         ensure!(s.replicas("web").await? == (2, None));
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
+        s.ready_pods("web", 2).await?;
         Ok(())
     })
     .await
@@ -1090,12 +931,8 @@ async fn with_no_node_agent_the_restore_warns_then_times_out_and_brings_the_app_
 async fn a_stand_in_the_quota_refuses_fails_at_once_and_brings_the_app_back() -> Result<()> {
     use k8s_openapi::api::core::v1::ResourceQuota;
     run_test("dr-quota", |env| async move {
-        let s = Scene::new(env).await?;
-        s.volume("data", "node-a", &[("f", b"live")]).await?;
-        fixture::deployment(&s.client, &s.ns, "web", 2, &["data"]).await?;
-        fixture::wait_ready_pods(&s.client, &s.ns, "web", 2, TIMEOUT).await?;
-        s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"old")])])
-            .await?;
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-a", 2, b"live", b"old").await?;
         let quotas: Api<ResourceQuota> = Api::namespaced(s.client.clone(), &s.ns);
         let quota = |cpu: &str| -> Result<ResourceQuota> {
             Ok(serde_json::from_value(json!({

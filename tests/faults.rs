@@ -24,6 +24,7 @@
 //! `REFILL_FAULTS=<text>` runs only the cases whose name contains the text;
 //! `REFILL_FAULTS_CONCURRENCY` sets how many run at once (default 4).
 
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -39,7 +40,7 @@ use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuota};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use refill::api::{
     ConsumerPolicy, ConsumerState, DataRestore, DataRestoreSpec, FailurePolicy, Phase,
     PodVolumePhase, PodVolumeRestore, VolumePhase,
@@ -48,7 +49,7 @@ use refill::labels;
 use refill_e2e::audit;
 use refill_e2e::cluster::Cluster;
 use refill_e2e::controller_process::{ControllerKind, ControllerProcess};
-use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle, Observer};
+use refill_e2e::fixture::{self, BackedUpVolume, Observer, phase};
 use refill_e2e::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
 use refill_e2e::{OwnCluster, TEST_NAMESPACE_LABEL, TestEnv, run_test, run_test_on, wait_for};
 use serde_json::json;
@@ -122,15 +123,20 @@ struct App {
     workloads: Vec<Workload>,
 }
 
-/// A test's world: refill installed, the namespace watched, data directories.
+/// A case's world: the shared [`fixture::Scene`] (refill installed, data directories),
+/// its namespace watched, and the log of the node agent's writes.
 struct Scene {
-    env: TestEnv,
-    client: Client,
-    ns: String,
-    snapshots: PathBuf,
-    scratch: PathBuf,
+    scene: fixture::Scene,
     write_log: PathBuf,
     watch: Observer,
+}
+
+impl Deref for Scene {
+    type Target = fixture::Scene;
+
+    fn deref(&self) -> &fixture::Scene {
+        &self.scene
+    }
 }
 
 fn content(claim: &str) -> Vec<u8> {
@@ -140,10 +146,6 @@ fn content(claim: &str) -> Vec<u8> {
         .cycle()
         .take(SNAPSHOT_BYTES)
         .collect()
-}
-
-fn phase(dr: &DataRestore) -> Phase {
-    dr.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
 /// The restore as one line: phase, volumes, consumers, errors.
@@ -245,25 +247,13 @@ impl Expect {
 
 impl Scene {
     async fn new(env: TestEnv) -> Result<Scene> {
-        let ns = env.namespace().to_string();
-        fixture::install_refill(&env.client, &ns).await?;
-        let scratch = env.cluster.scratch_dir(&ns)?;
-        let snapshots = scratch.join("snapshots");
-        std::fs::create_dir_all(&snapshots)?;
-        let watch = Observer::start(&env.client, &ns).await?;
+        let scene = fixture::Scene::new(env, SETUP).await?;
+        let watch = Observer::start(&scene.client, &scene.ns).await?;
         Ok(Scene {
-            client: env.client.clone(),
-            write_log: scratch.join("writes.jsonl"),
-            env,
-            ns,
-            snapshots,
-            scratch,
+            write_log: scene.scratch.join("writes.jsonl"),
+            scene,
             watch,
         })
-    }
-
-    async fn controller(&self) -> Result<ControllerHandle> {
-        ControllerHandle::start(self.env.cluster, &self.ns).await
     }
 
     /// A simulated node agent that logs its writes; `rate` limits each copy.
@@ -275,87 +265,13 @@ impl Scene {
     /// real data mover may: refill must wait for the PodVolumeRestore to end before it
     /// brings consumers back.
     fn slow_stopping_node_agent(&self, rate: Option<u64>, stop_delay: Duration) -> NodeAgentHandle {
-        node_agent::spawn(
-            self.client.clone(),
-            NodeAgentConfig {
-                velero_namespace: self.ns.clone(),
-                bytes_per_second: rate,
-                progress_interval: Duration::from_millis(200),
-                write_log: Some(self.write_log.clone()),
-                stop_delay,
-                ..NodeAgentConfig::new(&self.snapshots)
-            },
-        )
-    }
-
-    /// A local PV on `node` and the claim `name` bound to it (ReadWriteMany if `rwx`).
-    async fn volume(&self, name: &str, node: &str, rwx: bool) -> Result<PathBuf> {
-        let dir = self.scratch.join("pv").join(name);
-        let pv = format!("{}-{name}", self.ns);
-        let labels = self.env.ns.labels();
-        if !rwx {
-            fixture::bound_local_volume(&self.client, &self.ns, name, &pv, node, &dir, &labels)
-                .await?;
-            self.bound(name).await?;
-            return Ok(dir);
-        }
-        fixture::local_pv(&self.client, &pv, node, &dir, &labels).await?;
-        let reserve = json!({"spec": {"claimRef": {"namespace": self.ns, "name": name}}});
-        self.env
-            .api_all::<k8s_openapi::api::core::v1::PersistentVolume>()
-            .patch(&pv, &PatchParams::default(), &Patch::Merge(reserve))
-            .await?;
-        self.env
-            .create::<PersistentVolumeClaim>(json!({
-                "metadata": {"name": name},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "storageClassName": fixture::STORAGE_CLASS,
-                    "resources": {"requests": {"storage": "1Gi"}},
-                }
-            }))
-            .await?;
-        self.bound(name).await?;
-        Ok(dir)
-    }
-
-    /// Waits until the binder has bound the claim to its reserved volume: refill
-    /// refuses an unbound WaitForFirstConsumer claim without candidate nodes.
-    async fn bound(&self, claim: &str) -> Result<()> {
-        let claims = self.env.api::<PersistentVolumeClaim>();
-        wait_for(format!("claim {claim} bound"), SETUP, || async {
-            let pvc = claims.get(claim).await?;
-            let phase = pvc.status.and_then(|st| st.phase);
-            Ok((phase.as_deref() == Some("Bound")).then_some(()))
+        self.node_agent_with(NodeAgentConfig {
+            bytes_per_second: rate,
+            progress_interval: Duration::from_millis(200),
+            write_log: Some(self.write_log.clone()),
+            stop_delay,
+            ..self.node_agent_config()
         })
-        .await
-    }
-
-    /// A Deployment like [`fixture::deployment`]; with `requests`, its container asks
-    /// for a little CPU and memory (for namespaces whose quota requires that).
-    async fn deployment(
-        &self,
-        name: &str,
-        replicas: i32,
-        claims: &[&str],
-        requests: bool,
-    ) -> Result<()> {
-        let mut template = fixture::pod_template(name, claims);
-        if requests {
-            template["spec"]["containers"][0]["resources"] =
-                json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
-        }
-        self.env
-            .create::<Deployment>(json!({
-                "metadata": {"name": name},
-                "spec": {
-                    "replicas": replicas,
-                    "selector": {"matchLabels": {"app": name}},
-                    "template": template,
-                }
-            }))
-            .await?;
-        Ok(())
     }
 
     /// The application of `shape`, running, with a backup `b1` of its claims taken
@@ -403,8 +319,12 @@ impl Scene {
             workloads: workloads.clone(),
         };
         for (claim, node) in &claims {
-            let dir = self.volume(claim, node, shape == Shape::Rwx).await?;
-            std::fs::write(dir.join(DATA_FILE), b"good data, as backed up")?;
+            let files: &[(&str, &[u8])] = &[(DATA_FILE, b"good data, as backed up")];
+            let dir = if shape == Shape::Rwx {
+                self.shared_volume(claim, node, files).await?
+            } else {
+                self.volume(claim, node, files).await?
+            };
             app.claims.push(Claim {
                 name: claim.to_string(),
                 dir,
@@ -415,7 +335,14 @@ impl Scene {
             match w.kind {
                 Kind::Deployment => {
                     let names: Vec<&str> = app.claims.iter().map(|c| c.name.as_str()).collect();
-                    self.deployment(&w.name, w.replicas, &names, requests)
+                    let mut template = fixture::pod_template(&w.name, &names);
+                    // With `requests`, it asks for a little CPU and memory, for
+                    // namespaces whose quota requires that.
+                    if requests {
+                        template["spec"]["containers"][0]["resources"] =
+                            json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
+                    }
+                    fixture::deployment_of(&self.client, &self.ns, &w.name, w.replicas, template)
                         .await?;
                 }
                 Kind::StatefulSet => {
@@ -429,36 +356,19 @@ impl Scene {
         let volumes: Vec<BackedUpVolume> = app
             .claims
             .iter()
-            .map(|c| BackedUpVolume {
-                namespace: &self.ns,
-                pvc: &c.name,
-                pod: "backed-up-pod",
-                volume: "data",
-                snapshot_id: format!("{}-{}", self.ns, c.name),
-                files: vec![(DATA_FILE, c.content.clone())],
-            })
+            .map(|c| self.backed_up(&c.name, "backed-up-pod", &[(DATA_FILE, &c.content)]))
             .collect();
-        fixture::backup(&self.client, &self.ns, "b1", &self.snapshots, &volumes).await?;
+        self.backup("b1", &volumes).await?;
         for c in &app.claims {
             std::fs::write(c.dir.join(DATA_FILE), b"broken")?;
         }
         Ok(app)
     }
 
+    /// A request to restore the app's claims from `b1`.
     fn spec(&self, app: &App) -> DataRestoreSpec {
-        DataRestoreSpec {
-            backup_name: Some("b1".into()),
-            pvcs: app
-                .claims
-                .iter()
-                .map(|c| format!("{}/{}", self.ns, c.name))
-                .collect(),
-            ..Default::default()
-        }
-    }
-
-    async fn restore(&self, name: &str, spec: DataRestoreSpec) -> Result<DataRestore> {
-        fixture::data_restore(&self.client, &self.ns, name, spec).await
+        let claims: Vec<&str> = app.claims.iter().map(|c| c.name.as_str()).collect();
+        self.scene.spec("b1", &claims)
     }
 
     fn live_pods(&self, app: &str) -> Vec<Arc<Pod>> {
@@ -730,13 +640,7 @@ where
 
 fn init_logging() {
     // Quieter than the fixture's default: a table runs dozens of controllers.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "refill=warn,refill_e2e=warn,kube=warn".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    fixture::init_logging("refill=warn,refill_e2e=warn,kube=warn");
 }
 
 fn concurrency() -> usize {
@@ -1199,7 +1103,7 @@ async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
 
 async fn cronjob_mounting_the_claim(env: TestEnv) -> Result<()> {
     let s = Scene::new(env).await?;
-    let dir = s.volume("data", "node-a", false).await?;
+    let dir = s.volume("data", "node-a", &[]).await?;
     let mut template = fixture::pod_template("report", &["data"]);
     template["spec"]["restartPolicy"] = json!("Never");
     // Not due during the test: what matters is that it cannot fire while refill writes.
@@ -1218,19 +1122,9 @@ async fn cronjob_mounting_the_claim(env: TestEnv) -> Result<()> {
         dir,
         content: content("data"),
     };
-    fixture::backup(
-        &s.client,
-        &s.ns,
+    s.backup(
         "b1",
-        &s.snapshots,
-        &[BackedUpVolume {
-            namespace: &s.ns,
-            pvc: "data",
-            pod: "report-1",
-            volume: "data",
-            snapshot_id: format!("{}-data", s.ns),
-            files: vec![(DATA_FILE, claim.content.clone())],
-        }],
+        &[s.backed_up("data", "report-1", &[(DATA_FILE, &claim.content)])],
     )
     .await?;
     let app = App {
