@@ -11,21 +11,34 @@ use kube::{Client, Config};
 /// Why no client could be made, with what was tried.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
+    /// The kubeconfig file given could not be read or parsed.
     #[error("cannot read the kubeconfig {}: {source}", path.display())]
     Read {
+        /// The file given.
         path: PathBuf,
+        /// What was wrong with it.
         source: KubeconfigError,
     },
-    /// `which`: the kubeconfig file, or "your kubeconfig" when inferred.
+    /// The kubeconfig was read but gives no usable configuration (an unknown context,
+    /// credentials that cannot be loaded).
     #[error("cannot use {which}: {source}")]
     Kubeconfig {
+        /// The kubeconfig file, or "your kubeconfig" when inferred.
         which: String,
+        /// What was wrong with it.
         source: KubeconfigError,
     },
+    /// Neither a kubeconfig nor an in-cluster service account was found.
     #[error("no Kubernetes configuration found; set KUBECONFIG or pass --kubeconfig ({0})")]
     NotFound(#[from] InferConfigError),
+    /// The configuration is there but no client could be built from it (TLS setup, say).
     #[error("cannot set up a client for {server}: {source}")]
-    Client { server: String, source: kube::Error },
+    Client {
+        /// The API server's URL.
+        server: String,
+        /// Why the client could not be built.
+        source: kube::Error,
+    },
 }
 
 /// The configuration from `kubeconfig` (or the usual inference) and `context`, with

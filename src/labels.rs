@@ -5,24 +5,44 @@
 
 use sha2::{Digest, Sha256};
 
+/// On a PodVolumeBackup (and a VolumePluginRestore): the name of its Backup, as a
+/// label value.
 pub const BACKUP_NAME: &str = "velero.io/backup-name";
+/// On a PodVolumeBackup: the UID of its Backup, which tells apart two backups of the
+/// same name.
 pub const BACKUP_UID: &str = "velero.io/backup-uid";
+/// On a Backup: the Schedule that made it.
 pub const SCHEDULE_NAME: &str = "velero.io/schedule-name";
+/// Annotation on a PodVolumeBackup: the name of the PVC whose volume it backed up.
 pub const PVC_NAME_ANNOTATION: &str = "velero.io/pvc-name";
+/// On a PodVolumeRestore: the UID of the PVC it writes to.
 pub const PVC_UID: &str = "velero.io/pvc-uid";
+/// On a PodVolumeRestore: the name of the restore it belongs to (here the
+/// DataRestore's).
 pub const RESTORE_NAME: &str = "velero.io/restore-name";
+/// On a PodVolumeRestore: the UID of the restore it belongs to, which the node agent
+/// names its done file after.
 pub const RESTORE_UID: &str = "velero.io/restore-uid";
+/// On a PodVolumeRestore: the UID of the pod it writes into.
 pub const POD_UID: &str = "velero.io/pod-uid";
+/// On a VolumePluginRestore: the snapshot it restores.
 pub const SNAPSHOT_ID: &str = "velero.io/snapshot-id";
+/// On a VolumePluginRestore: the provider that restores the volume.
 pub const PROVIDER: &str = "velero.io/provider";
+/// On Velero's plugin ConfigMaps, with [`POD_VOLUME_RESTORE_PLUGIN`] picking the
+/// restore helper's.
 pub const PLUGIN_CONFIG: &str = "velero.io/plugin-config";
+/// With value `RestoreItemAction`: the ConfigMap that configures the restore helper
+/// (image, resources, security context).
 pub const POD_VOLUME_RESTORE_PLUGIN: &str = "velero.io/pod-volume-restore";
 
 /// On everything refill creates: the owning DataRestore's UID.
 pub const DATA_RESTORE_UID: &str = "refill.dev/data-restore-uid";
 /// On stand-in pods: `namespace/name` of the DataRestore, to map pod events back to it.
 pub const DATA_RESTORE_ANNOTATION: &str = "refill.dev/data-restore";
+/// What a pod refill creates is for; its one value is [`ROLE_STAND_IN`].
 pub const ROLE: &str = "refill.dev/role";
+/// [`ROLE`] of a stand-in pod.
 pub const ROLE_STAND_IN: &str = "stand-in";
 /// On a stopped consumer: the UID of the DataRestore that stopped it. Written with the
 /// resourceVersion read, it is the lock that lets only one restore stop a workload.
@@ -37,9 +57,14 @@ pub const ORIGINAL_STATE: &str = "refill.dev/original";
 /// On a DataRestore made for a team's DataRestoreRequest: the request's UID, and
 /// (annotation) its `namespace/name`.
 pub const REQUEST_UID: &str = "refill.dev/request-uid";
+/// Annotation beside [`REQUEST_UID`]: `namespace/name` of the DataRestoreRequest.
 pub const REQUEST_ANNOTATION: &str = "refill.dev/request";
 
+/// refill's finalizer on DataRestores and DataRestoreRequests: deleting one waits until
+/// the consumers it stopped are back.
 pub const FINALIZER: &str = "refill.dev/finalizer";
+/// refill's field manager in server-side apply, and how its own changes are told
+/// from others' in `managedFields`.
 pub const FIELD_MANAGER: &str = "refill";
 
 /// A label value as Velero writes it: names longer than 63 characters become their

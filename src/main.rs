@@ -1,3 +1,6 @@
+//! The `refill` binary: the command line (`restore`, `backup`, `crds`, `completion`)
+//! and the controller (`controller`), each a thin layer over the `refill` library.
+
 use clap::{Parser, Subcommand};
 
 /// Put the files of chosen PVCs back as a Velero file-system backup holds them,

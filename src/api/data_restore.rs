@@ -11,9 +11,13 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The API group of refill's own kinds.
 pub const GROUP: &str = "refill.dev";
+/// The `apiVersion` of refill's own kinds.
 pub const API_VERSION: &str = "refill.dev/v1alpha1";
 
+/// What to restore and how: the backup, the PVCs, and what to do with the workloads
+/// that use them.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[kube(
     group = "refill.dev",
@@ -28,7 +32,8 @@ pub const API_VERSION: &str = "refill.dev/v1alpha1";
     printcolumn = r#"{"name":"Volumes","type":"string","jsonPath":".status.summary"}"#,
     printcolumn = r#"{"name":"Started","type":"date","jsonPath":".status.startTime"}"#,
     printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "A restore of the files of some PVCs from a Velero file-system backup, in place: the PVCs, their volumes and every other object stay as they are."
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DataRestoreSpec {
@@ -81,6 +86,8 @@ pub struct DataRestoreSpec {
     pub cancel: bool,
 }
 
+/// What to do with the workloads whose pods mount a PVC being restored: nothing may
+/// write to a volume while its data is put back.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ConsumerPolicy {
     /// Scale Deployments, StatefulSets, ReplicaSets and ReplicationControllers to zero,
@@ -94,6 +101,7 @@ pub enum ConsumerPolicy {
     Refuse,
 }
 
+/// What happens to the stopped consumers of a volume that was not restored.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum FailurePolicy {
     /// Bring consumers back to their replica counts after a failure.
@@ -103,15 +111,26 @@ pub enum FailurePolicy {
     KeepStopped,
 }
 
+/// Settings of the `restore-wait` init container that win over Velero's restore-helper
+/// ConfigMap.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreHelperOverrides {
+    /// Image with Velero's restore helper (default: the ConfigMap's image, else the
+    /// Velero server's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Command that runs the helper (default: the ConfigMap's, else
+    /// `/velero-restore-helper`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// CPU and memory of the container (default: the ConfigMap's, else 100m CPU and
+    /// 128Mi memory, requested and limited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Security context of the container (default: the ConfigMap's, else the
+    /// consumer's container's, else a restricted one with the consumer pod's user and
+    /// group), so that it can remove the node agent's done file from the volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
 }
@@ -128,13 +147,19 @@ pub enum Phase {
     Restoring,
     /// Stand-in pods are removed and consumers brought back.
     Finalizing,
+    /// Every volume was restored and its consumers brought back.
     Completed,
+    /// Some volumes were restored and some were not; `errors` says which and why.
     PartiallyFailed,
+    /// No volume was restored: validation refused the request, or every volume
+    /// failed; `errors` says why.
     Failed,
+    /// Stopped by spec.cancel or by deleting the DataRestore before it ended.
     Canceled,
 }
 
 impl Phase {
+    /// The restore has ended: nothing of it runs any more.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -143,11 +168,14 @@ impl Phase {
     }
 }
 
+/// What the controller has done so far, written by it alone.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataRestoreStatus {
+    /// Where the restore is; Completed, PartiallyFailed, Failed and Canceled are final.
     #[serde(default)]
     pub phase: Phase,
+    /// The metadata.generation of the spec this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The backup in use, resolved from the spec once.
@@ -156,19 +184,28 @@ pub struct DataRestoreStatus {
     /// `done/total` volumes, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Each PVC to restore and where its restore is, listed once validation passed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeStatus>,
     /// Every consumer refill stopped, with what brings it back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumers: Vec<ConsumerRecord>,
+    /// When the controller took the restore up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+    /// When the restore ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// Why the request was refused or volumes failed, each naming the field or PVC at
+    /// fault.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// What validation found worth knowing that does not stop the restore (a PVC not
+    /// bound yet, candidate nodes ignored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Ready, Reconciling and Stalled in kstatus style, and Warning while a volume
+    /// needs a person.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -190,12 +227,17 @@ pub enum VolumePhase {
     /// PodVolumeRestore is canceled and waited for, then the stand-in pod removed. Only
     /// then does it end (as `outcome` says), and only then may its consumers come back.
     Aborting,
+    /// The backup's files are in the volume.
     Completed,
+    /// Not restored; `message` says why and `partlyWritten` whether its files changed.
     Failed,
+    /// Stopped on request before it completed; `partlyWritten` says whether its files
+    /// changed.
     Canceled,
 }
 
 impl VolumePhase {
+    /// The volume has ended and nothing writes to it any more.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -214,11 +256,13 @@ impl VolumePhase {
     }
 }
 
+/// One PVC's restore.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeStatus {
     /// `namespace/name` of the PVC.
     pub pvc: String,
+    /// Where the volume is in its own restore.
     #[serde(default)]
     pub phase: VolumePhase,
     /// UID of the PVC when validated; the PodVolumeRestore is labelled with it.
@@ -241,22 +285,29 @@ pub struct VolumeStatus {
     /// where the consumer ran (a tainted node, the only one its local volume is on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumer_tolerations: Vec<Toleration>,
+    /// The snapshot the files come from, as the PodVolumeBackup recorded it.
     #[serde(
         default,
         rename = "snapshotID",
         skip_serializing_if = "Option::is_none"
     )]
     pub snapshot_id: Option<String>,
+    /// The pod that mounts the PVC while its data is written, in the PVC's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stand_in_pod: Option<String>,
+    /// The node the data is written on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The Velero PodVolumeRestore that writes the data, in the DataRestore's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_volume_restore: Option<String>,
+    /// Bytes written so far, as the node agent reports them.
     #[serde(default)]
     pub bytes_done: i64,
+    /// Bytes to write: the size the backup recorded, then the node agent's figure.
     #[serde(default)]
     pub total_bytes: i64,
+    /// The latest news of the volume: what it waits for, or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// While Aborting: how the volume ends once nothing writes to it (Failed or Canceled).
@@ -273,15 +324,19 @@ pub struct VolumeStatus {
     /// When it began Aborting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_time: Option<Time>,
+    /// When its consumers began to be stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+    /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
 }
 
+/// A consumer's pod and container security contexts, copied to the stand-in pod.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConsumerSecurity {
+    /// The pod's security context (user, group, fsGroup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodSecurityContext>,
     /// The first container's security context.
@@ -294,13 +349,21 @@ pub struct ConsumerSecurity {
     Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
 )]
 pub enum ConsumerKind {
+    /// Scaled to zero, then back to its replica count.
     Deployment,
+    /// Scaled to zero, then back to its replica count.
     StatefulSet,
+    /// A ReplicaSet no Deployment owns: scaled to zero, then back.
     ReplicaSet,
+    /// Scaled to zero, then back to its replica count.
     ReplicationController,
+    /// Parked on no node with a node selector nothing matches, then let back.
     DaemonSet,
+    /// Suspended, then set back as it was; its running Jobs are waited for.
     CronJob,
+    /// Waited for until it ends, never stopped.
     Job,
+    /// A pod no controller owns: deleted, and created again from its manifest.
     Pod,
 }
 
@@ -319,6 +382,7 @@ impl ConsumerKind {
         kube::api::ApiResource::from_gvk(&gvk)
     }
 
+    /// Stopped by scaling it to zero replicas.
     pub fn is_scalable(self) -> bool {
         matches!(
             self,
@@ -330,6 +394,7 @@ impl ConsumerKind {
     }
 }
 
+/// Where a consumer is: running, stopped by this restore, or back.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ConsumerState {
     /// Found during validation, not stopped yet.
@@ -338,7 +403,10 @@ pub enum ConsumerState {
     /// Recorded before the stop is applied, so that whatever happens next, the finish
     /// step looks at the object and brings it back if refill's mark is on it.
     Stopping,
+    /// Stopped by this restore (scaled to zero, parked, suspended or deleted; a Job is
+    /// only waited for); its PVCs are restored meanwhile.
     Stopped,
+    /// Brought back as it was before, once all its PVCs ended.
     Resumed,
     /// Left stopped on purpose (onFailure: KeepStopped); the record stays on the object.
     KeptStopped,
@@ -347,14 +415,19 @@ pub enum ConsumerState {
     HeldByOther,
 }
 
+/// A workload refill stops while its PVCs are restored, and what brings it back.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConsumerRecord {
+    /// What kind of object the consumer is, which decides how it is stopped.
     pub kind: ConsumerKind,
+    /// The workload's namespace (its PVCs').
     pub namespace: String,
+    /// The workload's name.
     pub name: String,
     /// `namespace/name` of every selected PVC it mounts; it comes back only when all are done.
     pub pvcs: Vec<String>,
+    /// Where it is: running, stopped by this restore, or back.
     #[serde(default)]
     pub state: ConsumerState,
     /// Replica count before the scale-down.
@@ -376,6 +449,7 @@ pub struct ConsumerRecord {
 }
 
 impl ConsumerRecord {
+    /// What identifies the workload: kind, namespace and name.
     pub fn key(&self) -> (ConsumerKind, &str, &str) {
         (self.kind, &self.namespace, &self.name)
     }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::data_restore::{ConsumerPolicy, DataRestoreStatus, FailurePolicy};
 
+/// What a team asks to restore: a backup and claims of its own namespace.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[kube(
     group = "refill.dev",
@@ -25,7 +26,8 @@ use super::data_restore::{ConsumerPolicy, DataRestoreStatus, FailurePolicy};
     printcolumn = r#"{"name":"Backup","type":"string","jsonPath":".spec.backupName"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Volumes","type":"string","jsonPath":".status.summary"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "A team's request to restore the files of claims in its own namespace from a Velero backup; refill carries it out through a DataRestore in Velero's namespace and reports its progress here."
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DataRestoreRequestSpec {

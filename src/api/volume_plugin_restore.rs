@@ -12,9 +12,13 @@ use super::Progress;
 
 /// `status.pluginSpecific` keys refill fills in.
 pub mod plugin_keys {
+    /// `namespace/name` of the PVC being restored.
     pub const PVC: &str = "pvc";
+    /// The stand-in pod that mounts the PVC.
     pub const POD: &str = "pod";
+    /// The node the data is written on.
     pub const NODE: &str = "node";
+    /// The Velero PodVolumeRestore that writes the data.
     pub const POD_VOLUME_RESTORE: &str = "podVolumeRestore";
 }
 
@@ -22,6 +26,7 @@ pub mod plugin_keys {
 /// value, so without a slash).
 pub const PROVIDER: &str = "refill-fsb";
 
+/// Which snapshot of which backup a volume is restored from.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[kube(
     group = "refill.dev",
@@ -35,13 +40,17 @@ pub const PROVIDER: &str = "refill-fsb";
     printcolumn = r#"{"name":"Volume","type":"string","jsonPath":".status.volumeID"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Done","type":"integer","jsonPath":".status.progress.bytesDone"}"#,
-    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.progress.totalBytes"}"#
+    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.progress.totalBytes"}"#,
+    doc = "The progress of one volume of a DataRestore, in the shape Velero gives volume plugin restores; refill keeps it up to date."
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VolumePluginRestoreSpec {
+    /// The snapshot the volume's files come from.
     #[serde(rename = "snapshotID")]
     pub snapshot_id: String,
+    /// The Velero Backup that holds the snapshot.
     pub backup_name: String,
+    /// Who restores the volume: always `refill-fsb`.
     pub provider: String,
     /// The uploader that made the snapshot (`kopia` or `restic`).
     pub volume_type: String,
@@ -50,22 +59,31 @@ pub struct VolumePluginRestoreSpec {
     pub volume_az: Option<String>,
 }
 
+/// The volume's restore as the DataRestore's status shows it.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumePluginRestoreStatus {
+    /// The volume's phase in the DataRestore (Pending, Quiescing, StartingStandIn,
+    /// Restoring, Aborting, Completed, Failed or Canceled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// `namespace/name` of the PVC.
     #[serde(default, rename = "volumeID", skip_serializing_if = "Option::is_none")]
     pub volume_id: Option<String>,
+    /// The latest news of the volume: what it waits for, or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When the volume's consumers began to be stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timestamp: Option<Time>,
+    /// When the volume ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_timestamp: Option<Time>,
+    /// Bytes written so far, of the total to write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// Where the work happens: `pvc`, `pod` (the stand-in), `node` and
+    /// `podVolumeRestore`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugin_specific: BTreeMap<String, String>,
 }

@@ -63,6 +63,7 @@ pub enum OutputFormat {
     Json,
 }
 
+/// The `refill restore` subcommands.
 #[derive(Subcommand, Debug, Clone)]
 pub enum RestoreCommand {
     /// Create a DataRestore: put chosen PVCs' files back as a backup holds them.
@@ -246,18 +247,22 @@ pub struct DeleteArgs {
     pub wait: bool,
 }
 
+/// The `refill backup` subcommands.
 #[derive(Subcommand, Debug, Clone)]
 pub enum BackupCommand {
     /// List Velero Backups, newest first, with their file-system-backed volume count.
     Get {
         /// Show only this backup.
         name: Option<String>,
+        /// Print the backups as YAML or JSON.
         #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
         output: Option<OutputFormat>,
     },
     /// Show the file-system-backed volumes of a backup: what refill can restore.
     Describe {
+        /// The Velero Backup to look into.
         name: String,
+        /// Print the backup's volumes as YAML or JSON.
         #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
         output: Option<OutputFormat>,
     },

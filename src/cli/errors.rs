@@ -23,7 +23,9 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct CliError {
+    /// The process's exit code (see the `EXIT_` constants).
     pub code: u8,
+    /// What to tell the person at the terminal.
     pub message: String,
 }
 
@@ -36,6 +38,7 @@ impl CliError {
         }
     }
 
+    /// An error ending with exit code `code`.
     pub fn with_code(code: u8, message: impl Into<String>) -> Self {
         CliError {
             code,

@@ -18,6 +18,7 @@ use crate::observe::{Known, Reads};
 use super::metrics::Metrics;
 use super::stores::Stores;
 
+/// How the controller runs: the namespace it serves, its timings and its metrics.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Velero's namespace, where DataRestores, Backups and PodVolumeRestores live.
@@ -56,8 +57,11 @@ impl Default for Config {
     }
 }
 
+/// What every reconcile shares.
 pub struct Context {
+    /// The client every request goes through, with the controller's user agent.
     pub client: Client,
+    /// How the controller runs.
     pub config: Config,
     /// Which pods mount which claims (fed by the controller's pod watch), and owners
     /// read lately.
@@ -76,6 +80,8 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context for `config`, publishing Events as `refill` (the instance named by
+    /// `POD_NAME`).
     pub fn new(client: Client, config: Config, stores: Stores) -> Self {
         let reporter = Reporter {
             controller: "refill".into(),
@@ -134,6 +140,8 @@ impl Context {
         });
     }
 
+    /// Records the claims `dr` is working on now (`(namespace, claim)`), replacing what
+    /// it had, so that events of pods mounting them reach it.
     pub fn track_claims(&self, dr: &DataRestore, active: impl Iterator<Item = (String, String)>) {
         let me = ObjectRef::from_obj(dr);
         let mut claims = self.claims.lock().expect("claims lock");
@@ -143,6 +151,7 @@ impl Context {
         }
     }
 
+    /// Drops everything kept for `dr`: its claims, write throttling and metrics.
     pub fn forget(&self, dr: &DataRestore) {
         let me = ObjectRef::from_obj(dr);
         self.claims
@@ -159,6 +168,8 @@ impl Context {
         }
     }
 
+    /// The restores a pod's events concern: the one its stand-in annotation names, or
+    /// those working on a claim it mounts.
     pub fn restores_for_pod(&self, pod: &Pod) -> Vec<ObjectRef<DataRestore>> {
         if let Some(key) = pod.annotations().get(labels::DATA_RESTORE_ANNOTATION) {
             // Another controller's stand-in (another Velero namespace) is not ours.

@@ -9,8 +9,10 @@ use std::time::Duration;
 use backoff::ExponentialBackoff;
 use backoff::backoff::Backoff;
 
+/// Why a reconcile pass failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The API refused or did not answer; [`Error::category`] tells which.
     #[error(transparent)]
     Kube(#[from] kube::Error),
     /// A condition no retry changes (an object refill needs is gone, a refusal).
@@ -21,6 +23,7 @@ pub enum Error {
     Transient(String),
 }
 
+/// A result whose error is the controller's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +55,7 @@ pub fn category_of(e: &kube::Error) -> Category {
 }
 
 impl Error {
+    /// Whether retrying can help, and how soon.
     pub fn category(&self) -> Category {
         match self {
             Error::Kube(e) => category_of(e),

@@ -35,6 +35,7 @@ pub struct Election {
 }
 
 impl Election {
+    /// The Lease's name unless `--lease-name` says otherwise.
     pub const DEFAULT_LEASE_NAME: &str = "refill-controller";
 }
 
@@ -42,6 +43,7 @@ impl Election {
 #[derive(Debug, thiserror::Error)]
 #[error("lost the lease {lease} to another replica; stopping at once")]
 pub struct Lost {
+    /// The Lease's name.
     pub lease: String,
 }
 

@@ -41,13 +41,23 @@ struct CategoryLabel {
 pub enum Observation {
     /// The restore ended with this phase, after this long (start to completion).
     RestoreEnded {
+        /// The final phase (Completed, PartiallyFailed, Failed or Canceled).
         result: String,
+        /// From its start time to its completion time, when both are recorded.
         took: Option<Duration>,
     },
     /// A volume ended; `bytes` the node agent reported restoring.
-    VolumeEnded { result: String, bytes: u64 },
+    VolumeEnded {
+        /// The volume's final phase (Completed, Failed or Canceled).
+        result: String,
+        /// Bytes the node agent reported restoring; 0 unless Completed.
+        bytes: u64,
+    },
     /// A consumer came back after being stopped this long.
-    ConsumerResumed { downtime: Duration },
+    ConsumerResumed {
+        /// From its stop to its resume, as the status records them.
+        downtime: Duration,
+    },
 }
 
 /// What changed from `before` to `after`, two statuses of one restore.
@@ -126,6 +136,7 @@ pub fn waiting_for_node_agent(status: &DataRestoreStatus) -> (i64, i64) {
     (waiting, overdue)
 }
 
+/// The controller's Prometheus metrics, all prefixed `refill_`.
 pub struct Metrics {
     registry: Registry,
     restores: Family<ResultLabel, Counter>,
@@ -163,6 +174,7 @@ fn seconds_buckets() -> impl Iterator<Item = f64> {
 }
 
 impl Metrics {
+    /// Every metric registered, at zero.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("refill");
         let restores = Family::<ResultLabel, Counter>::default();
@@ -261,6 +273,7 @@ impl Metrics {
         self.set_waiting(uid, counts);
     }
 
+    /// Counts a failed reconcile pass under its category.
     pub fn reconcile_failed(&self, category: Category) {
         self.errors
             .get_or_create(&CategoryLabel {
@@ -274,6 +287,7 @@ impl Metrics {
         self.set_waiting(uid, (0, 0));
     }
 
+    /// Whether this replica holds the Lease and works.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
     }

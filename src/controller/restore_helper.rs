@@ -16,6 +16,8 @@ use kube::{Api, Client};
 use crate::api::{ConsumerSecurity, RestoreHelperOverrides};
 use crate::labels;
 
+/// The init container's name: Velero's node agent looks for a container of this name
+/// to know the pod waits for a restore.
 pub const CONTAINER_NAME: &str = "restore-wait";
 pub const DEFAULT_COMMAND: &str = "/velero-restore-helper";
 /// Used only when neither the DataRestore, Velero's ConfigMap nor a Velero Deployment

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::api::ConsumerSecurity;
 use crate::labels;
 
+/// The idle container's image when the DataRestore names none: it only has to run.
 pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
 pub const IDLE_CONTAINER: &str = "idle";
 

@@ -32,6 +32,7 @@ use crate::plan;
 
 use super::{Next, stopping};
 
+/// How many volumes are restored at once when spec.parallel is not set.
 pub const DEFAULT_PARALLEL: u32 = 8;
 /// How long one volume may take when spec.volumeTimeout is not set: as long as Velero
 /// gives its own pod volume operations.
