@@ -23,6 +23,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod controller_process;
+pub mod demo;
 pub mod fixture;
 pub mod in_cluster;
 pub mod node_agent;
