@@ -21,6 +21,7 @@
 //! ```
 
 pub mod audit;
+pub mod bench;
 pub mod cluster;
 pub mod controller_process;
 pub mod demo;
