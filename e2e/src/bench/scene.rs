@@ -183,6 +183,7 @@ impl Scene {
                 count_reached(available, all.len(), "PVs Available")
             })
             .await?;
+        at("PVs Available");
         let run_label = &[(RUN_LABEL, scene.run_id.as_str())];
         super::each(&all, |ns| async move {
             fixture::pvc(admin, ns, CLAIM, Some(ns), run_label).await?;
@@ -216,7 +217,7 @@ impl Scene {
                 count_reached(found, all.len(), "default ServiceAccounts")
             })
             .await?;
-        at("claims bound");
+        at("claims bound, ServiceAccounts there");
         super::each(&all, |ns| scene.create_app(admin, ns)).await?;
         at(&format!("{} Deployments created", all.len()));
         let want: BTreeMap<String, i32> = all.iter().map(|ns| (ns.clone(), replicas)).collect();
