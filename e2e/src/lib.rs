@@ -21,8 +21,10 @@
 //! ```
 
 pub mod audit;
+pub mod bench;
 pub mod cluster;
 pub mod controller_process;
+pub mod demo;
 pub mod fixture;
 pub mod in_cluster;
 pub mod node_agent;

@@ -1,12 +1,20 @@
-//! The benchmark at N = 3, so that it keeps working between full runs: refill and the
-//! kubectl script (`e2e/bench/kubectl-restore.sh`) each restore three PVCs, and the
-//! benchmark checks both end states (files byte for byte, replicas back and Ready, no
-//! helper pod left); it exits non-zero otherwise. The progress check runs too, with
-//! two PVCs. Times are not asserted.
+//! The benchmark at N = 3, so that it keeps working between full runs: refill (with
+//! `parallel: 3`, then at its default) and the kubectl script
+//! (`e2e/bench/kubectl-restore.sh`) each restore three PVCs, the floor scales the
+//! three Deployments down and back, and the benchmark checks every end state (files
+//! byte for byte, replicas back and Ready, no helper pod left); it exits non-zero
+//! otherwise. The progress check runs too, with two PVCs. Times are not asserted,
+//! only that each was taken.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+/// A `Duration` as serde writes it, in seconds.
+fn seconds(d: &Value) -> f64 {
+    d["secs"].as_f64().unwrap_or(0.0) + d["nanos"].as_f64().unwrap_or(0.0) / 1e9
+}
 
 #[tokio::test]
 async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
@@ -35,25 +43,62 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
         output.status
     );
 
-    let measured: serde_json::Value = serde_json::from_slice(&std::fs::read(&json)?)?;
+    let measured: Value = serde_json::from_slice(&std::fs::read(&json)?)?;
     let outcome = &measured["runs"][0];
     ensure!(outcome["n"] == 3, "{outcome:#}");
-    ensure!(outcome["refill_phase"] == "Completed", "{outcome:#}");
+    for (run, parallel) in [("refill", json!(3)), ("refill_default", json!(null))] {
+        let refill = &outcome[run];
+        ensure!(
+            refill["phase"] == "Completed" && refill["parallel"] == parallel,
+            "{run}: {refill:#}"
+        );
+        ensure!(
+            refill["requests"]["total"].as_u64().unwrap_or(0) > 0,
+            "{run}: no request of the controller was found in the audit log: {refill:#}"
+        );
+        ensure!(
+            refill["controller_peak_rss"].as_u64().unwrap_or(0) > 0,
+            "{run}: the controller's memory was not read: {refill:#}"
+        );
+        ensure!(
+            seconds(&refill["wall"]) > 0.0
+                && seconds(&refill["ready_wall"]) >= seconds(&refill["wall"]),
+            "{run}: its times were not taken: {refill:#}"
+        );
+    }
     ensure!(
         outcome["baseline"]["claims"] == 3,
         "the kubectl script did not restore all three PVCs: {outcome:#}"
     );
     ensure!(
-        outcome["end_state_checked"] == serde_json::json!(["refill", "kubectl script"]),
-        "both end states must have been checked: {outcome:#}"
+        outcome["end_state_checked"]
+            == json!([
+                "refill",
+                "floor",
+                "refill, default parallel",
+                "kubectl script"
+            ]),
+        "every end state must have been checked: {outcome:#}"
+    );
+    // The floor scaled each Deployment down and back, and saw the pods go before it
+    // scaled them back and before they were Ready again.
+    let floor = &outcome["floor"];
+    let wall = seconds(&floor["wall"]);
+    let steps: Vec<f64> = ["scaled_down", "pods_gone", "scaled_up"]
+        .iter()
+        .map(|k| floor[k].as_f64().unwrap_or(-1.0))
+        .collect();
+    ensure!(
+        floor["deployments"] == 3 && floor["writes"] == 6,
+        "the floor did not scale three Deployments down and back: {floor:#}"
     );
     ensure!(
-        outcome["requests"]["total"].as_u64().unwrap_or(0) > 0,
-        "no request of the controller was found in the audit log: {outcome:#}"
+        wall > 0.0 && steps[0] >= 0.0 && steps.windows(2).all(|w| w[0] <= w[1]) && steps[2] <= wall,
+        "the floor's moments are out of order: {floor:#}"
     );
     ensure!(
-        outcome["controller_peak_rss"].as_u64().unwrap_or(0) > 0,
-        "the controller's memory was not read: {outcome:#}"
+        seconds(&outcome["setup"]) > 0.0 && outcome["load_average"].as_f64().is_some(),
+        "setup time or load not recorded: {outcome:#}"
     );
     let progress = &measured["progress"];
     ensure!(
@@ -61,7 +106,10 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
         "the progress check did not run: {progress:#}"
     );
     let text = std::fs::read_to_string(&report)?;
-    ensure!(text.contains("| 3 |"), "no table in the report:\n{text}");
+    ensure!(
+        text.contains("| 3 |") && text.contains("refill / floor"),
+        "no table with the floor in the report:\n{text}"
+    );
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(&report);
     Ok(())

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::Cluster;
 use anyhow::{Context as _, Result, bail};
-use refill_e2e::Cluster;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::scene::{APP, BACKUP, CLAIM, Scene, Side};

@@ -1,33 +1,64 @@
 //! The benchmark: for each size N, N namespaces with one Deployment whose claim is in
-//! a Velero backup, restored once by one DataRestore (refill, its controller a separate
-//! process) and once by `e2e/bench/kubectl-restore.sh` (a second set of N namespaces,
-//! one claim at a time). The simulated node agent finishes every PodVolumeRestore at
-//! once, so what is measured is the orchestration around the data path.
+//! a Velero backup, restored by one DataRestore with `parallel: N` (refill, its
+//! controller a separate process); the same Deployments scaled down and back by the
+//! bench itself (the floor, see [`floor`]); restored again by a DataRestore with
+//! `parallel` left at refill's default; and a second set of N namespaces restored by
+//! `e2e/bench/kubectl-restore.sh`, one claim at a time. The simulated node agent
+//! finishes every PodVolumeRestore at once, so what is measured is the orchestration
+//! around the data path.
 //!
-//! Both ways must leave the same end state, which is checked: every file as the
+//! Every way must leave the same end state, which is checked: every file as the
 //! backup holds it, byte for byte; replicas as before and Ready; no helper pod left.
 
 pub mod baseline;
+pub mod cli;
+pub mod floor;
 pub mod report;
 pub mod scene;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
-use kube::runtime::wait::await_condition;
-use kube::{Api, Client};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DeleteParams;
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
 use refill::api::{DataRestore, DataRestoreSpec, Phase};
-use refill_e2e::Cluster;
-use refill_e2e::fixture;
-use refill_e2e::node_agent::{self, NodeAgentConfig};
 
+use self::floor::FloorRun;
 use self::scene::{Scene, Side};
-use refill_e2e::audit::{self, Requests};
-use refill_e2e::controller_process::{ControllerKind, ControllerProcess};
+use self::watch::{Watched, all_ready};
+use crate::Cluster;
+use crate::audit::{self, Requests};
+use crate::controller_process::{ControllerKind, ControllerProcess};
+use crate::fixture;
+use crate::node_agent::{self, NodeAgentConfig};
 
 /// How long any one restore (either way) may take before the run is given up.
 pub const RESTORE_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How many requests the bench's own work (setup, the floor, cleanup) has in flight.
+pub const IN_FLIGHT: usize = 64;
+
+/// Runs `work` for every item, [`IN_FLIGHT`] at once; fails with the first failure.
+pub async fn each<I, F, Fut>(items: I, work: F) -> Result<()>
+where
+    I: IntoIterator,
+    F: FnMut(I::Item) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    futures::stream::iter(items)
+        .map(work)
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -56,15 +87,16 @@ pub struct Options {
     pub progress_pvcs: usize,
 }
 
-/// Everything measured at one N.
+/// One restore by refill: one DataRestore over the run's refill namespaces.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Outcome {
-    pub n: usize,
-    pub replicas: i32,
+pub struct RefillRun {
+    /// The DataRestore's `spec.parallel`; none: refill's default.
+    pub parallel: Option<u32>,
     /// Request (DataRestore created) to phase Completed.
-    pub refill_wall: Duration,
-    pub refill_phase: String,
-    pub baseline: Option<baseline::BaselineRun>,
+    pub wall: Duration,
+    /// Request to phase Completed and every pod Ready again, as the floor ends.
+    pub ready_wall: Duration,
+    pub phase: String,
     /// The controller's requests from the DataRestore's creation until it was idle again.
     pub requests: Requests,
     /// Requests the controller made from its start until the DataRestore was created.
@@ -72,11 +104,28 @@ pub struct Outcome {
     /// Peak resident set of the controller process (VmHWM), bytes.
     pub controller_peak_rss: Option<u64>,
     pub controller_binary: String,
-    /// Moments of the refill run, seconds after the DataRestore was created.
+    /// Moments of the run, seconds after the DataRestore was created.
     pub timeline: Vec<(String, f64)>,
-    /// The machine's 1-minute load average as refill's restore began (other work
-    /// running beside the benchmark shows here).
+    /// The machine's 1-minute load average as the restore began.
     pub load_average: f64,
+}
+
+/// Everything measured at one N.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Outcome {
+    pub n: usize,
+    pub replicas: i32,
+    /// The machine's 1-minute load average as this N's run began, before its setup
+    /// (other work running beside the benchmark shows here).
+    pub load_average: f64,
+    /// Setting up the namespaces, volumes, Deployments and the backup.
+    pub setup: Duration,
+    /// With `parallel: N`.
+    pub refill: RefillRun,
+    /// With `parallel` left at refill's default.
+    pub refill_default: RefillRun,
+    pub floor: FloorRun,
+    pub baseline: Option<baseline::BaselineRun>,
     /// Whose end state was checked and found right.
     pub end_state_checked: Vec<String>,
 }
@@ -87,10 +136,15 @@ impl Outcome {
             .as_ref()
             .map(|b| (b.total(self.n), b.extrapolated(self.n)))
     }
+
+    /// refill (`parallel: N`, until every pod is Ready) over the floor.
+    pub fn over_floor(&self) -> f64 {
+        self.refill.ready_wall.as_secs_f64() / self.floor.wall.as_secs_f64().max(1e-9)
+    }
 }
 
 /// Runs every size in turn, writes the report, and returns the measurements. Fails if
-/// either way leaves a wrong end state.
+/// any way leaves a wrong end state.
 pub async fn run(cluster: &Cluster, options: &Options) -> Result<Vec<Outcome>> {
     let admin = cluster.admin_client().await?;
     let mut outcomes = Vec::new();
@@ -134,13 +188,16 @@ async fn run_size(
     n: usize,
     more_to_come: bool,
 ) -> Result<Outcome> {
+    let load = load_average();
+    eprintln!("[bench] load average (1 min) {load:.2}");
     let baseline_claims = if n <= options.baseline_max {
         n
     } else {
         options.baseline_sample.min(n)
     };
-    let scene = Scene::create(cluster, admin, n, baseline_claims, options.replicas).await?;
-    let result = measure(cluster, admin, options, &scene, n).await;
+    let (scene, setup) =
+        Scene::create(cluster, admin, n, baseline_claims, options.replicas).await?;
+    let result = measure(cluster, admin, options, &scene, load, setup).await;
     if options.keep {
         eprintln!(
             "[bench] keeping everything of run {} (velero namespace {})",
@@ -157,72 +214,46 @@ async fn measure(
     admin: &Client,
     options: &Options,
     scene: &Scene,
-    n: usize,
+    load_average: f64,
+    setup: Duration,
 ) -> Result<Outcome> {
     // The node agent restores at once and in parallel: the data path is not measured.
     let _agent = node_agent::spawn(admin.clone(), agent_config(scene));
+    let mut end_state_checked = Vec::new();
 
-    // --- refill -----------------------------------------------------------------
-    let started_at = SystemTime::now();
-    let audit_start = audit::Cursor::now(cluster)?;
-    let (ctl, credential) = start_idle_controller(cluster, options, scene).await?;
-    let spec = restore_spec(scene, n);
-    let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &scene.velero_ns);
-    let finished = tokio::spawn(await_condition(
-        restores.clone(),
-        "bench",
-        |dr: Option<&DataRestore>| {
-            dr.and_then(|d| d.status.as_ref())
-                .is_some_and(|s| s.phase.is_terminal())
-        },
-    ));
-    let load_average = load_average();
-    let requested_at = SystemTime::now();
-    let t0 = Instant::now();
-    fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
-    let done = tokio::time::timeout(RESTORE_TIMEOUT, finished)
-        .await
-        .context("the DataRestore did not finish in time")???;
-    let refill_wall = t0.elapsed();
-    let completed_at = SystemTime::now();
-    let dr = done.context("the DataRestore vanished")?;
-    let status = dr.status.clone().unwrap_or_default();
-    eprintln!(
-        "[bench] refill: {:?} in {:.2}s",
-        status.phase,
-        refill_wall.as_secs_f64()
-    );
-    // Whatever the controller does after Completed (its finalizer) belongs to the run.
-    audit::wait_quiet(
+    // --- refill, every volume at once ---------------------------------------------
+    let refill = refill_run(
         cluster,
-        &credential,
-        Duration::from_secs(2),
-        Duration::from_secs(30),
+        admin,
+        options,
+        scene,
+        "bench",
+        Some(scene.n as u32),
     )
     .await?;
-    let peak_rss = ctl.peak_rss();
-    let idle_at = SystemTime::now();
-    let controller_binary = ctl.describe();
-    ctl.stop().await;
-    let events = audit_start.read_since(cluster)?;
-    let mine = audit::filter(&events, &credential);
-    let startup_requests = audit::count(&mine, started_at, requested_at);
-    let requests = audit::count(&mine, requested_at, idle_at);
-    let timeline = audit::timeline(&mine, requested_at, completed_at);
-    if status.phase != Phase::Completed {
-        bail!(
-            "refill's restore ended {:?}: {:?} (controller log: {})",
-            status.phase,
-            status.errors,
-            scene.dir.join("controller.log").display()
-        );
-    }
     scene
         .verify(admin, Side::Refill)
         .await
         .context("refill's end state")?;
     eprintln!("[bench] refill's end state checked");
-    let mut end_state_checked = vec!["refill".to_string()];
+    end_state_checked.push("refill".to_string());
+
+    // --- the floor, on the same Deployments -----------------------------------------
+    let floor = floor::run(admin, scene, Side::Refill)
+        .await
+        .context("the floor")?;
+    end_state_checked.push("floor".to_string());
+
+    // --- refill again, parallel at its default ----------------------------------------
+    forget_restore(admin, scene, "bench").await?;
+    scene.damage(Side::Refill)?;
+    let refill_default = refill_run(cluster, admin, options, scene, "bench-default", None).await?;
+    scene
+        .verify(admin, Side::Refill)
+        .await
+        .context("the end state of refill at its default parallelism")?;
+    eprintln!("[bench] end state of refill at its default parallelism checked");
+    end_state_checked.push("refill, default parallel".to_string());
 
     // --- the kubectl script -----------------------------------------------------
     let baseline = if scene.baseline_claims > 0 {
@@ -241,21 +272,141 @@ async fn measure(
     } else {
         None
     };
-
     Ok(Outcome {
-        n,
+        n: scene.n,
         replicas: options.replicas,
-        refill_wall,
-        refill_phase: format!("{:?}", status.phase),
+        load_average,
+        setup,
+        refill,
+        refill_default,
+        floor,
         baseline,
-        requests,
-        startup_requests,
-        controller_peak_rss: peak_rss,
-        controller_binary,
-        timeline,
         end_state_checked,
+    })
+}
+
+/// One DataRestore `name` over the refill namespaces with `parallel`, its controller
+/// started for it (its log `controller-<name>.log`) and stopped once it is idle again.
+async fn refill_run(
+    cluster: &Cluster,
+    admin: &Client,
+    options: &Options,
+    scene: &Scene,
+    name: &str,
+    parallel: Option<u32>,
+) -> Result<RefillRun> {
+    let started_at = SystemTime::now();
+    let audit_start = audit::Cursor::now(cluster)?;
+    let (ctl, credential) = start_idle_controller(cluster, options, scene, name).await?;
+    let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &scene.velero_ns);
+    let finished = tokio::spawn({
+        let (restores, name) = (restores.clone(), name.to_string());
+        async move {
+            await_condition(restores, &name, |dr: Option<&DataRestore>| {
+                dr.and_then(|d| d.status.as_ref())
+                    .is_some_and(|s| s.phase.is_terminal())
+            })
+            .await
+        }
+    });
+    let pods = Watched::<Pod>::start(
+        Api::all(admin.clone()),
+        watcher::Config::default().labels(&scene.run_selector()),
+    );
+    pods.until("the pod watch to list", RESTORE_TIMEOUT, |_| Ok(()))
+        .await?;
+    let load_average = load_average();
+    let requested_at = SystemTime::now();
+    let t0 = Instant::now();
+    fixture::data_restore(admin, &scene.velero_ns, name, restore_spec(scene, parallel)).await?;
+    let done = tokio::time::timeout(RESTORE_TIMEOUT, finished)
+        .await
+        .with_context(|| format!("the DataRestore {name} did not finish in time"))???;
+    let wall = t0.elapsed();
+    let completed_at = SystemTime::now();
+    let dr = done.with_context(|| format!("the DataRestore {name} vanished"))?;
+    let status = dr.status.clone().unwrap_or_default();
+    eprintln!(
+        "[bench] refill ({name}): {:?} in {:.2}s",
+        status.phase,
+        wall.as_secs_f64()
+    );
+    // Completed means every Deployment is scaled back; the floor ends when their pods
+    // are Ready, and so does this for a comparison.
+    let ready_wall = if status.phase == Phase::Completed {
+        let want = scene
+            .namespaces(Side::Refill)
+            .into_iter()
+            .map(|ns| (ns, scene.replicas))
+            .collect();
+        pods.until("the pods to be Ready again", RESTORE_TIMEOUT, |p| {
+            all_ready(p, &want).map(|_| ())
+        })
+        .await?;
+        t0.elapsed()
+    } else {
+        wall
+    };
+    // Whatever the controller does after Completed (its finalizer) belongs to the run.
+    audit::wait_quiet(
+        cluster,
+        &credential,
+        Duration::from_secs(2),
+        Duration::from_secs(30),
+    )
+    .await?;
+    let controller_peak_rss = ctl.peak_rss();
+    let idle_at = SystemTime::now();
+    let controller_binary = ctl.describe();
+    let log = ctl.log_path().to_path_buf();
+    ctl.stop().await;
+    let events = audit_start.read_since(cluster)?;
+    let mine = audit::filter(&events, &credential);
+    if status.phase != Phase::Completed {
+        bail!(
+            "refill's restore {name} ended {:?}: {:?} (controller log: {})",
+            status.phase,
+            status.errors,
+            log.display()
+        );
+    }
+    Ok(RefillRun {
+        parallel,
+        wall,
+        ready_wall,
+        phase: format!("{:?}", status.phase),
+        requests: audit::count(&mine, requested_at, idle_at),
+        startup_requests: audit::count(&mine, started_at, requested_at),
+        controller_peak_rss,
+        controller_binary,
+        timeline: audit::timeline(&mine, requested_at, completed_at),
         load_average,
     })
+}
+
+/// Deletes a finished DataRestore, its finalizer dropped (its controller is gone), so
+/// that the next restore of the same namespaces starts from none.
+async fn forget_restore(admin: &Client, scene: &Scene, name: &str) -> Result<()> {
+    let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &scene.velero_ns);
+    let uid = restores.get(name).await?.uid().unwrap_or_default();
+    crate::support::release_restores(admin, &scene.velero_ns).await?;
+    restores.delete(name, &DeleteParams::default()).await?;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(restores, name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .with_context(|| format!("the DataRestore {name} was not gone within a minute"))??;
+    Ok(())
+}
+
+/// A deletion's answer, with "not found" as good as done.
+pub fn absent_is_fine<T>(answer: kube::Result<T>) -> Result<()> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn load_average() -> f64 {
@@ -290,7 +441,7 @@ async fn progress_check(
     options: &Options,
 ) -> Result<ProgressOutcome> {
     let n = options.progress_pvcs;
-    let scene = Scene::create(cluster, admin, n, 0, options.replicas).await?;
+    let (scene, _) = Scene::create(cluster, admin, n, 0, options.replicas).await?;
     let result = async {
         let bytes: u64 = scene::good_files("x")
             .iter()
@@ -303,8 +454,8 @@ async fn progress_check(
         let agent_report_interval = agent_cfg.progress_interval;
         let _agent = node_agent::spawn(admin.clone(), agent_cfg);
         let cursor = audit::Cursor::now(cluster)?;
-        let (ctl, credential) = start_idle_controller(cluster, options, &scene).await?;
-        let spec = restore_spec(&scene, n);
+        let (ctl, credential) = start_idle_controller(cluster, options, &scene, "bench").await?;
+        let spec = restore_spec(&scene, Some(n as u32));
         let from = SystemTime::now();
         let t0 = Instant::now();
         fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
@@ -373,15 +524,32 @@ fn agent_config(scene: &Scene) -> NodeAgentConfig {
     cfg
 }
 
-/// Starts refill's controller for the run and returns it with the credential its
-/// requests carry, once it is idle: its watches open, its first lists read.
+/// Starts refill's controller for the DataRestore `name` (its log
+/// `controller-<name>.log`) and returns it with the credential its requests carry,
+/// once it is idle: its watches open, its first lists read.
 async fn start_idle_controller(
     cluster: &Cluster,
     options: &Options,
     scene: &Scene,
+    name: &str,
 ) -> Result<(ControllerProcess, String)> {
-    let ctl = ControllerProcess::start(cluster, &options.controller, &scene.velero_ns, &scene.dir)
-        .await?;
+    // The Lease of a controller killed before would keep this one waiting for its
+    // expiry.
+    let leases: Api<Lease> = Api::namespaced(cluster.admin_client().await?, &scene.velero_ns);
+    absent_is_fine(
+        leases
+            .delete(crate::in_cluster::LEASE, &DeleteParams::default())
+            .await,
+    )?;
+    let ctl = ControllerProcess::start_named(
+        cluster,
+        &options.controller,
+        &scene.velero_ns,
+        &scene.dir,
+        &format!("controller-{name}"),
+        &[],
+    )
+    .await?;
     let credential = ctl.credential_id().to_string();
     audit::wait_quiet(
         cluster,
@@ -393,12 +561,13 @@ async fn start_idle_controller(
     Ok((ctl, credential))
 }
 
-/// One DataRestore for all of the run's refill namespaces, every volume at once.
-fn restore_spec(scene: &Scene, n: usize) -> DataRestoreSpec {
+/// One DataRestore for all of the run's refill namespaces, `parallel` volumes at once
+/// (none: refill's default).
+fn restore_spec(scene: &Scene, parallel: Option<u32>) -> DataRestoreSpec {
     DataRestoreSpec {
         backup_name: Some(scene::BACKUP.into()),
         included_namespaces: scene.namespaces(Side::Refill),
-        parallel: Some(n as u32),
+        parallel,
         ..Default::default()
     }
 }

@@ -5,7 +5,9 @@ use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Options, Outcome, ProgressOutcome};
+use refill::controller::DEFAULT_PARALLEL;
+
+use super::{Options, Outcome, ProgressOutcome, RefillRun};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -24,17 +26,35 @@ pub fn one_line(o: &Outcome) -> String {
         Some((d, false)) => secs(d),
         None => "-".into(),
     };
+    let r = &o.refill;
     format!(
-        "[bench] N={}: refill {}, kubectl {}, {} requests ({} writes, {} reads), peak RSS {}",
+        "[bench] N={}: set up in {}, refill {} (all Ready {}), floor {} ({:.1}× it), refill at \
+         default parallel {}, kubectl {}, {} requests ({} writes, {} reads), peak RSS {}",
         o.n,
-        secs(o.refill_wall),
+        secs(o.setup),
+        secs(r.wall),
+        secs(r.ready_wall),
+        secs(o.floor.wall),
+        o.over_floor(),
+        secs(o.refill_default.wall),
         baseline,
-        o.requests.total,
-        o.requests.writes(),
-        o.requests.reads(),
-        o.controller_peak_rss
-            .map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / MIB)),
+        r.requests.total,
+        r.requests.writes(),
+        r.requests.reads(),
+        rss(r.controller_peak_rss),
     )
+}
+
+fn rss(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / MIB))
+}
+
+/// How a run's `parallel` is shown.
+fn parallel(r: &RefillRun) -> String {
+    match r.parallel {
+        Some(p) => p.to_string(),
+        None => format!("{DEFAULT_PARALLEL} (default)"),
+    }
 }
 
 fn machine() -> String {
@@ -102,42 +122,46 @@ pub fn markdown(
          PVC (a local PV holding 3 files, 68 KiB), all in one Velero backup, the files then \
          damaged. refill restores them with one DataRestore (`includedNamespaces`: the N \
          namespaces, `parallel: N`), its controller a separate process running as its \
-         ServiceAccount. The baseline, `e2e/bench/kubectl-restore.sh`, restores another N \
-         such namespaces with kubectl, one PVC at a time. The simulated node agent finishes \
-         each PodVolumeRestore at once, so the times are orchestration only. Both end states \
-         are checked: files byte for byte, replicas back and Ready, no helper pod left.\n"
+         ServiceAccount. The floor is what any in-place restore of them must at least do, \
+         done by the benchmark itself (kube-rs, in process, {} requests in flight) as fast \
+         as the API server allows: scale every Deployment to 0, watch its pods go, scale it \
+         back, watch them Ready. Then the files are damaged again and refill restores them \
+         with `parallel` left at its default ({DEFAULT_PARALLEL}). The baseline, \
+         `e2e/bench/kubectl-restore.sh`, restores another N such namespaces with kubectl, one \
+         PVC at a time. The simulated node agent finishes each PodVolumeRestore at once, so \
+         the times are orchestration only. Every end state is checked: files byte for byte, \
+         replicas back and Ready, no helper pod left.\n",
+        super::IN_FLIGHT
     );
 
     let _ = writeln!(s, "## Summary\n");
     let _ = writeln!(
         s,
-        "| N | refill | kubectl script | speed-up | writes/PVC | writes/PVC besides status | status writes/PVC | reads/PVC | watches opened | controller peak RSS |"
+        "| N | load (1 min) | setup | refill | refill, all Ready | floor | refill / floor | refill, parallel {DEFAULT_PARALLEL} (default) | kubectl script | speed-up |"
     );
     let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for o in outcomes {
-        let r = &o.requests;
         let (baseline, ratio) = match o.baseline_wall() {
             Some((d, extrapolated)) => {
                 let mark = if extrapolated { " *" } else { "" };
-                let ratio = d.as_secs_f64() / o.refill_wall.as_secs_f64().max(1e-9);
+                let ratio = d.as_secs_f64() / o.refill.wall.as_secs_f64().max(1e-9);
                 (format!("{}{mark}", secs(d)), format!("{ratio:.1}×{mark}"))
             }
             None => ("-".into(), "-".into()),
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {:.1} | {} | {} | {} | {} | {:.1}× | {} | {} | {} |",
             o.n,
-            secs(o.refill_wall),
+            o.load_average,
+            secs(o.setup),
+            secs(o.refill.wall),
+            secs(o.refill.ready_wall),
+            secs(o.floor.wall),
+            o.over_floor(),
+            secs(o.refill_default.wall),
             baseline,
             ratio,
-            per(r.writes(), o.n),
-            per(r.writes() - r.status_patches(), o.n),
-            per(r.status_patches(), o.n),
-            per(r.reads(), o.n),
-            r.watches(),
-            o.controller_peak_rss
-                .map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / MIB)),
         );
     }
     let extrapolated: Vec<&Outcome> = outcomes
@@ -163,12 +187,67 @@ pub fn markdown(
     let _ = writeln!(
         s,
         "\nrefill's time runs from the DataRestore's creation to its phase Completed (the \
-         controller already running); the script's is its whole run. Requests are the \
-         controller's, counted in the apiserver's audit log by its token and user agent from \
-         the DataRestore's creation until it was idle again (one per request; a watch counts \
-         when it opens). Status writes are patches of `datarestores/status` and \
-         `volumepluginrestores/status`: phase changes and progress."
+         controller already running), every Deployment scaled back; \"all Ready\" until their \
+         pods are Ready too, as the floor's time, from its first scale-down. refill / floor \
+         is the one over the other. The script's time is its whole run. The load is the \
+         machine's as each N began, before its setup; setup is everything before the \
+         restores (namespaces, PVs, claims, Deployments Ready, the backup)."
     );
+
+    let _ = writeln!(s, "\n## The controller's work\n");
+    let _ = writeln!(
+        s,
+        "| N | parallel | writes/PVC | writes/PVC besides status | status writes/PVC | reads/PVC | watches opened | controller peak RSS |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for o in outcomes {
+        for run in [&o.refill, &o.refill_default] {
+            let r = &run.requests;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                o.n,
+                parallel(run),
+                per(r.writes(), o.n),
+                per(r.writes() - r.status_patches(), o.n),
+                per(r.status_patches(), o.n),
+                per(r.reads(), o.n),
+                r.watches(),
+                rss(run.controller_peak_rss),
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nRequests are the controller's, counted in the apiserver's audit log by its token \
+         and user agent from the DataRestore's creation until it was idle again (one per \
+         request; a watch counts when it opens). Status writes are patches of \
+         `datarestores/status` and `volumepluginrestores/status`: phase changes and progress."
+    );
+
+    let _ = writeln!(s, "\n## The floor\n");
+    let _ = writeln!(
+        s,
+        "Seconds after its first scale-down; one scale write each way per Deployment.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| N | scale-downs answered | pods gone | scale-ups answered | all Ready | writes |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|");
+    for o in outcomes {
+        let f = &o.floor;
+        let _ = writeln!(
+            s,
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            o.n,
+            f.scaled_down,
+            f.pods_gone,
+            f.scaled_up,
+            f.wall.as_secs_f64(),
+            f.writes
+        );
+    }
 
     if outcomes.len() > 1 {
         let _ = writeln!(s, "\n## How wall time grows\n");
@@ -180,7 +259,7 @@ pub fn markdown(
                 (
                     format!(
                         "{:.2}",
-                        o.refill_wall.as_secs_f64() / p.refill_wall.as_secs_f64().max(1e-9)
+                        o.refill.wall.as_secs_f64() / p.refill.wall.as_secs_f64().max(1e-9)
                     ),
                     format!("{:.2}", o.n as f64 / p.n as f64),
                 )
@@ -189,8 +268,8 @@ pub fn markdown(
                 s,
                 "| {} | {} | {:.3} s | {} | {} |",
                 o.n,
-                secs(o.refill_wall),
-                o.refill_wall.as_secs_f64() / o.n as f64,
+                secs(o.refill.wall),
+                o.refill.wall.as_secs_f64() / o.n as f64,
                 growth.0,
                 growth.1
             );
@@ -222,17 +301,17 @@ pub fn markdown(
     let _ = writeln!(s, "|---|---|---|");
     let yes = |ok: bool| if ok { "yes" } else { "**no**" };
     if let Some(o) = outcomes.iter().find(|o| o.n == 100) {
-        let ok = o.refill_wall.as_secs_f64() <= 20.0;
+        let ok = o.refill.wall.as_secs_f64() <= 20.0;
         let _ = writeln!(
             s,
             "| 100 PVCs in ≤ 20 s | {} | {} |",
-            secs(o.refill_wall),
+            secs(o.refill.wall),
             yes(ok)
         );
     }
     for o in outcomes {
         if let Some((d, extrapolated)) = o.baseline_wall() {
-            let ratio = d.as_secs_f64() / o.refill_wall.as_secs_f64().max(1e-9);
+            let ratio = d.as_secs_f64() / o.refill.wall.as_secs_f64().max(1e-9);
             let mark = if extrapolated { " (extrapolated)" } else { "" };
             let _ = writeln!(
                 s,
@@ -243,7 +322,7 @@ pub fn markdown(
         }
     }
     for o in outcomes {
-        let r = &o.requests;
+        let r = &o.refill.requests;
         let besides = (r.writes() - r.status_patches()) as f64 / o.n.max(1) as f64;
         let _ = writeln!(
             s,
@@ -265,7 +344,7 @@ pub fn markdown(
         );
     }
     for o in outcomes {
-        if let Some(b) = o.controller_peak_rss {
+        if let Some(b) = o.refill.controller_peak_rss {
             let mib = b as f64 / MIB;
             let _ = writeln!(
                 s,
@@ -305,12 +384,12 @@ pub fn markdown(
     let _ = writeln!(s, "\n## The controller's requests by verb and resource\n");
     let _ = writeln!(
         s,
-        "Per run, from the DataRestore's creation until the controller was idle; the \
-         figure after the slash is per PVC.\n"
+        "Per run with `parallel: N`, from the DataRestore's creation until the controller \
+         was idle; the figure after the slash is per PVC.\n"
     );
     let mut keys: Vec<&String> = outcomes
         .iter()
-        .flat_map(|o| o.requests.by_verb_resource.keys())
+        .flat_map(|o| o.refill.requests.by_verb_resource.keys())
         .collect();
     keys.sort();
     keys.dedup();
@@ -326,7 +405,13 @@ pub fn markdown(
     for key in keys {
         let _ = write!(s, "| {key} |");
         for o in outcomes {
-            let c = o.requests.by_verb_resource.get(key).copied().unwrap_or(0);
+            let c = o
+                .refill
+                .requests
+                .by_verb_resource
+                .get(key)
+                .copied()
+                .unwrap_or(0);
             let _ = write!(s, " {c} / {} |", per(c, o.n));
         }
         let _ = writeln!(s);
@@ -336,15 +421,15 @@ pub fn markdown(
         let _ = write!(
             s,
             " {} / {} |",
-            o.requests.total,
-            per(o.requests.total, o.n)
+            o.refill.requests.total,
+            per(o.refill.requests.total, o.n)
         );
     }
     let _ = writeln!(s);
     let failures: Vec<String> = outcomes
         .iter()
-        .filter(|o| !o.requests.failures.is_empty())
-        .map(|o| format!("N = {}: {:?}", o.n, o.requests.failures))
+        .filter(|o| !o.refill.requests.failures.is_empty())
+        .map(|o| format!("N = {}: {:?}", o.n, o.refill.requests.failures))
         .collect();
     if !failures.is_empty() {
         let _ = writeln!(
@@ -361,8 +446,8 @@ pub fn markdown(
             .map(|o| format!(
                 "N = {}: {} requests, {} watches",
                 o.n,
-                o.startup_requests.total,
-                o.startup_requests.watches()
+                o.refill.startup_requests.total,
+                o.refill.startup_requests.watches()
             ))
             .collect::<Vec<_>>()
             .join("; ")
@@ -375,32 +460,44 @@ pub fn markdown(
          of each kind).\n"
     );
     for o in outcomes {
-        let steps: Vec<String> = o
-            .timeline
-            .iter()
-            .map(|(label, t)| format!("{label} {t:.2}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "- N = {}: {}; Completed {:.2}.",
-            o.n,
-            steps.join(", "),
-            o.refill_wall.as_secs_f64()
-        );
+        for run in [&o.refill, &o.refill_default] {
+            let steps: Vec<String> = run
+                .timeline
+                .iter()
+                .map(|(label, t)| format!("{label} {t:.2}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "- N = {}, parallel {}: {}; Completed {:.2}, all Ready {:.2}.",
+                o.n,
+                parallel(run),
+                steps.join(", "),
+                run.wall.as_secs_f64(),
+                run.ready_wall.as_secs_f64()
+            );
+        }
     }
     let _ = writeln!(
         s,
-        "\nController: {}. Load average (1 min) as each restore began: {}. Other work on \
-         the machine slows refill and the script alike but not equally, so compare runs made \
-         under similar load.",
+        "\nController: {}. Load average (1 min) as each N began: {}; as each restore began \
+         (parallel N, default): {}. Other work on the machine slows refill, the floor and the \
+         script alike but not equally, so compare runs made under similar load.",
         outcomes
             .first()
-            .map_or("-".into(), |o| o.controller_binary.clone()),
+            .map_or("-".into(), |o| o.refill.controller_binary.clone()),
         outcomes
             .iter()
             .map(|o| format!("N = {}: {:.1}", o.n, o.load_average))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        outcomes
+            .iter()
+            .map(|o| format!(
+                "N = {}: {:.1}, {:.1}",
+                o.n, o.refill.load_average, o.refill_default.load_average
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
     );
     s
 }

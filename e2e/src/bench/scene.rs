@@ -3,24 +3,26 @@
 //! files damaged so that a restore has something to put back. And the check that a
 //! restore put everything back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
 };
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use refill::labels;
-use refill_e2e::fixture::{self, BackedUpVolume};
-use refill_e2e::{Cluster, NODES, RESTORE_WAIT_CONTAINER, is_pod_ready, wait_for};
 use serde_json::json;
 
-/// Label on every namespace and PV of one run, with the run's ID.
+use super::watch::{Watched, all_ready};
+use crate::fixture::{self, BackedUpVolume};
+use crate::{Cluster, NODES, RESTORE_WAIT_CONTAINER, wait_for};
+
+/// Label on every namespace, PV, claim and Deployment pod of one run, with the run's ID.
 pub const RUN_LABEL: &str = "refill-bench/run";
 /// The one Velero backup holding every claim of a run.
 pub const BACKUP: &str = "bench";
@@ -28,8 +30,6 @@ pub const BACKUP: &str = "bench";
 pub const CLAIM: &str = "data";
 pub const APP: &str = "app";
 
-/// How many requests the setup sends at once.
-const SETUP_CONCURRENCY: usize = 16;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,14 +114,16 @@ impl Scene {
 
     /// Sets everything up: refill installed for a Velero namespace of the run's own,
     /// `n` namespaces for refill and `baseline_claims` for the kubectl script, each
-    /// with its Deployment Ready; a backup of all claims; the files damaged.
+    /// with its Deployment Ready; a backup of all claims; the files damaged. Requests
+    /// go out many at once, and the waits follow watches; returns the scene and how
+    /// long its setup took.
     pub async fn create(
         cluster: &Cluster,
         admin: &Client,
         n: usize,
         baseline_claims: usize,
         replicas: i32,
-    ) -> Result<Scene> {
+    ) -> Result<(Scene, Duration)> {
         let run_id = uuid::Uuid::new_v4().simple().to_string()[..6].to_string();
         let velero_ns = format!("bench-{run_id}-velero");
         let dir = cluster.scratch_dir(&velero_ns)?;
@@ -141,34 +143,90 @@ impl Scene {
             scene.run_id, n, baseline_claims
         );
         let started = std::time::Instant::now();
+        let at = |what: &str| {
+            eprintln!(
+                "[bench] {what} after {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+        };
         scene.create_namespace(admin, &scene.velero_ns).await?;
         fixture::install_refill(admin, &scene.velero_ns).await?;
-        eprintln!(
-            "[bench] refill installed after {:.1}s",
-            started.elapsed().as_secs_f64()
+        at("refill installed");
+
+        // One watch per kind follows everything the setup waits for.
+        let selector = scene.run_selector();
+        let by_run = || watcher::Config::default().labels(&selector);
+        let volumes = Watched::<PersistentVolume>::start(Api::all(admin.clone()), by_run());
+        let claims = Watched::<PersistentVolumeClaim>::start(Api::all(admin.clone()), by_run());
+        let accounts = Watched::<ServiceAccount>::start(
+            Api::all(admin.clone()),
+            watcher::Config::default().fields("metadata.name=default"),
         );
+        let pods = Watched::<Pod>::start(Api::all(admin.clone()), by_run());
 
         let all = scene.all_namespaces();
-        futures::stream::iter(all.iter().enumerate())
-            .map(|(i, ns)| scene.create_volume(admin, ns, NODES[i % NODES.len()]))
-            .buffer_unordered(SETUP_CONCURRENCY)
-            .try_collect::<Vec<()>>()
+        super::each(all.iter().enumerate(), |(i, ns)| {
+            scene.create_volume(admin, ns, NODES[i % NODES.len()])
+        })
+        .await?;
+        at(&format!("{} namespaces and PVs created", all.len()));
+        // A claim naming a PV the PV controller has not taken in yet stays unbound
+        // until its resync, seconds later: the claims come once every PV is Available.
+        volumes
+            .until("the PVs to be Available", SETUP_TIMEOUT, |pvs| {
+                let available = pvs
+                    .iter()
+                    .filter(|pv| {
+                        pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available")
+                    })
+                    .count();
+                count_reached(available, all.len(), "PVs Available")
+            })
             .await?;
-        futures::stream::iter(&all)
-            .map(|ns| scene.create_app(admin, ns))
-            .buffer_unordered(SETUP_CONCURRENCY)
-            .try_collect::<Vec<()>>()
+        at("PVs Available");
+        let run_label = &[(RUN_LABEL, scene.run_id.as_str())];
+        super::each(&all, |ns| async move {
+            fixture::pvc(admin, ns, CLAIM, Some(ns), run_label).await?;
+            Ok(())
+        })
+        .await?;
+        // A pod whose claim is not bound yet fails scheduling, and the scheduler takes
+        // many seconds to try again; pod admission needs the namespace's default
+        // ServiceAccount: the Deployments come once both are there.
+        claims
+            .until("the claims to be bound", SETUP_TIMEOUT, |pvcs| {
+                let bound = pvcs
+                    .iter()
+                    .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                    .count();
+                count_reached(bound, all.len(), "claims bound")
+            })
             .await?;
-        eprintln!(
-            "[bench] {} namespaces with their Deployments created after {:.1}s",
-            all.len(),
-            started.elapsed().as_secs_f64()
-        );
-        let pods = scene.wait_apps_ready(admin, &all).await?;
-        eprintln!(
-            "[bench] all Deployments ready after {:.1}s",
-            started.elapsed().as_secs_f64()
-        );
+        let wanted: HashSet<&str> = all.iter().map(String::as_str).collect();
+        accounts
+            .until("the default ServiceAccounts", SETUP_TIMEOUT, |sas| {
+                let found = sas
+                    .iter()
+                    .filter(|sa| {
+                        sa.metadata
+                            .namespace
+                            .as_deref()
+                            .is_some_and(|ns| wanted.contains(ns))
+                    })
+                    .count();
+                count_reached(found, all.len(), "default ServiceAccounts")
+            })
+            .await?;
+        at("claims bound, ServiceAccounts there");
+        super::each(&all, |ns| scene.create_app(admin, ns)).await?;
+        at(&format!("{} Deployments created", all.len()));
+        let want: BTreeMap<String, i32> = all.iter().map(|ns| (ns.clone(), replicas)).collect();
+        let pods = pods
+            .until("the Deployments to be Ready", SETUP_TIMEOUT, |p| {
+                all_ready(p, &want)
+            })
+            .await?;
+        at("all Deployments Ready");
 
         let files: Vec<Vec<(&str, Vec<u8>)>> = all.iter().map(|ns| good_files(ns)).collect();
         let volumes: Vec<BackedUpVolume> = all
@@ -184,11 +242,11 @@ impl Scene {
             })
             .collect();
         fixture::backup(admin, &scene.velero_ns, BACKUP, &scene.snapshots, &volumes).await?;
-        for ns in &all {
-            damage(&scene.volume_dir(ns))?;
-        }
-        eprintln!("[bench] set up in {:.1}s", started.elapsed().as_secs_f64());
-        Ok(scene)
+        scene.damage(Side::Refill)?;
+        scene.damage(Side::Baseline)?;
+        let setup = started.elapsed();
+        eprintln!("[bench] set up in {:.1}s", setup.as_secs_f64());
+        Ok((scene, setup))
     }
 
     async fn create_namespace(&self, admin: &Client, name: &str) -> Result<()> {
@@ -207,50 +265,16 @@ impl Scene {
         Ok(())
     }
 
+    /// The namespace and its PV, the backed-up files in it.
     async fn create_volume(&self, admin: &Client, ns: &str, node: &str) -> Result<()> {
         self.create_namespace(admin, ns).await?;
         let dir = self.volume_dir(ns);
         fixture::local_pv(admin, ns, node, &dir, &self.run_labels()).await?;
-        write_files(&dir, &good_files(ns))?;
-        // A claim naming a PV the PV controller has not taken in yet stays unbound
-        // until a resync, seconds later: the claim comes once the PV is Available.
-        let volumes: Api<PersistentVolume> = Api::all(admin.clone());
-        wait_for(
-            format!("PV {ns} to be Available"),
-            SETUP_TIMEOUT,
-            || async {
-                let pv = volumes.get(ns).await?;
-                let phase = pv.status.and_then(|s| s.phase);
-                Ok((phase.as_deref() == Some("Available")).then_some(()))
-            },
-        )
-        .await
+        write_files(&dir, &good_files(ns))
     }
 
-    /// The claim, bound to the namespace's PV, and the Deployment.
+    /// The Deployment mounting the namespace's claim.
     async fn create_app(&self, admin: &Client, ns: &str) -> Result<()> {
-        fixture::pvc(admin, ns, CLAIM, Some(ns), &[]).await?;
-        // A pod whose claim is not bound yet fails scheduling, and the scheduler takes
-        // many seconds to try again: the Deployment comes once the claim is bound.
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), ns);
-        wait_for(
-            format!("claim {ns}/{CLAIM} to be bound"),
-            SETUP_TIMEOUT,
-            || async {
-                let claim = claims.get(CLAIM).await?;
-                let phase = claim.status.and_then(|s| s.phase);
-                Ok((phase.as_deref() == Some("Bound")).then_some(()))
-            },
-        )
-        .await?;
-        // Pod admission needs the namespace's default ServiceAccount.
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
-        wait_for(
-            format!("serviceaccount {ns}/default"),
-            SETUP_TIMEOUT,
-            || async { Ok(accounts.get_opt("default").await?.map(|_| ())) },
-        )
-        .await?;
         let mut template = fixture::pod_template(APP, &[CLAIM]);
         template["metadata"]["labels"][RUN_LABEL] = json!(self.run_id);
         let deployment: Deployment = serde_json::from_value(json!({
@@ -269,46 +293,19 @@ impl Scene {
         Ok(())
     }
 
-    /// Waits until every Deployment of the run has all its pods Ready; returns one pod
-    /// name per namespace.
-    async fn wait_apps_ready(
-        &self,
-        admin: &Client,
-        namespaces: &[String],
-    ) -> Result<BTreeMap<String, String>> {
-        let pods: Api<Pod> = Api::all(admin.clone());
-        let selector = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id));
-        let want = self.replicas.max(0) as usize;
-        wait_for(
-            format!("{} Deployments to be ready", namespaces.len()),
-            SETUP_TIMEOUT,
-            || async {
-                let mut ready: BTreeMap<String, Vec<String>> = BTreeMap::new();
-                for pod in pods.list(&selector).await? {
-                    if pod.metadata.deletion_timestamp.is_none() && is_pod_ready(&pod) {
-                        ready
-                            .entry(pod.namespace().unwrap_or_default())
-                            .or_default()
-                            .push(pod.name_any());
-                    }
-                }
-                let all = namespaces
-                    .iter()
-                    .all(|ns| ready.get(ns).map_or(0, Vec::len) == want);
-                Ok(all.then(|| {
-                    ready
-                        .into_iter()
-                        .filter_map(|(ns, names)| names.into_iter().next().map(|p| (ns, p)))
-                        .collect()
-                }))
-            },
-        )
-        .await
+    /// Damages the files of every volume of `side`, so that a restore has something
+    /// to put back.
+    pub fn damage(&self, side: Side) -> Result<()> {
+        for ns in self.namespaces(side) {
+            damage(&self.volume_dir(&ns))?;
+        }
+        Ok(())
     }
 
     /// Checks the end state of one side: every file as backed up, replicas as before
     /// and Ready, nothing of a restore left on the Deployment, no helper pod.
     pub async fn verify(&self, admin: &Client, side: Side) -> Result<()> {
+        let pods = Watched::<Pod>::start(Api::all(admin.clone()), Default::default());
         let namespaces = self.namespaces(side);
         for ns in &namespaces {
             let dir = self.volume_dir(ns);
@@ -326,9 +323,18 @@ impl Scene {
                 !dir.join(".velero").exists(),
                 "{ns}: the restore's done marker .velero was left in the volume"
             );
-            let deployment = Api::<Deployment>::namespaced(admin.clone(), ns)
-                .get(APP)
-                .await?;
+        }
+        let deployments: BTreeMap<String, Deployment> = Api::<Deployment>::all(admin.clone())
+            .list(&ListParams::default().fields(&format!("metadata.name={APP}")))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|d| Some((d.namespace()?, d)))
+            .collect();
+        for ns in &namespaces {
+            let deployment = deployments
+                .get(ns)
+                .with_context(|| format!("{ns}: deployment {APP} is gone"))?;
             let replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
             ensure!(
                 replicas == Some(self.replicas),
@@ -343,48 +349,41 @@ impl Scene {
                 );
             }
         }
-        let want = self.replicas.max(0) as usize;
-        let pods: Api<Pod> = Api::all(admin.clone());
-        let selector = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id));
-        wait_for(
-            format!("the {} Deployments to be ready again", namespaces.len()),
-            Duration::from_secs(120),
-            || async {
-                let mut ready: BTreeMap<String, usize> = BTreeMap::new();
-                for pod in pods.list(&selector).await? {
-                    if pod.metadata.deletion_timestamp.is_none() && is_pod_ready(&pod) {
-                        *ready
-                            .entry(pod.namespace().unwrap_or_default())
-                            .or_default() += 1;
-                    }
-                }
-                Ok(namespaces
-                    .iter()
-                    .all(|ns| ready.get(ns).copied().unwrap_or(0) == want)
-                    .then_some(()))
-            },
-        )
+        let want: BTreeMap<String, i32> = namespaces
+            .iter()
+            .map(|ns| (ns.clone(), self.replicas))
+            .collect();
+        let ready_again = format!("the {} Deployments to be Ready again", namespaces.len());
+        pods.until(ready_again, Duration::from_secs(120), |p| {
+            all_ready(p, &want)
+        })
         .await?;
-        wait_for("no helper pods left", Duration::from_secs(60), || async {
-            let mut left = Vec::new();
-            for ns in &namespaces {
-                let list = Api::<Pod>::namespaced(admin.clone(), ns)
-                    .list(&ListParams::default())
-                    .await?;
-                left.extend(
-                    list.items
-                        .into_iter()
-                        .filter(is_helper)
-                        .map(|p| format!("{ns}/{}", p.name_any())),
-                );
+        let wanted: HashSet<&str> = namespaces.iter().map(String::as_str).collect();
+        pods.until("no helper pods left", Duration::from_secs(60), |p| {
+            let left: Vec<String> = p
+                .iter()
+                .filter(|pod| {
+                    pod.metadata
+                        .namespace
+                        .as_deref()
+                        .is_some_and(|ns| wanted.contains(ns))
+                        && is_helper(pod)
+                })
+                .map(|pod| format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()))
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("helper pods still there: {}", left.join(", ")))
             }
-            if !left.is_empty() {
-                eprintln!("[bench] helper pods still there: {}", left.join(", "));
-            }
-            Ok(left.is_empty().then_some(()))
         })
         .await?;
         Ok(())
+    }
+
+    /// Selects the run's PVs, claims and Deployment pods.
+    pub fn run_selector(&self) -> String {
+        format!("{RUN_LABEL}={}", self.run_id)
     }
 
     /// Deletes the run's namespaces, volumes and files. With `wait`, returns only once
@@ -392,25 +391,18 @@ impl Scene {
     /// their deletion.
     pub async fn cleanup(&self, admin: &Client, wait: bool) -> Result<()> {
         let started = std::time::Instant::now();
-        refill_e2e::support::release_restores(admin, &self.velero_ns).await?;
+        crate::support::release_restores(admin, &self.velero_ns).await?;
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         let mut all = self.all_namespaces();
         all.push(self.velero_ns.clone());
-        futures::stream::iter(&all)
-            .map(|ns| {
-                let namespaces = namespaces.clone();
-                async move {
-                    match namespaces.delete(ns, &DeleteParams::background()).await {
-                        Ok(_) => Ok(()),
-                        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-                        Err(e) => Err(e),
-                    }
-                }
-            })
-            .buffer_unordered(SETUP_CONCURRENCY)
-            .try_collect::<Vec<()>>()
-            .await?;
-        let selector = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id));
+        super::each(&all, |ns| {
+            let namespaces = namespaces.clone();
+            async move {
+                super::absent_is_fine(namespaces.delete(ns, &DeleteParams::background()).await)
+            }
+        })
+        .await?;
+        let selector = ListParams::default().labels(&self.run_selector());
         Api::<PersistentVolume>::all(admin.clone())
             .delete_collection(&DeleteParams::background(), &selector)
             .await?;
@@ -425,13 +417,19 @@ impl Scene {
             )
             .await?;
         }
-        // BENCH_LOG_DIR keeps the controller's log of each run for a look afterwards.
+        // BENCH_LOG_DIR keeps the controller's logs of each run for a look afterwards.
         if let Some(logs) = std::env::var_os("BENCH_LOG_DIR") {
             let logs = PathBuf::from(logs);
             std::fs::create_dir_all(&logs)?;
-            let kept = logs.join(format!("{}-controller.log", self.run_id));
-            std::fs::copy(self.dir.join("controller.log"), &kept)
-                .with_context(|| format!("keeping the controller log as {}", kept.display()))?;
+            for entry in std::fs::read_dir(&self.dir)? {
+                let file = entry?.file_name().to_string_lossy().into_owned();
+                if file.starts_with("controller-") && file.ends_with(".log") {
+                    let kept = logs.join(format!("{}-{file}", self.run_id));
+                    std::fs::copy(self.dir.join(&file), &kept).with_context(|| {
+                        format!("keeping the controller log as {}", kept.display())
+                    })?;
+                }
+            }
         }
         std::fs::remove_dir_all(&self.dir)
             .with_context(|| format!("removing {}", self.dir.display()))?;
@@ -450,6 +448,15 @@ pub fn is_helper(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.name == RESTORE_WAIT_CONTAINER))
+}
+
+/// `Ok` once `count` reaches `want`, else what is missing.
+fn count_reached(count: usize, want: usize, what: &str) -> Result<(), String> {
+    if count >= want {
+        Ok(())
+    } else {
+        Err(format!("{count} of {want} {what}"))
+    }
 }
 
 fn write_files(dir: &Path, files: &[(&str, Vec<u8>)]) -> Result<()> {
