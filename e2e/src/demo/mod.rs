@@ -23,8 +23,8 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::config::Kubeconfig;
+use kube::{Api, Client};
 use refill::api::{DataRestore, Phase};
 use serde_json::json;
 
@@ -573,24 +573,13 @@ async fn show_access(ui: &Ui, sa: &Client) -> Result<()> {
 }
 
 async fn admin_client(kubeconfig: &Path) -> Result<Client> {
-    let mut config = load(kubeconfig).await?;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
-    Ok(Client::try_from(config)?)
+    Ok(refill::connect::connect(Some(kubeconfig), None, USER_AGENT).await?)
 }
 
+/// The demo's own requests made as refill's ServiceAccount; they keep the demo's user
+/// agent so that the audit log does not count them as the controller's.
 async fn kubeconfig_client(kubeconfig: &Path) -> Result<Client> {
-    Ok(Client::try_from(load(kubeconfig).await?)?)
-}
-
-async fn load(kubeconfig: &Path) -> Result<Config> {
-    let file = Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading {}", kubeconfig.display()))?;
-    Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("loading {}", kubeconfig.display()))
+    Ok(refill::connect::connect(Some(kubeconfig), None, USER_AGENT).await?)
 }
 
 /// A path with the home directory written as `~`.
