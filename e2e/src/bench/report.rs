@@ -7,7 +7,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use refill::controller::DEFAULT_PARALLEL;
 
-use super::{Options, Outcome, ProgressOutcome, RefillRun};
+use super::progress::ProgressOutcome;
+use super::{Options, Outcome, RefillRun};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -6,6 +6,7 @@
 //! checks that everything is back. Ends with PASS (exit 0) or FAIL (exit 1; 130 when
 //! interrupted).
 
+mod access;
 pub mod data;
 pub mod scene;
 pub mod ui;
@@ -14,19 +15,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::fixture::{self, CONTROLLER_SA};
+use crate::fixture;
 use crate::velero;
 use crate::{REFILL_IMAGE, in_cluster, wait_for};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
-use kube::api::PostParams;
-use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use refill::api::{DataRestore, Phase};
-use serde_json::json;
 
 use self::data::{DAMAGE, FileState};
 use self::scene::{NS, RESTORE, VELERO_NS, Volume};
@@ -96,7 +91,7 @@ pub async fn main(args: Args) -> ExitCode {
 }
 
 async fn run(args: &Args, ui: &mut Ui, report: &mut Report) -> Result<()> {
-    let admin = admin_client(&args.kubeconfig).await?;
+    let admin = access::client(&args.kubeconfig).await?;
 
     ui.step(
         "Installing refill from manifests/, its controller as a pod",
@@ -111,9 +106,9 @@ async fn run(args: &Args, ui: &mut Ui, report: &mut Report) -> Result<()> {
     ui.ok("CRDs of manifests/crds.yaml: DataRestore, VolumePluginRestore");
     ui.ok("RBAC of manifests/rbac.yaml for ServiceAccount refill-system/refill");
     let sa_kubeconfig = args.dir.join("refill-controller.kubeconfig");
-    write_service_account_kubeconfig(args, &sa_kubeconfig).await?;
-    let sa_client = kubeconfig_client(&sa_kubeconfig).await?;
-    show_access(ui, &sa_client).await?;
+    access::write_service_account_kubeconfig(args, &sa_kubeconfig).await?;
+    let sa_client = access::client(&sa_kubeconfig).await?;
+    access::show_access(ui, &sa_client).await?;
     ui.ok(&format!(
         "Deployment of manifests/deployment.yaml: replicas Ready, {} leading (Lease {}) on {}",
         pod.metadata.name.as_deref().unwrap_or_default(),
@@ -478,108 +473,6 @@ async fn run_refill(args: &Args, command: &[&str]) -> Result<i32> {
     status
         .code()
         .with_context(|| format!("`refill {}` ended by {status}", command.join(" ")))
-}
-
-/// A kubeconfig for refill's ServiceAccount, with a token from the TokenRequest API,
-/// readable by its owner only.
-async fn write_service_account_kubeconfig(args: &Args, path: &Path) -> Result<()> {
-    let output = tokio::process::Command::new(&args.kubectl)
-        .arg("--kubeconfig")
-        .arg(&args.kubeconfig)
-        .args(["create", "token", CONTROLLER_SA.1, "-n", CONTROLLER_SA.0])
-        .arg("--duration=2h")
-        .output()
-        .await
-        .context("running kubectl create token")?;
-    if !output.status.success() {
-        bail!(
-            "kubectl create token failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let token = String::from_utf8(output.stdout)?.trim().to_string();
-    let admin = Kubeconfig::read_from(&args.kubeconfig)?;
-    let cluster = admin
-        .clusters
-        .first()
-        .context("no cluster in the kubeconfig")?;
-    let user = format!("{}/{}", CONTROLLER_SA.0, CONTROLLER_SA.1);
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "refill", "context": {
-            "cluster": cluster.name, "user": user, "namespace": CONTROLLER_SA.0,
-        }}],
-        "current-context": "refill",
-    });
-    std::fs::create_dir_all(&args.dir)?;
-    let yaml = serde_yaml::to_string(&config)?;
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::remove_file(path);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        file.write_all(yaml.as_bytes())?;
-    }
-    Ok(())
-}
-
-/// What RBAC lets refill's ServiceAccount do, asked as that account.
-async fn show_access(ui: &Ui, sa: &Client) -> Result<()> {
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(sa.clone());
-    let mut answers = Vec::new();
-    for (verb, group, resource, expected) in [
-        ("patch", "apps", "deployments", true),
-        ("delete", "apps", "deployments", false),
-        ("get", "", "secrets", false),
-    ] {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    namespace: Some(NS.into()),
-                    verb: Some(verb.into()),
-                    group: Some(group.into()),
-                    resource: Some(resource.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let allowed = reviews
-            .create(&PostParams::default(), &review)
-            .await
-            .context("asking the apiserver what refill's ServiceAccount may do")?
-            .status
-            .is_some_and(|s| s.allowed);
-        if allowed != expected {
-            bail!(
-                "refill's ServiceAccount {} {verb} {resource}, which manifests/rbac.yaml does not intend",
-                if allowed { "may" } else { "may not" }
-            );
-        }
-        let answer = if allowed { "yes" } else { "no" };
-        answers.push(format!("{verb} {resource} {answer}"));
-    }
-    ui.ok(&format!("asked as refill: {}", answers.join(", ")));
-    Ok(())
-}
-
-async fn admin_client(kubeconfig: &Path) -> Result<Client> {
-    Ok(refill::connect::connect(Some(kubeconfig), None, USER_AGENT).await?)
-}
-
-/// The demo's own requests made as refill's ServiceAccount; they keep the demo's user
-/// agent so that the audit log does not count them as the controller's.
-async fn kubeconfig_client(kubeconfig: &Path) -> Result<Client> {
-    Ok(refill::connect::connect(Some(kubeconfig), None, USER_AGENT).await?)
 }
 
 /// A path with the home directory written as `~`.

@@ -1,0 +1,115 @@
+//! The progress check: one restore whose data path takes seconds, to count how often
+//! refill writes status while the node agent reports progress several times a second.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, Result, bail};
+use kube::Client;
+use refill::api::Phase;
+
+use super::scene::{self, Scene, Side};
+use super::{Options, RESTORE_TIMEOUT, agent_config, restore_spec, start_idle_controller};
+use crate::Cluster;
+use crate::audit::{self, Requests};
+use crate::fixture;
+use crate::node_agent;
+
+/// What the progress check measured: how often refill wrote status while the node
+/// agent reported progress several times a second.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProgressOutcome {
+    pub pvcs: usize,
+    /// The node agent's copy speed per restore and its least time between reports.
+    pub bytes_per_second: u64,
+    pub agent_report_interval: Duration,
+    pub wall: Duration,
+    pub requests: Requests,
+    /// While every volume was copying: from a second after the last PodVolumeRestore
+    /// was created to the first stand-in's deletion (a volume done). Only progress
+    /// changes then.
+    pub steady_seconds: f64,
+    pub steady: Requests,
+}
+
+/// A restore of `progress_pvcs` PVCs whose data path takes several seconds, so that
+/// the throttling of progress writes shows.
+pub(super) async fn progress_check(
+    cluster: &Cluster,
+    admin: &Client,
+    options: &Options,
+) -> Result<ProgressOutcome> {
+    let n = options.progress_pvcs;
+    let (scene, _) = Scene::create(cluster, admin, n, 0, options.replicas).await?;
+    let result = async {
+        let bytes: u64 = scene::good_files("x")
+            .iter()
+            .map(|(_, d)| d.len() as u64)
+            .sum();
+        // About eight seconds of copying per volume.
+        let bytes_per_second = bytes / 8;
+        let mut agent_cfg = agent_config(&scene);
+        agent_cfg.bytes_per_second = Some(bytes_per_second);
+        let agent_report_interval = agent_cfg.progress_interval;
+        let _agent = node_agent::spawn(admin.clone(), agent_cfg);
+        let cursor = audit::Cursor::now(cluster)?;
+        let (ctl, credential) = start_idle_controller(cluster, options, &scene, "bench").await?;
+        let spec = restore_spec(&scene, Some(n as u32));
+        let from = SystemTime::now();
+        let t0 = Instant::now();
+        fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
+        let dr = fixture::wait_finished(admin, &scene.velero_ns, "bench", RESTORE_TIMEOUT).await?;
+        let wall = t0.elapsed();
+        audit::wait_quiet(
+            cluster,
+            &credential,
+            Duration::from_secs(2),
+            Duration::from_secs(30),
+        )
+        .await?;
+        let to = SystemTime::now();
+        ctl.stop().await;
+        let phase = dr.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        if phase != Phase::Completed {
+            bail!("the restore ended {phase:?}");
+        }
+        scene.verify(admin, Side::Refill).await?;
+        let events = cursor.read_since(cluster)?;
+        let mine = audit::filter(&events, &credential);
+        let requests = audit::count(&mine, from, to);
+        let last_created = audit::times(&mine, "create", "podvolumerestores")
+            .last()
+            .copied()
+            .context("no PodVolumeRestore was created")?;
+        let steady_from = last_created + Duration::from_secs(1);
+        let steady_to = audit::times(&mine, "delete", "pods")
+            .into_iter()
+            .find(|t| *t > steady_from)
+            .unwrap_or(to);
+        let steady = audit::count(&mine, steady_from, steady_to);
+        let steady_seconds = steady_to
+            .duration_since(steady_from)
+            .unwrap_or_default()
+            .as_secs_f64();
+        eprintln!(
+            "[bench] progress check: {n} PVCs in {:.1}s, {} status writes",
+            wall.as_secs_f64(),
+            requests.status_patches()
+        );
+        Ok(ProgressOutcome {
+            pvcs: n,
+            bytes_per_second,
+            agent_report_interval,
+            wall,
+            requests,
+            steady_seconds,
+            steady,
+        })
+    }
+    .await;
+    if options.keep {
+        eprintln!("[bench] keeping run {}", scene.run_id);
+    } else if let Err(e) = scene.cleanup(admin, false).await {
+        eprintln!("[bench] cleanup of run {} failed: {e:#}", scene.run_id);
+    }
+    result
+}
