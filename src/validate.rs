@@ -29,6 +29,16 @@ pub enum ValidateError {
 /// Validates `dr` against the cluster as it is now and returns what would be done.
 /// Reads only, through `reads` (the API, or the controller's watches first).
 pub async fn plan(reads: Reads<'_>, dr: &DataRestore) -> Result<Plan, ValidateError> {
+    Ok(plan_and_consumers(reads, dr).await?.0)
+}
+
+/// [`plan`], with the consumers it found by claim (`namespace/name`), so that the
+/// controller can start the first volumes in the same pass without reading every
+/// workload of their namespaces again.
+pub async fn plan_and_consumers(
+    reads: Reads<'_>,
+    dr: &DataRestore,
+) -> Result<(Plan, Consumers), ValidateError> {
     // A spec that is wrong on its face is refused before anything is read: its names
     // could make the reads themselves fail, which would look like a passing trouble.
     let errors = plan::spec_errors(&dr.spec);
@@ -36,8 +46,12 @@ pub async fn plan(reads: Reads<'_>, dr: &DataRestore) -> Result<Plan, ValidateEr
         return Err(Invalid { errors }.into());
     }
     let facts = gather(reads, dr).await?;
-    Ok(plan::plan(&dr.spec, &facts)?)
+    let plan = plan::plan(&dr.spec, &facts)?;
+    Ok((plan, facts.consumers))
 }
+
+/// Consumers by claim (`namespace/name`), as [`observe::consumers`] finds them.
+pub type Consumers = BTreeMap<String, Vec<plan::ConsumerRef>>;
 
 async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateError> {
     let client = reads.client();

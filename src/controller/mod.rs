@@ -78,6 +78,7 @@ pub async fn run_with_readiness(
         made.clone(),
     )
     .default_backoff()
+    .modify(forget_managed_fields)
     .reflect(writers.pod_volume_restores)
     .inspect(move |item| writers.pod_volume_restores_health.note(item))
     .touched_objects();
@@ -87,6 +88,7 @@ pub async fn run_with_readiness(
         made,
     )
     .default_backoff()
+    .modify(forget_managed_fields)
     .reflect(writers.plugin_restores)
     .for_each(move |item| {
         writers.plugin_restores_health.note(&item);
@@ -98,6 +100,7 @@ pub async fn run_with_readiness(
     let stand_ins_health = writers.stand_ins_health;
     let pod_events = watcher(pods, watcher::Config::default())
         .default_backoff()
+        .modify(forget_managed_fields)
         .map_ok(move |event| {
             index_ctx.known.mounts.apply(&event);
             stand_ins.apply(&event);
@@ -113,6 +116,7 @@ pub async fn run_with_readiness(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(forget_managed_fields)
     .map_ok(move |event| {
         claims_ctx.known.claims.apply(&event);
         event
@@ -158,4 +162,12 @@ pub async fn run_with_readiness(
     }
     info!("refill controller stopped");
     Ok(())
+}
+
+/// Drops who-wrote-which-field from an object kept from a watch: nothing refill keeps
+/// reads it (a workload's managers are read fresh, when a restart needs explaining), and
+/// it is often the largest part of a pod's metadata, kept for every pod that mounts a
+/// claim.
+fn forget_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }

@@ -28,7 +28,7 @@ use crate::controller::volume::observe::split;
 use crate::controller::volume::{self, Advanced};
 use crate::controller::{Context, Result};
 use crate::observe::{self, Replicas};
-use crate::plan;
+use crate::{plan, validate};
 
 use super::{Next, stopping};
 
@@ -112,7 +112,7 @@ pub async fn restore(
     deleting: bool,
 ) -> Result<Next> {
     let before = status.clone();
-    record(dr, ctx, status, deleting).await?;
+    record(dr, ctx, status, deleting, None).await?;
     if *status != before {
         return Ok(Next::Again);
     }
@@ -125,11 +125,14 @@ pub async fn restore(
 }
 
 /// First half: decisions and records only. No object but the DataRestore changes.
+/// `seen`: consumers by claim found in this same pass (by validation), used for the
+/// volumes that start instead of reading their namespaces' workloads again.
 pub async fn record(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
     deleting: bool,
+    seen: Option<&validate::Consumers>,
 ) -> Result<()> {
     if let Some(stop) = stop_of(dr, status, deleting, Timestamp::now()) {
         // No volume starts any more; the ones under way roll back (see volume::decide).
@@ -149,7 +152,7 @@ pub async fn record(
         .take(slots)
         .collect();
     if !starting.is_empty() {
-        start_volumes(dr, ctx, status, &starting).await?;
+        start_volumes(dr, ctx, status, &starting, seen).await?;
     }
     // A consumer is marked Stopping before the stop is applied: whatever fails after,
     // the finish step looks at the object and brings it back if refill's mark is on it.
@@ -168,6 +171,7 @@ async fn start_volumes(
     ctx: &Context,
     status: &mut DataRestoreStatus,
     starting: &[usize],
+    seen: Option<&validate::Consumers>,
 ) -> Result<()> {
     let uid = dr.uid().unwrap_or_default();
     let mut by_ns: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -190,9 +194,22 @@ async fn start_volumes(
                     let claims: Vec<&str> =
                         indices.iter().map(|&i| split(&volumes[i].pvc).1).collect();
                     let pods = observe::pods_mounting(ctx.reads(), ns, &claims).await?;
-                    let found =
-                        observe::consumers_in(ctx.reads(), ns, &pods, &claims, uid, Replicas::Skip)
-                            .await?;
+                    let keys: Vec<String> =
+                        indices.iter().map(|&i| volumes[i].pvc.clone()).collect();
+                    let found = match seen_for(seen, &keys) {
+                        Some(found) => found,
+                        None => {
+                            observe::consumers_in(
+                                ctx.reads(),
+                                ns,
+                                &pods,
+                                &claims,
+                                uid,
+                                Replicas::Skip,
+                            )
+                            .await?
+                        }
+                    };
                     Ok((pods, found))
                 }
             },
@@ -244,6 +261,18 @@ async fn start_volumes(
         }
     }
     Ok(())
+}
+
+/// The consumers of `claims` from `seen`, when it covers every one of them.
+fn seen_for(
+    seen: Option<&validate::Consumers>,
+    claims: &[String],
+) -> Option<BTreeMap<String, Vec<plan::ConsumerRef>>> {
+    let seen = seen?;
+    claims
+        .iter()
+        .map(|c| Some((c.clone(), seen.get(c)?.clone())))
+        .collect()
 }
 
 fn push_error(status: &mut DataRestoreStatus, error: String) {

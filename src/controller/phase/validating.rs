@@ -48,8 +48,8 @@ pub async fn validate(
     if !errors.is_empty() {
         return Ok(invalid(status, errors));
     }
-    let plan = match validate::plan(ctx.reads(), dr).await {
-        Ok(plan) => plan,
+    let (plan, consumers) = match validate::plan_and_consumers(ctx.reads(), dr).await {
+        Ok(found) => found,
         Err(ValidateError::Invalid(e)) => {
             info!(restore = %dr.name_any(), "invalid: {e}");
             return Ok(invalid(status, e.errors));
@@ -113,7 +113,8 @@ pub async fn validate(
     );
     ctx.event(dr, false, reasons::VALIDATED, note);
     // Deciding the first volumes touches nothing, so it goes out in the same write as the
-    // validation's result; acting on it waits for that write.
-    restoring::record(dr, ctx, status, deleting).await?;
+    // validation's result; acting on it waits for that write. The consumers were found
+    // a moment ago: reading every workload of their namespaces again would find the same.
+    restoring::record(dr, ctx, status, deleting, Some(&consumers)).await?;
     Ok(Next::Again)
 }

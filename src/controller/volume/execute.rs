@@ -53,11 +53,13 @@ pub async fn perform(
             let Some(pod) = &found.stand_in else {
                 return Ok(None);
             };
-            refused_as(create_pod_volume_restore(act, volume, pod).await, |why| {
-                Change::Abort {
-                    outcome: VolumePhase::Failed,
-                    message: why,
-                }
+            let made = match pod_volume_backup(act, volume).await {
+                Ok(pvb) => create_pod_volume_restore(act, volume, &pvb, pod).await,
+                Err(e) => Err(e),
+            };
+            refused_as(made, |why| Change::Abort {
+                outcome: VolumePhase::Failed,
+                message: why,
             })
         }
         Effect::CancelPodVolumeRestore => {
@@ -152,10 +154,12 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
             .unwrap_or(stand_in::DEFAULT_IMAGE),
         restore_wait: container,
     });
-    let created = match Api::<Pod>::namespaced(act.ctx.client.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-    {
+    // The PodVolumeBackup is read while the pod is made: the PodVolumeRestore that
+    // follows needs both, and neither waits on the other.
+    let pods = Api::<Pod>::namespaced(act.ctx.client.clone(), ns);
+    let params = PostParams::default();
+    let (created, pvb) = futures::join!(pods.create(&params, &pod), pod_volume_backup(act, volume));
+    let created = match created {
         Ok(created) => created,
         // Ours from before a restart, or another restore's: the next pass looks.
         Err(e) if has_status(&e, 409) => {
@@ -177,7 +181,10 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
     // The node agent itself waits for restore-wait to run before it starts, as it does
     // for Velero's own restores, so the PodVolumeRestore goes out with the stand-in.
     refused_as(
-        create_pod_volume_restore(act, volume, &created).await,
+        match pvb {
+            Ok(pvb) => create_pod_volume_restore(act, volume, &pvb, &created).await,
+            Err(e) => Err(e),
+        },
         |why| Change::Abort {
             outcome: VolumePhase::Failed,
             message: why,
@@ -185,24 +192,29 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
     )
 }
 
-async fn create_pod_volume_restore(
-    act: &Act<'_>,
-    volume: &mut VolumeStatus,
-    pod: &Pod,
-) -> Result<()> {
-    let (dr, ctx) = (act.dr, act.ctx);
-    let ns = &ctx.config.namespace;
-    let name = labels::pod_volume_restore_name(&dr.name_any(), act.uid, &volume.pvc);
+/// The PodVolumeBackup `volume`'s data comes from; its absence is permanent.
+async fn pod_volume_backup(act: &Act<'_>, volume: &VolumeStatus) -> Result<PodVolumeBackup> {
     let pvb_name = volume.pod_volume_backup.clone().unwrap_or_default();
-    let pvb = Api::<PodVolumeBackup>::namespaced(ctx.client.clone(), ns)
+    Api::<PodVolumeBackup>::namespaced(act.ctx.client.clone(), &act.ctx.config.namespace)
         .get_opt(&pvb_name)
         .await?
         .ok_or_else(|| {
             Error::Permanent(format!(
                 "PodVolumeBackup {pvb_name} is gone (the backup was deleted?)"
             ))
-        })?;
-    let object = pvr::pod_volume_restore(dr, &name, volume, &pvb, pod);
+        })
+}
+
+async fn create_pod_volume_restore(
+    act: &Act<'_>,
+    volume: &mut VolumeStatus,
+    pvb: &PodVolumeBackup,
+    pod: &Pod,
+) -> Result<()> {
+    let (dr, ctx) = (act.dr, act.ctx);
+    let ns = &ctx.config.namespace;
+    let name = labels::pod_volume_restore_name(&dr.name_any(), act.uid, &volume.pvc);
+    let object = pvr::pod_volume_restore(dr, &name, volume, pvb, pod);
     let backup = act.status.backup_name.clone().unwrap_or_default();
     let plugin = pvr::volume_plugin_restore(
         dr,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, ResourceExt};
 
 use crate::api::{ConsumerState, DataRestoreStatus, PodVolumeRestore, VolumePhase, VolumeStatus};
@@ -221,6 +221,8 @@ pub async fn seen(
         None => StandIn::Absent,
     };
     let mut foreign_pods = Vec::new();
+    // When each foreign pod that is not being deleted was made.
+    let mut live_since = Vec::new();
     for pod in &mounting {
         if observe::is_own_stand_in(pod, uid) {
             continue;
@@ -237,6 +239,9 @@ pub async fn seen(
                 continue;
             }
         }
+        if pod.metadata.deletion_timestamp.is_none() {
+            live_since.push(pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        }
         foreign_pods.push(pod.name_any());
     }
 
@@ -245,11 +250,13 @@ pub async fn seen(
         VolumePhase::Quiescing | VolumePhase::StartingStandIn | VolumePhase::Restoring
     );
     let mut restarted = None;
-    if watching && !foreign_pods.is_empty() {
+    if watching && !live_since.is_empty() {
+        let now = Timestamp::now();
         let records = status
             .consumers
             .iter()
-            .filter(|c| c.pvcs.iter().any(|p| p == pvc));
+            .filter(|c| c.pvcs.iter().any(|p| p == pvc))
+            .filter(|c| worth_reading(c.stopped_at.as_ref().map(|t| t.0), &live_since, now));
         for record in records {
             if let Some(problem) = consumer::interference(&ctx.client, uid, record).await? {
                 restarted = Some(problem);
@@ -270,6 +277,36 @@ pub async fn seen(
         stand_in,
         pvr: found.pod_volume_restore.as_deref().map(pvr_of),
     })
+}
+
+/// How far the API server's clock (pods' creation times) may be behind refill's
+/// (`stoppedAt`) for a pod made after a stop still to count as made after it.
+const CLOCK_SKEW: SignedDuration = SignedDuration::from_secs(2);
+/// How long a stopped workload's pods may take to start going before the workload is
+/// read again each pass.
+const STOP_SETTLES: SignedDuration = SignedDuration::from_secs(5);
+
+/// Whether a stopped consumer must be read for a restart, from when it was stopped and
+/// when each pod mounting its claim that is not being deleted was made. Pure.
+///
+/// Reading it is what tells a restart (someone scaled it back) from a stop still
+/// under way, and costs a request per consumer per pass. Right after a stop its own
+/// pods linger, not yet deleted by its controller: they were made before the stop and
+/// mean nothing yet. A pod made after the stop does, and so does any live pod once the
+/// stop has had time to settle. Skipping a read never lets anything write: the volume
+/// waits while any pod mounts its claim.
+pub fn worth_reading(
+    stopped_at: Option<Timestamp>,
+    live_since: &[Option<Timestamp>],
+    now: Timestamp,
+) -> bool {
+    let Some(stopped) = stopped_at else {
+        return !live_since.is_empty();
+    };
+    let settled = now.duration_since(stopped) >= STOP_SETTLES;
+    live_since
+        .iter()
+        .any(|made| settled || made.is_none_or(|m| m >= stopped - CLOCK_SKEW))
 }
 
 /// Copies what the stand-in and the node agent report (node, bytes) into the record.
@@ -303,6 +340,35 @@ mod tests {
         ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus,
         PodCondition, PodStatus,
     };
+
+    #[test]
+    fn a_stopped_consumer_is_read_for_a_restart_only_when_a_live_pod_can_mean_one() {
+        let at = |second: i64| Timestamp::from_second(second).unwrap();
+        let stop = Some(at(100));
+        // (stopped at, live pods made at, now, read?)
+        type Row<'a> = (Option<Timestamp>, &'a [Option<Timestamp>], i64, bool);
+        let rows: [Row; 8] = [
+            (stop, &[], 101, false),
+            (stop, &[], 900, false),
+            // Its own pods, made before the stop, not yet deleted by its controller.
+            (stop, &[Some(at(40))], 101, false),
+            (stop, &[Some(at(40)), Some(at(60))], 104, false),
+            // A pod made after the stop (or within the clock skew before it).
+            (stop, &[Some(at(40)), Some(at(101))], 101, true),
+            (stop, &[Some(at(99))], 101, true),
+            // The stop had time to settle and a pod still lives.
+            (stop, &[Some(at(40))], 105, true),
+            // Nothing known: read.
+            (None, &[Some(at(40))], 101, true),
+        ];
+        for (stopped, live, now, want) in rows {
+            assert_eq!(
+                worth_reading(stopped, live, at(now)),
+                want,
+                "stopped {stopped:?}, live pods made {live:?}, now {now}"
+            );
+        }
+    }
 
     fn record(state: ConsumerState) -> ConsumerRecord {
         ConsumerRecord {
