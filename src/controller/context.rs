@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use tracing::debug;
 
-use crate::api::{ConsumerRecord, DataRestore};
+use crate::api::{ConsumerRecord, DataRestore, VolumePluginRestoreStatus};
 use crate::labels;
 use crate::observe::{Known, Reads};
 
@@ -73,6 +73,10 @@ pub struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
+    /// The status refill last wrote to each VolumePluginRestore (`uid/name`): the store
+    /// shows a write only a watch event later, and a pass in between would write the
+    /// same again.
+    mirrored: Mutex<HashMap<String, VolumePluginRestoreStatus>>,
     /// Backoff of each restore whose passes fail.
     pub backoffs: super::error::Backoffs,
     /// The stand-ins, PodVolumeRestores and VolumePluginRestores, as watches tell.
@@ -95,6 +99,7 @@ impl Context {
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),
+            mirrored: Mutex::default(),
             backoffs: Default::default(),
             stores,
         }
@@ -164,6 +169,10 @@ impl Context {
                 .expect("write lock")
                 .retain(|k, _| !k.starts_with(&uid));
             self.last_version.lock().expect("version lock").remove(&uid);
+            self.mirrored
+                .lock()
+                .expect("mirrored lock")
+                .retain(|k, _| !k.starts_with(&uid));
             self.config.metrics.forget(&uid);
         }
     }
@@ -248,6 +257,23 @@ impl Context {
                 .expect("version lock")
                 .insert(uid.to_string(), version);
         }
+    }
+
+    /// The status refill last wrote to the VolumePluginRestore `key` (`uid/name`).
+    pub fn last_mirrored(&self, key: &str) -> Option<VolumePluginRestoreStatus> {
+        self.mirrored
+            .lock()
+            .expect("mirrored lock")
+            .get(key)
+            .cloned()
+    }
+
+    /// Records a VolumePluginRestore status write (see [`Self::last_mirrored`]).
+    pub fn mirrored(&self, key: &str, status: VolumePluginRestoreStatus) {
+        self.mirrored
+            .lock()
+            .expect("mirrored lock")
+            .insert(key.to_string(), status);
     }
 
     /// The resourceVersion of refill's last status write of this restore.

@@ -110,6 +110,24 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
     Ok(Action::requeue(Duration::ZERO))
 }
 
+/// The body of a status write, serialized straight from the status: with a thousand
+/// volumes the status is close to a megabyte, and a `serde_json::Value` copy of it
+/// would be several.
+#[derive(serde::Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct StatusApply<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: ResourceVersionOnly,
+    status: &'a DataRestoreStatus,
+}
+
+#[derive(serde::Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct ResourceVersionOnly {
+    resource_version: Option<String>,
+}
+
 async fn write_status(
     api: &Api<DataRestore>,
     dr: &DataRestore,
@@ -118,12 +136,14 @@ async fn write_status(
     // Server-side apply: fields refill stops setting (a cleared message) really go away.
     // The resourceVersion makes a pass that started from a stale copy (its own last
     // write not yet seen) fail with a conflict instead of writing old phases back.
-    let body = json!({
-        "apiVersion": crate::api::API_VERSION,
-        "kind": "DataRestore",
-        "metadata": {"resourceVersion": dr.resource_version()},
-        "status": status,
-    });
+    let body = StatusApply {
+        api_version: crate::api::API_VERSION,
+        kind: "DataRestore",
+        metadata: ResourceVersionOnly {
+            resource_version: dr.resource_version(),
+        },
+        status,
+    };
     api.patch_status(
         &dr.name_any(),
         &PatchParams::apply(FIELD_MANAGER).force(),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, Toleration};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -251,7 +251,7 @@ async fn start_volumes(
                     let volume = &mut status.volumes[i];
                     if let Some(spec) = spec {
                         volume.consumer_security = Some(security_of(spec));
-                        volume.consumer_tolerations = spec.tolerations.clone().unwrap_or_default();
+                        volume.consumer_tolerations = tolerations_to_keep(spec);
                     }
                     volume.phase = VolumePhase::Quiescing;
                     volume.start_time = Some(now.clone());
@@ -289,6 +289,28 @@ fn security_of(spec: &PodSpec) -> ConsumerSecurity {
             .first()
             .and_then(|c| c.security_context.clone()),
     }
+}
+
+/// The consumer's tolerations the stand-in needs, without the two every pod gets from
+/// the API server's DefaultTolerationSeconds admission (not-ready and unreachable, 300
+/// s): the stand-in gets those too, and kept in the status they would take a quarter of
+/// each volume's record, in an object that must stay under etcd's size limit.
+fn tolerations_to_keep(spec: &PodSpec) -> Vec<Toleration> {
+    let by_admission = |t: &Toleration| {
+        matches!(
+            t.key.as_deref(),
+            Some("node.kubernetes.io/not-ready" | "node.kubernetes.io/unreachable")
+        ) && t.operator.as_deref() == Some("Exists")
+            && t.effect.as_deref() == Some("NoExecute")
+            && t.toleration_seconds == Some(300)
+            && t.value.is_none()
+    };
+    spec.tolerations
+        .iter()
+        .flatten()
+        .filter(|t| !by_admission(t))
+        .cloned()
+        .collect()
 }
 
 /// A bare pod is deleted to stop it, so its manifest is recorded before.
@@ -424,6 +446,42 @@ pub async fn work(
 mod tests {
     use super::*;
     use crate::api::VolumeStatus;
+
+    #[test]
+    fn tolerations_every_pod_gets_are_not_kept() {
+        let toleration = |key: &str, seconds: Option<i64>| Toleration {
+            key: Some(key.into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            toleration_seconds: seconds,
+            ..Default::default()
+        };
+        let dedicated = Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("db".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        };
+        let spec = PodSpec {
+            tolerations: Some(vec![
+                toleration("node.kubernetes.io/not-ready", Some(300)),
+                toleration("node.kubernetes.io/unreachable", Some(300)),
+                // Set by the application itself: kept.
+                toleration("node.kubernetes.io/unreachable", Some(30)),
+                dedicated.clone(),
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(
+            tolerations_to_keep(&spec),
+            vec![
+                toleration("node.kubernetes.io/unreachable", Some(30)),
+                dedicated
+            ]
+        );
+        assert!(tolerations_to_keep(&PodSpec::default()).is_empty());
+    }
 
     #[test]
     fn slots_respect_parallelism() {

@@ -27,8 +27,13 @@ pub async fn sync_plugin_restore(
     let Some(existing) = vprs.get(name) else {
         return Ok(());
     };
+    let key = format!("{}/{name}", dr.uid().unwrap_or_default());
     let wanted = pvr::plugin_status(volume);
-    let current = existing.status.clone().unwrap_or_default();
+    // refill is the only writer of this status: what it wrote last is what is there,
+    // even before the watch shows it.
+    let current = ctx
+        .last_mirrored(&key)
+        .unwrap_or_else(|| existing.status.clone().unwrap_or_default());
     if current == wanted {
         return Ok(());
     }
@@ -39,14 +44,13 @@ pub async fn sync_plugin_restore(
         b.progress = None;
         a == b
     };
-    let key = format!("{}/{name}", dr.uid().unwrap_or_default());
     if progress_only && ctx.progress_wait(&key).is_some() {
         return Ok(());
     }
     let body = json!({
         "apiVersion": crate::api::API_VERSION,
         "kind": "VolumePluginRestore",
-        "status": wanted,
+        "status": &wanted,
     });
     Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), &ctx.config.namespace)
         .patch_status(
@@ -56,5 +60,6 @@ pub async fn sync_plugin_restore(
         )
         .await?;
     ctx.wrote(&key, None);
+    ctx.mirrored(&key, wanted);
     Ok(())
 }

@@ -283,8 +283,9 @@ pub async fn seen(
 /// (`stoppedAt`) for a pod made after a stop still to count as made after it.
 const CLOCK_SKEW: SignedDuration = SignedDuration::from_secs(2);
 /// How long a stopped workload's pods may take to start going before the workload is
-/// read again each pass.
-const STOP_SETTLES: SignedDuration = SignedDuration::from_secs(5);
+/// read again each pass. Generous: with a thousand workloads stopped at once, the
+/// control plane here took 25 s to delete their pods.
+const STOP_SETTLES: SignedDuration = SignedDuration::from_secs(30);
 
 /// Whether a stopped consumer must be read for a restart, from when it was stopped and
 /// when each pod mounting its claim that is not being deleted was made. Pure.
@@ -352,12 +353,12 @@ mod tests {
             (stop, &[], 900, false),
             // Its own pods, made before the stop, not yet deleted by its controller.
             (stop, &[Some(at(40))], 101, false),
-            (stop, &[Some(at(40)), Some(at(60))], 104, false),
+            (stop, &[Some(at(40)), Some(at(60))], 129, false),
             // A pod made after the stop (or within the clock skew before it).
             (stop, &[Some(at(40)), Some(at(101))], 101, true),
             (stop, &[Some(at(99))], 101, true),
             // The stop had time to settle and a pod still lives.
-            (stop, &[Some(at(40))], 105, true),
+            (stop, &[Some(at(40))], 130, true),
             // Nothing known: read.
             (None, &[Some(at(40))], 101, true),
         ];
