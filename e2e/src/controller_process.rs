@@ -58,7 +58,7 @@ impl ControllerProcess {
         let token = service_account_token(&admin, CONTROLLER_SA.0, CONTROLLER_SA.1).await?;
         let credential = format!("JTI={}", token_id(&token)?);
         let kubeconfig = dir.join(format!("{name}.kubeconfig"));
-        write_kubeconfig(cluster, &token, &kubeconfig)?;
+        write_token_kubeconfig(&cluster.kubeconfig, &token, &kubeconfig)?;
         let probe = free_port()?;
         let log = dir.join(format!("{name}.log"));
         let log_file = std::fs::File::create(&log)?;
@@ -190,37 +190,37 @@ fn free_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// A kubeconfig for the admin kubeconfig's cluster with the token as its only user.
-fn write_kubeconfig(cluster: &Cluster, token: &str, path: &Path) -> Result<()> {
-    let admin = Kubeconfig::read_from(&cluster.kubeconfig)?;
-    let named = admin
+/// Writes a kubeconfig for the cluster of `admin_kubeconfig` with `token` (of
+/// refill's ServiceAccount) as its only user, readable by its owner only: a file left
+/// from before is replaced, not rewritten, so that it cannot keep wider permissions.
+pub fn write_token_kubeconfig(admin_kubeconfig: &Path, token: &str, path: &Path) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let admin = Kubeconfig::read_from(admin_kubeconfig)?;
+    let cluster = admin
         .clusters
         .first()
         .context("the admin kubeconfig names no cluster")?;
-    let c = named.cluster.as_ref().context("cluster without details")?;
-    let server = c.server.clone().context("cluster without server")?;
-    let ca = c
-        .certificate_authority
-        .clone()
-        .context("the admin kubeconfig has no certificate-authority file")?;
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: refill\n  user:\n    token: {token}\ncontexts:\n- name: refill\n  context:\n    cluster: local\n    user: refill\n    namespace: {}\ncurrent-context: refill\n",
-        CONTROLLER_SA.0
-    );
-    write_private(path, &text)
-}
-
-fn write_private(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    let user = format!("{}/{}", CONTROLLER_SA.0, CONTROLLER_SA.1);
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "refill", "context": {
+            "cluster": cluster.name, "user": user, "namespace": CONTROLLER_SA.0,
+        }}],
+        "current-context": "refill",
+    });
+    let yaml = serde_yaml::to_string(&config)?;
+    let _ = std::fs::remove_file(path);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    file.write_all(text.as_bytes())?;
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(yaml.as_bytes())?;
     Ok(())
 }
 

@@ -350,13 +350,7 @@ async fn refill_run(
         wall
     };
     // Whatever the controller does after Completed (its finalizer) belongs to the run.
-    audit::wait_quiet(
-        cluster,
-        &credential,
-        Duration::from_secs(2),
-        Duration::from_secs(30),
-    )
-    .await?;
+    run_done(cluster, &credential).await?;
     let controller_peak_rss = ctl.peak_rss();
     let idle_at = SystemTime::now();
     let controller_binary = ctl.describe();
@@ -400,6 +394,19 @@ async fn forget_restore(admin: &Client, scene: &Scene, name: &str) -> Result<()>
     .await
     .with_context(|| format!("the DataRestore {name} was not gone within a minute"))??;
     Ok(())
+}
+
+/// Waits until the controller (its requests carry `credential`) has been quiet for 2 s
+/// (30 s at most): what it does after a restore ended, its finalizer and last writes,
+/// belongs to the run.
+pub(super) async fn run_done(cluster: &Cluster, credential: &str) -> Result<()> {
+    audit::wait_quiet(
+        cluster,
+        credential,
+        Duration::from_secs(2),
+        Duration::from_secs(30),
+    )
+    .await
 }
 
 /// A deletion's answer, with "not found" as good as done.

@@ -8,7 +8,9 @@ use kube::Client;
 use refill::api::Phase;
 
 use super::scene::{self, Scene, Side};
-use super::{Options, RESTORE_TIMEOUT, agent_config, restore_spec, start_idle_controller};
+use super::{
+    Options, RESTORE_TIMEOUT, agent_config, restore_spec, run_done, start_idle_controller,
+};
 use crate::Cluster;
 use crate::audit::{self, Requests};
 use crate::fixture;
@@ -59,13 +61,7 @@ pub(super) async fn progress_check(
         fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
         let dr = fixture::wait_finished(admin, &scene.velero_ns, "bench", RESTORE_TIMEOUT).await?;
         let wall = t0.elapsed();
-        audit::wait_quiet(
-            cluster,
-            &credential,
-            Duration::from_secs(2),
-            Duration::from_secs(30),
-        )
-        .await?;
+        run_done(cluster, &credential).await?;
         let to = SystemTime::now();
         ctl.stop().await;
         let phase = dr.status.as_ref().map(|s| s.phase).unwrap_or_default();

@@ -8,13 +8,12 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
-use kube::config::Kubeconfig;
 use kube::{Api, Client};
-use serde_json::json;
 
 use super::scene::NS;
 use super::ui::Ui;
 use super::{Args, USER_AGENT};
+use crate::controller_process::write_token_kubeconfig;
 use crate::fixture::CONTROLLER_SA;
 
 /// A kubeconfig for refill's ServiceAccount, with a token from the TokenRequest API,
@@ -35,37 +34,8 @@ pub(super) async fn write_service_account_kubeconfig(args: &Args, path: &Path) -
         );
     }
     let token = String::from_utf8(output.stdout)?.trim().to_string();
-    let admin = Kubeconfig::read_from(&args.kubeconfig)?;
-    let cluster = admin
-        .clusters
-        .first()
-        .context("no cluster in the kubeconfig")?;
-    let user = format!("{}/{}", CONTROLLER_SA.0, CONTROLLER_SA.1);
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "refill", "context": {
-            "cluster": cluster.name, "user": user, "namespace": CONTROLLER_SA.0,
-        }}],
-        "current-context": "refill",
-    });
     std::fs::create_dir_all(&args.dir)?;
-    let yaml = serde_yaml::to_string(&config)?;
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::remove_file(path);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        file.write_all(yaml.as_bytes())?;
-    }
-    Ok(())
+    write_token_kubeconfig(&args.kubeconfig, &token, path)
 }
 
 /// What RBAC lets refill's ServiceAccount do, asked as that account.
