@@ -1,12 +1,12 @@
 //! Reads the cluster facts that decisions are made from. Nothing here writes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
@@ -72,7 +72,23 @@ impl OwnerCache {
 pub struct Reads<'a> {
     client: &'a Client,
     known: Option<&'a Known>,
+    workloads: Option<&'a Workloads>,
+    /// From how many namespaces objects are listed for the whole cluster at once;
+    /// None: never (a person running the CLI may list only some namespaces).
+    cluster_wide_from: Option<usize>,
 }
+
+/// The workloads of some namespaces, read with one list per kind for the whole cluster:
+/// a restore of claims in a hundred namespaces would otherwise list seven kinds in each.
+/// Only those whose pod template mounts one of the claims asked about are kept.
+#[derive(Default)]
+pub struct Workloads {
+    namespaces: BTreeSet<String>,
+    by_namespace: BTreeMap<String, Vec<(ConsumerKind, String, serde_json::Value)>>,
+}
+
+/// Objects a cluster-wide list returns per page, which bounds what is held at once.
+const PAGE: u32 = 250;
 
 impl<'a> Reads<'a> {
     /// Every read goes to the API server (the CLI).
@@ -80,14 +96,53 @@ impl<'a> Reads<'a> {
         Reads {
             client,
             known: None,
+            workloads: None,
+            cluster_wide_from: None,
         }
     }
 
-    /// Reads answer from `known` where it can (the controller).
-    pub fn watched(client: &'a Client, known: &'a Known) -> Self {
+    /// Reads answer from `known` where it can (the controller), and objects of
+    /// `cluster_wide_from` namespaces or more are listed for the whole cluster at once.
+    pub fn watched(client: &'a Client, known: &'a Known, cluster_wide_from: usize) -> Self {
         Reads {
             client,
             known: Some(known),
+            workloads: None,
+            cluster_wide_from: Some(cluster_wide_from),
+        }
+    }
+
+    /// Whether objects of `namespaces` namespaces are read with one list for the whole
+    /// cluster: on the controller, when they are many.
+    pub fn cluster_wide(&self, namespaces: usize) -> bool {
+        self.cluster_wide_from
+            .is_some_and(|from| namespaces >= from)
+    }
+
+    /// The claims of the namespaces `wanted`, by namespace, one cluster-wide paged list.
+    pub async fn claims_of(
+        &self,
+        wanted: &BTreeSet<String>,
+    ) -> kube::Result<BTreeMap<String, Vec<PersistentVolumeClaim>>> {
+        let mut found: BTreeMap<String, Vec<PersistentVolumeClaim>> = BTreeMap::new();
+        let api = Api::<PersistentVolumeClaim>::all(self.client.clone());
+        for_each_listed(&api, |mut pvc: PersistentVolumeClaim| {
+            let namespace = pvc.metadata.namespace.clone().unwrap_or_default();
+            if wanted.contains(&namespace) {
+                pvc.metadata.managed_fields = None;
+                found.entry(namespace).or_default().push(pvc);
+            }
+        })
+        .await?;
+        Ok(found)
+    }
+
+    /// These reads, answering for workloads from `workloads` where it covers the
+    /// namespace.
+    pub fn with_workloads(self, workloads: &'a Workloads) -> Self {
+        Reads {
+            workloads: Some(workloads),
+            ..self
         }
     }
 
@@ -116,7 +171,7 @@ pub async fn pods_mounting(
     namespace: &str,
     claims: &[&str],
 ) -> kube::Result<Vec<Arc<Pod>>> {
-    let Reads { client, known } = reads;
+    let Reads { client, known, .. } = reads;
     if let Some(found) = known.and_then(|k| k.mounts.mounting(namespace, claims)) {
         return Ok(found);
     }
@@ -209,7 +264,18 @@ pub async fn consumers_in(
     }
     // Workloads whose pod template mounts a claim are consumers too, with no pod running
     // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
-    for (kind, name, workload) in workloads(reads.client, namespace).await? {
+    let listed = match reads.workloads {
+        Some(w) if w.namespaces.contains(namespace) => None,
+        _ => Some(workloads(reads.client, namespace).await?),
+    };
+    let read_before = reads
+        .workloads
+        .and_then(|w| w.by_namespace.get(namespace))
+        .into_iter()
+        .flatten()
+        .cloned();
+    let all = listed.into_iter().flatten().chain(read_before);
+    for (kind, name, workload) in all {
         if !is_top_workload(kind, &workload) {
             continue;
         }
@@ -301,6 +367,82 @@ async fn workloads(
         .collect())
 }
 
+/// The workloads of the namespaces of `claims` (by namespace) that mount one of them,
+/// read cluster-wide when the controller asks about many namespaces; None when they are
+/// better read namespace by namespace.
+pub async fn workloads_mounting(
+    reads: Reads<'_>,
+    claims: &BTreeMap<String, Vec<String>>,
+) -> kube::Result<Option<Workloads>> {
+    if !reads.cluster_wide(claims.len()) {
+        return Ok(None);
+    }
+    let lists = TEMPLATE_KINDS.map(|kind| async move {
+        let api: Api<DynamicObject> = Api::all_with(reads.client.clone(), &kind.api_resource());
+        let mut kept = Vec::new();
+        for_each_listed(&api, |obj: DynamicObject| {
+            let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+            let Some(wanted) = claims.get(&namespace) else {
+                return;
+            };
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            let mut json = obj.data;
+            let mut metadata = obj.metadata;
+            metadata.managed_fields = None;
+            json["metadata"] = serde_json::to_value(&metadata).unwrap_or_default();
+            if wanted
+                .iter()
+                .any(|c| template_mounts(kind, &name, &json, c))
+            {
+                // The owners of ReplicaSets and Jobs are what a pod's top owner is
+                // found through: known now, they need no read of their own.
+                if let (Some(known), Some(uid), ConsumerKind::ReplicaSet | ConsumerKind::Job) =
+                    (reads.known, metadata.uid.as_deref(), kind)
+                {
+                    let owners = metadata.owner_references.clone().unwrap_or_default();
+                    known.owners.put(uid, Some(owners));
+                }
+                kept.push((namespace, (kind, name, json)));
+            }
+        })
+        .await?;
+        Ok::<_, kube::Error>(kept)
+    });
+    let mut found = Workloads {
+        namespaces: claims.keys().cloned().collect(),
+        by_namespace: BTreeMap::new(),
+    };
+    for (namespace, workload) in futures::future::try_join_all(lists)
+        .await?
+        .into_iter()
+        .flatten()
+    {
+        found
+            .by_namespace
+            .entry(namespace)
+            .or_default()
+            .push(workload);
+    }
+    Ok(Some(found))
+}
+
+/// Hands every object `api` lists to `each`, a page at a time: a cluster-wide list
+/// holds no more than a page of objects at once, and `each` keeps what it needs.
+async fn for_each_listed<K>(api: &Api<K>, mut each: impl FnMut(K)) -> kube::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        page.items.into_iter().for_each(&mut each);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
+}
+
 /// Whether the pod is a stand-in of any restore.
 pub fn is_stand_in(pod: &Pod) -> bool {
     pod.metadata
@@ -338,7 +480,7 @@ async fn owners_of(
     namespace: &str,
     owner: &OwnerReference,
 ) -> kube::Result<Owners> {
-    let Reads { client, known } = reads;
+    let Reads { client, known, .. } = reads;
     if let Some(kept) = known.and_then(|k| k.owners.get(&owner.uid)) {
         return Ok(kept);
     }

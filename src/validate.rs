@@ -96,13 +96,18 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
                 || (dr.spec.included_namespaces.is_empty() && dr.spec.selector.is_some())
         })
         .collect();
-    let lists = side_by_side(wanted, |ns| async move {
-        let list = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-            .list(&ListParams::default())
-            .await?;
-        Ok((ns, list.items))
-    })
-    .await?;
+    let lists: Vec<(String, Vec<PersistentVolumeClaim>)> = if reads.cluster_wide(wanted.len()) {
+        let wanted: BTreeSet<String> = wanted.into_iter().collect();
+        reads.claims_of(&wanted).await?.into_iter().collect()
+    } else {
+        side_by_side(wanted, |ns| async move {
+            let list = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await?;
+            Ok((ns, list.items))
+        })
+        .await?
+    };
     for (ns, items) in lists {
         for pvc in items {
             pvcs.insert(format!("{ns}/{}", pvc.name_any()), pvc);
@@ -163,6 +168,11 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
         }
     }
     let own_uid = &own_uid;
+    let workloads = observe::workloads_mounting(reads, &claims_by_ns).await?;
+    let reads = match &workloads {
+        Some(w) => reads.with_workloads(w),
+        None => reads,
+    };
     let found = side_by_side(claims_by_ns, |(ns, claims)| async move {
         let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
         Ok(observe::consumers(reads, &ns, &claims, own_uid).await?)

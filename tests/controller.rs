@@ -71,7 +71,14 @@ async fn deployment_consumer_gets_its_files_back_and_its_replicas() -> Result<()
         std::fs::write(dir.join("app.db"), b"garbage")?;
         std::fs::remove_file(dir.join("app.conf"))?;
 
-        let _controller = s.controller().await?;
+        // The claims, workloads and their ReplicaSets' owners read with one list per
+        // kind for the whole cluster, as for restores of many namespaces.
+        let config = refill::controller::Config {
+            namespace: s.ns.clone(),
+            cluster_wide_from: 1,
+            ..Default::default()
+        };
+        let _controller = ControllerHandle::start_with(s.env.cluster, config).await?;
         let _agent = s.node_agent();
         s.restore("r1", s.spec("b1", &["data"])).await?;
         let dr = s.finished("r1").await?;
@@ -838,7 +845,14 @@ async fn a_cronjob_that_mounts_the_claim_is_suspended_until_the_restore_ends() -
         crons.create(&PostParams::default(), &cron).await?;
         s.backup("b1", &[s.backed_up("data", "nightly-1", &[("f", b"old")])])
             .await?;
-        let _controller = s.controller().await?;
+        // Workloads read with one list per kind for the whole cluster, as the
+        // controller does for restores of many namespaces.
+        let config = refill::controller::Config {
+            namespace: s.ns.clone(),
+            cluster_wide_from: 1,
+            ..Default::default()
+        };
+        let _controller = ControllerHandle::start_with(s.env.cluster, config).await?;
         s.restore("r1", s.spec("b1", &["data"])).await?;
         let dr = s.wait_volume("r1", VolumePhase::Restoring).await?;
         let consumer = &dr.status.as_ref().unwrap().consumers[0];

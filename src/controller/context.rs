@@ -11,12 +11,13 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use tracing::debug;
 
-use crate::api::{ConsumerRecord, DataRestore, VolumePluginRestoreStatus};
+use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
 use crate::observe::{Known, Reads};
 
 use super::metrics::Metrics;
 use super::stores::Stores;
+use super::volume::mirror::Mirror;
 
 /// How the controller runs: the namespace it serves, its timings and its metrics.
 #[derive(Debug, Clone)]
@@ -41,6 +42,11 @@ pub struct Config {
     /// default here, so that tests running many controllers side by side do not all
     /// answer the same request.
     pub requests: bool,
+    /// From how many namespaces a restore's claims and workloads are read with one list
+    /// per kind for the whole cluster instead of one per namespace: a restore of many
+    /// namespaces then costs a few lists, while one of a few namespaces on a large
+    /// cluster does not read all of it.
+    pub cluster_wide_from: usize,
 }
 
 impl Default for Config {
@@ -53,6 +59,7 @@ impl Default for Config {
             cancel_grace: Duration::from_secs(300),
             metrics: Arc::default(),
             requests: false,
+            cluster_wide_from: 8,
         }
     }
 }
@@ -73,10 +80,8 @@ pub struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
-    /// The status refill last wrote to each VolumePluginRestore (`uid/name`): the store
-    /// shows a write only a watch event later, and a pass in between would write the
-    /// same again.
-    mirrored: Mutex<HashMap<String, VolumePluginRestoreStatus>>,
+    /// What each VolumePluginRestore should show; written on the side.
+    pub mirror: Arc<Mirror>,
     /// Backoff of each restore whose passes fail.
     pub backoffs: super::error::Backoffs,
     /// The stand-ins, PodVolumeRestores and VolumePluginRestores, as watches tell.
@@ -91,6 +96,7 @@ impl Context {
             controller: "refill".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let mirror = Arc::new(Mirror::new(config.progress_interval));
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -99,7 +105,7 @@ impl Context {
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),
-            mirrored: Mutex::default(),
+            mirror,
             backoffs: Default::default(),
             stores,
         }
@@ -107,7 +113,7 @@ impl Context {
 
     /// The controller's reads: its watches first, then the API.
     pub fn reads(&self) -> Reads<'_> {
-        Reads::watched(&self.client, &self.known)
+        Reads::watched(&self.client, &self.known, self.config.cluster_wide_from)
     }
 
     /// Publishes an Event on the DataRestore; a lost event is not worth failing for.
@@ -169,10 +175,7 @@ impl Context {
                 .expect("write lock")
                 .retain(|k, _| !k.starts_with(&uid));
             self.last_version.lock().expect("version lock").remove(&uid);
-            self.mirrored
-                .lock()
-                .expect("mirrored lock")
-                .retain(|k, _| !k.starts_with(&uid));
+            self.mirror.forget(&uid);
             self.config.metrics.forget(&uid);
         }
     }
@@ -257,23 +260,6 @@ impl Context {
                 .expect("version lock")
                 .insert(uid.to_string(), version);
         }
-    }
-
-    /// The status refill last wrote to the VolumePluginRestore `key` (`uid/name`).
-    pub fn last_mirrored(&self, key: &str) -> Option<VolumePluginRestoreStatus> {
-        self.mirrored
-            .lock()
-            .expect("mirrored lock")
-            .get(key)
-            .cloned()
-    }
-
-    /// Records a VolumePluginRestore status write (see [`Self::last_mirrored`]).
-    pub fn mirrored(&self, key: &str, status: VolumePluginRestoreStatus) {
-        self.mirrored
-            .lock()
-            .expect("mirrored lock")
-            .insert(key.to_string(), status);
     }
 
     /// The resourceVersion of refill's last status write of this restore.

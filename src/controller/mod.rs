@@ -126,6 +126,7 @@ pub async fn run_with_readiness(
     info!(namespace, "refill controller started");
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
+    let mirror = ctx.mirror.clone().run(client.clone(), namespace.clone());
     let restores = Controller::new(restores, watcher::Config::default())
         .owns_stream(pvr_events)
         // Stand-in pods live in the PVC's namespace, where no owner reference may point
@@ -149,10 +150,12 @@ pub async fn run_with_readiness(
                 warn!("reconcile failed: {e}");
             }
         });
-    // The mirror's watch lives as long as the controller does.
+    // The mirror's watch and writer live as long as the controller does.
     let restores = async {
-        futures::pin_mut!(plugin_restores);
-        futures::future::select(std::pin::pin!(restores), plugin_restores).await;
+        let mirror = async {
+            futures::join!(plugin_restores, mirror);
+        };
+        futures::future::select(std::pin::pin!(restores), std::pin::pin!(mirror)).await;
     };
     match requests {
         Some(requests) => {

@@ -17,8 +17,16 @@ pub mod condition {
     pub const NO_WARNING: &str = "NoWarning";
 }
 
+/// Now, as a status time.
 pub fn now() -> Time {
-    Time(Timestamp::now())
+    stored(Timestamp::now())
+}
+
+/// `at` as the API server keeps a status time: to the whole second. A record holding
+/// the nanoseconds differs from what the next pass reads back, and every copy of it
+/// (a VolumePluginRestore) would be written again for nothing.
+pub fn stored(at: Timestamp) -> Time {
+    Time(Timestamp::from_second(at.as_second()).unwrap_or(at))
 }
 
 /// The result once every volume has ended.
@@ -160,6 +168,16 @@ pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_times_are_kept_to_the_second_as_the_api_server_keeps_them() {
+        let at: Timestamp = "2026-12-01T07:17:15.483959427Z".parse().unwrap();
+        let kept = stored(at);
+        assert_eq!(kept.0.to_string(), "2026-12-01T07:17:15Z");
+        let json = serde_json::to_value(&kept).unwrap();
+        let back: Time = serde_json::from_value(json).unwrap();
+        assert_eq!(back, kept, "what is written is what is read back");
+    }
 
     fn volume(phase: VolumePhase) -> VolumeStatus {
         VolumeStatus {

@@ -93,7 +93,7 @@ pub async fn stop(
 }
 
 fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
+    crate::controller::status::now()
 }
 
 /// Tries the one-request scale back: true when it applied or the workload is gone,

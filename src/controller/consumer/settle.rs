@@ -28,20 +28,57 @@ pub async fn settle_consumers(
         .collect();
     let records = status.consumers.clone();
     let restore = format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any());
-    for_each_concurrently(
+    let mut news: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let settled = for_each_concurrently(
         steps.keys().copied(),
         |i| {
             let mut record = records[i].clone();
             let step = steps[&i];
             let restore = restore.clone();
             async move {
-                settle_consumer(dr, ctx, uid, &restore, &mut record, step).await?;
-                Ok(record)
+                let news = settle_consumer(dr, ctx, uid, &restore, &mut record, step).await?;
+                Ok((record, news))
             }
         },
-        |i, record| status.consumers[i] = record,
+        |i, (record, news_of_one)| {
+            status.consumers[i] = record;
+            if let Some((reason, note)) = news_of_one {
+                news.entry(reason).or_default().push(note);
+            }
+        },
     )
-    .await
+    .await;
+    // One Event per kind of news and pass, not one per consumer: a restore of many
+    // claims would otherwise write hundreds of Events, each a request and an etcd key.
+    for (reason, notes) in news {
+        ctx.event(dr, false, reason, summary(&notes));
+    }
+    settled
+}
+
+/// The longest note an Event may carry (events.k8s.io/v1).
+const NOTE_LIMIT: usize = 1024;
+
+/// The notes of one pass as one Event note: all of them while they fit, else as many
+/// as fit and how many more there were.
+fn summary(notes: &[String]) -> String {
+    let mut sorted: Vec<&String> = notes.iter().collect();
+    sorted.sort();
+    let mut out = String::new();
+    for (i, note) in sorted.iter().enumerate() {
+        let more = sorted.len() - i;
+        let tail = format!("; and {more} more");
+        let sep = if out.is_empty() { "" } else { "; " };
+        let last = i + 1 == sorted.len();
+        let room = if last { 0 } else { tail.len() + 16 };
+        if out.len() + sep.len() + note.len() + room > NOTE_LIMIT {
+            out.push_str(&tail);
+            return out;
+        }
+        out.push_str(sep);
+        out.push_str(note);
+    }
+    out
 }
 
 async fn settle_consumer(
@@ -51,13 +88,12 @@ async fn settle_consumer(
     restore: &str,
     record: &mut ConsumerRecord,
     step: ConsumerStep,
-) -> Result<()> {
+) -> Result<Option<(&'static str, String)>> {
     let related = crate::controller::Context::consumer_ref(record);
     match step {
         ConsumerStep::Stop => match super::stop(&ctx.client, uid, restore, record).await? {
             Stopped::Done => {
-                let note = super::stop_note(record);
-                ctx.event_about(dr, false, reasons::QUIESCED_CONSUMER, note, related);
+                return Ok(Some((reasons::QUIESCED_CONSUMER, super::stop_note(record))));
             }
             Stopped::HeldBy(holder) => {
                 let note = format!(
@@ -69,9 +105,8 @@ async fn settle_consumer(
         },
         ConsumerStep::Resume => {
             let resumed = super::resume(&ctx.client, uid, record).await?;
-            if let Some(note) = super::resume_note(record, &resumed) {
-                ctx.event_about(dr, false, reasons::RESUMED_CONSUMER, note, related);
-            }
+            let note = super::resume_note(record, &resumed);
+            return Ok(note.map(|note| (reasons::RESUMED_CONSUMER, note)));
         }
         ConsumerStep::KeepStopped => {
             if super::marked(&ctx.client, uid, record).await? {
@@ -87,5 +122,36 @@ async fn settle_consumer(
         }
         ConsumerStep::Nothing | ConsumerStep::Mark => {}
     }
-    Ok(())
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_news_of_a_pass_fit_one_event() {
+        let one = vec!["scaled Deployment shop/web from 2 to 0".to_string()];
+        assert_eq!(summary(&one), one[0], "a single note as it is");
+        let two = vec!["scaled b".to_string(), "scaled a".to_string()];
+        assert_eq!(
+            summary(&two),
+            "scaled a; scaled b",
+            "sorted, whatever order they came in"
+        );
+        let many: Vec<String> = (0..100)
+            .map(|i| format!("scaled Deployment bench-r{i:03}/app from 1 to 0"))
+            .collect();
+        let note = summary(&many);
+        assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
+        assert!(
+            note.starts_with("scaled Deployment bench-r000/app from 1 to 0; "),
+            "{note}"
+        );
+        let shown = note.matches("scaled Deployment").count();
+        assert!(
+            note.ends_with(&format!("; and {} more", 100 - shown)),
+            "{note}"
+        );
+    }
 }

@@ -4,11 +4,17 @@
 
 use std::time::Duration;
 
+use kube::ResourceExt;
+use tracing::warn;
+
 use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase};
 use crate::controller::status::{self, now};
 use crate::controller::{Context, Result};
 
 use super::{Next, restoring, stopping};
+
+/// How long the end of a restore waits for its VolumePluginRestores to be written.
+const MIRROR_FLUSH_LIMIT: Duration = Duration::from_secs(10);
 
 pub async fn finalize(
     dr: &DataRestore,
@@ -24,6 +30,11 @@ pub async fn finalize(
         .any(|c| matches!(c.state, ConsumerState::Stopping | ConsumerState::Stopped));
     if !(all_ended && consumers_settled && no_stand_ins) {
         return Ok(Next::After(Duration::from_millis(500)));
+    }
+    // Whoever waits for the restore to end reads final VolumePluginRestores.
+    let uid = dr.uid().unwrap_or_default();
+    if !ctx.mirror.flush(&uid, MIRROR_FLUSH_LIMIT).await {
+        warn!(restore = %dr.name_any(), "VolumePluginRestores not all written; ending without them");
     }
     status.phase = status::outcome(&status.volumes, stopping(dr, deleting));
     status.completion_time = Some(now());

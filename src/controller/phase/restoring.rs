@@ -376,16 +376,23 @@ pub async fn work(
         .stores
         .view(&ctx.client, &ctx.config.namespace, &uid)
         .await?;
-    let stopped = settle_consumers(dr, ctx, status, &uid).await;
-    let helper = if status
+    // Only a volume about to get its stand-in needs the helper's settings; they are
+    // read while consumers are stopped.
+    let needs_helper = status
         .volumes
         .iter()
-        .any(|v| v.phase == VolumePhase::Quiescing)
-    {
-        Some(restore_helper::read_source(&ctx.client, &ctx.config.namespace).await?)
-    } else {
-        None
+        .any(|v| v.phase == VolumePhase::Quiescing);
+    let helper = async {
+        if needs_helper {
+            restore_helper::read_source(&ctx.client, &ctx.config.namespace)
+                .await
+                .map(Some)
+        } else {
+            Ok(None)
+        }
     };
+    let (stopped, helper) = futures::join!(settle_consumers(dr, ctx, status, &uid), helper);
+    let helper = helper?;
     let rules = rules(dr, &ctx.config, status, deleting, Timestamp::now());
     let snapshot = status.clone();
     let act = Act {
@@ -415,15 +422,12 @@ pub async fn work(
             ctx.event_about(dr, note.warning, note.reason, note.text, related);
         }
     }
-    // Volumes that ended in this pass may free their consumers at once; their
-    // VolumePluginRestores are brought up to date meanwhile (neither waits on the other).
-    let volumes = status.volumes.clone();
-    let synced = for_each_concurrently(
-        0..volumes.len(),
-        |i| volume::mirror::sync_plugin_restore(dr, ctx, &volumes[i], &view.plugin_restores),
-        |_, ()| {},
-    );
-    let (settled, synced) = futures::join!(settle_consumers(dr, ctx, status, &uid), synced);
+    // Each volume's VolumePluginRestore is brought up to date on the side.
+    for volume in &status.volumes {
+        volume::mirror::want(ctx, &uid, volume, &view.plugin_restores);
+    }
+    // Volumes that ended in this pass may free their consumers at once.
+    let settled = settle_consumers(dr, ctx, status, &uid).await;
     ctx.track_claims(
         dr,
         status
@@ -438,7 +442,6 @@ pub async fn work(
     stopped?;
     advanced?;
     settled?;
-    synced?;
     Ok(view.stand_ins.is_empty())
 }
 

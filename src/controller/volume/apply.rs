@@ -1,13 +1,13 @@
 //! Writes a decided [`Change`] into the volume's record, and says what to tell people
 //! about it. Pure.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{VolumePhase, VolumeStatus};
 
 use super::decide::Change;
 use crate::controller::reasons;
+use crate::controller::status::stored;
 
 /// An Event to publish about the volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
             volume.message = Some("restored".into());
             volume.warning = None;
-            volume.completion_time = Some(Time(now));
+            volume.completion_time = Some(stored(now));
             applied.note = Some(Note {
                 warning: false,
                 reason: reasons::VOLUME_RESTORED,
@@ -71,7 +71,7 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
         Change::Abort { outcome, message } => {
             volume.phase = VolumePhase::Aborting;
             volume.outcome = Some(outcome);
-            volume.abort_time = Some(Time(now));
+            volume.abort_time = Some(stored(now));
             volume.warning = None;
             applied.note = Some(Note {
                 warning: outcome == VolumePhase::Failed,
@@ -110,7 +110,7 @@ fn end(
     volume.phase = outcome;
     volume.partly_written = partly_written;
     volume.warning = None;
-    volume.completion_time = Some(Time(now));
+    volume.completion_time = Some(stored(now));
     let (warning, reason) = match outcome {
         VolumePhase::Canceled => (false, reasons::VOLUME_CANCELED),
         _ => (true, reasons::VOLUME_FAILED),

@@ -312,6 +312,12 @@ pub fn worth_reading(
 
 /// Copies what the stand-in and the node agent report (node, bytes) into the record.
 pub fn follow(volume: &mut VolumeStatus, found: &Found) {
+    // An ended volume's record is final: a PodVolumeRestore whose last progress report
+    // says less than all (an instant copy reports none) would otherwise undo what its
+    // end recorded, pass after pass, and each time its mirror and the status be written.
+    if volume.phase.is_terminal() {
+        return;
+    }
     if let Some(pod) = &found.stand_in {
         volume.stand_in_pod = Some(pod.name_any());
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
@@ -416,6 +422,44 @@ mod tests {
             ..Default::default()
         });
         pvr
+    }
+
+    #[test]
+    fn an_ended_volume_keeps_what_it_recorded() {
+        let pvr = PodVolumeRestore {
+            status: Some(crate::api::PodVolumeRestoreStatus {
+                progress: Some(crate::api::Progress {
+                    total_bytes: 0,
+                    bytes_done: 0,
+                }),
+                node: Some("node-b".into()),
+                ..Default::default()
+            }),
+            ..PodVolumeRestore::new("r", Default::default())
+        };
+        let found = Found {
+            stand_in: None,
+            pod_volume_restore: Some(Arc::new(pvr)),
+        };
+        let ended = VolumeStatus {
+            phase: VolumePhase::Completed,
+            total_bytes: 100,
+            bytes_done: 100,
+            node: Some("node-a".into()),
+            ..Default::default()
+        };
+        let mut volume = ended.clone();
+        follow(&mut volume, &found);
+        assert_eq!(volume, ended);
+        let mut running = VolumeStatus {
+            phase: VolumePhase::Restoring,
+            ..ended
+        };
+        follow(&mut running, &found);
+        assert_eq!(
+            (running.bytes_done, running.node.as_deref()),
+            (0, Some("node-b"))
+        );
     }
 
     #[test]
