@@ -386,22 +386,24 @@ pub async fn workloads_mounting(
                 return;
             };
             let name = obj.metadata.name.clone().unwrap_or_default();
-            let mut json = obj.data;
-            let mut metadata = obj.metadata;
-            metadata.managed_fields = None;
-            json["metadata"] = serde_json::to_value(&metadata).unwrap_or_default();
-            if wanted
+            let json = slim(kind, obj);
+            if !wanted
                 .iter()
                 .any(|c| template_mounts(kind, &name, &json, c))
             {
-                // The owners of ReplicaSets and Jobs are what a pod's top owner is
-                // found through: known now, they need no read of their own.
-                if let (Some(known), Some(uid), ConsumerKind::ReplicaSet | ConsumerKind::Job) =
-                    (reads.known, metadata.uid.as_deref(), kind)
-                {
-                    let owners = metadata.owner_references.clone().unwrap_or_default();
-                    known.owners.put(uid, Some(owners));
-                }
+                return;
+            }
+            // The owners of ReplicaSets and Jobs are what a pod's top owner is found
+            // through: known now, they need no read of their own.
+            let uid = json["metadata"]["uid"].as_str();
+            if let (Some(known), Some(uid), ConsumerKind::ReplicaSet | ConsumerKind::Job) =
+                (reads.known, uid, kind)
+            {
+                let owners = serde_json::from_value(json["metadata"]["ownerReferences"].clone());
+                known.owners.put(uid, Some(owners.unwrap_or_default()));
+            }
+            // Only a workload no other one controls is a consumer of its own.
+            if is_top_workload(kind, &json) {
                 kept.push((namespace, (kind, name, json)));
             }
         })
@@ -424,6 +426,25 @@ pub async fn workloads_mounting(
             .push(workload);
     }
     Ok(Some(found))
+}
+
+/// What of a listed workload deciding about it needs (its name, owners, spec, and a
+/// Job's conditions), so that the workloads of a thousand namespaces are held cheaply.
+fn slim(kind: ConsumerKind, obj: DynamicObject) -> serde_json::Value {
+    let mut json = obj.data;
+    let conditions = json["status"]["conditions"].take();
+    json["status"] = match kind {
+        ConsumerKind::Job => serde_json::json!({ "conditions": conditions }),
+        _ => serde_json::Value::Null,
+    };
+    let meta = obj.metadata;
+    json["metadata"] = serde_json::json!({
+        "name": meta.name,
+        "namespace": meta.namespace,
+        "uid": meta.uid,
+        "ownerReferences": meta.owner_references.unwrap_or_default(),
+    });
+    json
 }
 
 /// Hands every object `api` lists to `each`, a page at a time: a cluster-wide list
@@ -529,6 +550,40 @@ pub fn replicas(obj: &DynamicObject) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_workload_keeps_what_deciding_needs() {
+        let object = |kind: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": kind,
+                "metadata": {"name": "w", "namespace": "shop", "uid": "u1",
+                    "annotations": {"big": "x".repeat(1000)}, "labels": {"a": "b"},
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob",
+                        "name": "c", "uid": "u0", "controller": true}]},
+                "spec": {"replicas": 3, "template": {"spec": {"volumes": [
+                    {"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}},
+                "status": {"replicas": 3, "conditions": [{"type": "Complete", "status": "True"}]}
+            }))
+            .unwrap()
+        };
+        let deployment = slim(ConsumerKind::Deployment, object("Deployment"));
+        assert!(deployment["status"].is_null());
+        assert!(deployment["metadata"]["annotations"].is_null());
+        assert_eq!(deployment["metadata"]["uid"], "u1");
+        assert_eq!(deployment["spec"]["replicas"], 3);
+        assert!(template_mounts(
+            ConsumerKind::Deployment,
+            "w",
+            &deployment,
+            "data"
+        ));
+        assert!(
+            !is_top_workload(ConsumerKind::Deployment, &deployment),
+            "owned"
+        );
+        let job = slim(ConsumerKind::Job, object("Job"));
+        assert_eq!(job["status"]["conditions"][0]["type"], "Complete");
+    }
 
     fn owner(name: &str) -> Owners {
         Some(vec![OwnerReference {

@@ -47,7 +47,7 @@ pub struct Entry {
     pub wanted: VolumePluginRestoreStatus,
     /// What it shows, as far as refill knows: its last write, or what the watch showed.
     pub written: Option<VolumePluginRestoreStatus>,
-    /// When the last write (or failed attempt) was sent.
+    /// When the last write (or failed attempt) was sent, then answered.
     pub last_write: Option<Instant>,
     /// A write of it is under way.
     pub busy: bool,
@@ -189,6 +189,9 @@ impl Mirror {
         let mut entries = self.entries.lock().expect("mirror lock");
         if let Some(entry) = entries.get_mut(key) {
             entry.busy = false;
+            // The interval counts from the answer: counted from the send, two writes
+            // could reach the API server less than the interval apart.
+            entry.last_write = Some(Instant::now());
             match result {
                 Ok(()) => entry.written = Some(sent),
                 // Deleted by someone: there is nothing left to show it on.
