@@ -264,18 +264,15 @@ pub async fn consumers_in(
     }
     // Workloads whose pod template mounts a claim are consumers too, with no pod running
     // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
-    let listed = match reads.workloads {
-        Some(w) if w.namespaces.contains(namespace) => None,
-        _ => Some(workloads(reads.client, namespace).await?),
+    let listed = match reads.workloads.filter(|w| w.namespaces.contains(namespace)) {
+        Some(read) => read
+            .by_namespace
+            .get(namespace)
+            .cloned()
+            .unwrap_or_default(),
+        None => workloads(reads.client, namespace).await?,
     };
-    let read_before = reads
-        .workloads
-        .and_then(|w| w.by_namespace.get(namespace))
-        .into_iter()
-        .flatten()
-        .cloned();
-    let all = listed.into_iter().flatten().chain(read_before);
-    for (kind, name, workload) in all {
+    for (kind, name, workload) in listed {
         if !is_top_workload(kind, &workload) {
             continue;
         }

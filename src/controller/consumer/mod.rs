@@ -6,11 +6,11 @@ mod step;
 mod strategy;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
+use crate::controller::status::now;
 use crate::labels;
 
 use super::error::has_status;
@@ -90,10 +90,6 @@ pub async fn stop(
     record.state = ConsumerState::Stopped;
     record.stopped_at.get_or_insert_with(now);
     Ok(Stopped::Done)
-}
-
-fn now() -> Time {
-    crate::controller::status::now()
 }
 
 /// Tries the one-request scale back: true when it applied or the workload is gone,

@@ -47,7 +47,7 @@ pub struct Entry {
     pub wanted: VolumePluginRestoreStatus,
     /// What it shows, as far as refill knows: its last write, or what the watch showed.
     pub written: Option<VolumePluginRestoreStatus>,
-    /// When the last write (or failed attempt) was sent, then answered.
+    /// When the last write (or failed attempt) was answered.
     pub last_write: Option<Instant>,
     /// A write of it is under way.
     pub busy: bool,
@@ -69,28 +69,16 @@ pub fn due(entry: &Entry, now: Instant, interval: Duration) -> Due {
         return Due::Not;
     }
     // The write that says the volume ended; changes after it wait their turn.
-    let ends = entry
-        .wanted
-        .phase
-        .as_deref()
-        .is_some_and(|p| terminal_phases().any(|t| t == p))
-        && entry.written.as_ref().map(|w| &w.phase) != Some(&entry.wanted.phase);
+    let ended = entry.wanted.phase.as_deref().is_some_and(|p| {
+        serde_json::from_value::<VolumePhase>(json!(p)).is_ok_and(|p| p.is_terminal())
+    });
+    let ends = ended && entry.written.as_ref().map(|w| &w.phase) != Some(&entry.wanted.phase);
     match entry.last_write {
         None => Due::Now,
         _ if ends => Due::Now,
         Some(last) if now >= last + interval => Due::Now,
         Some(last) => Due::At(last + interval),
     }
-}
-
-fn terminal_phases() -> impl Iterator<Item = String> {
-    [
-        VolumePhase::Completed,
-        VolumePhase::Failed,
-        VolumePhase::Canceled,
-    ]
-    .into_iter()
-    .map(|p| format!("{p:?}"))
 }
 
 impl Mirror {
@@ -174,7 +162,6 @@ impl Mirror {
             match due(entry, now, self.interval) {
                 Due::Now => {
                     entry.busy = true;
-                    entry.last_write = Some(now);
                     batch.push((key.clone(), entry.clone()));
                 }
                 Due::At(at) => next = Some(next.map_or(at, |n| n.min(at))),
