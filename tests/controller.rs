@@ -253,6 +253,24 @@ async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
         ensure!(s.replicas("front").await? == (2, None) && s.replicas("back").await? == (1, None));
         s.ready_pods("front", 2).await?;
         s.ready_pods("back", 1).await?;
+        // Both were stopped in one pass and brought back in one: one Event for each,
+        // naming both workloads, not one Event per workload.
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), &s.ns)
+                .list(&ListParams::default())
+                .await?;
+        for reason in ["QuiescedConsumer", "ResumedConsumer"] {
+            let notes: Vec<String> = events
+                .items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter_map(|e| e.note.clone())
+                .collect();
+            ensure!(
+                notes.len() == 1 && notes[0].contains("/back") && notes[0].contains("/front"),
+                "{reason}: {notes:?}"
+            );
+        }
         Ok(())
     })
     .await
