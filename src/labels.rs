@@ -44,6 +44,10 @@ pub const DATA_RESTORE_ANNOTATION: &str = "refill.dev/data-restore";
 pub const ROLE: &str = "refill.dev/role";
 /// [`ROLE`] of a stand-in pod.
 pub const ROLE_STAND_IN: &str = "stand-in";
+/// The role of a claim refill made and filled for `target: NewClaim`.
+pub const ROLE_NEW_CLAIM: &str = "new-claim";
+/// On a claim made for `target: NewClaim`: `namespace/name` of the claim it copies.
+pub const RESTORED_FROM_ANNOTATION: &str = "refill.dev/restored-from";
 /// On a stopped consumer: the UID of the DataRestore that stopped it. Written with the
 /// resourceVersion read, it is the lock that lets only one restore stop a workload.
 pub const QUIESCED_BY: &str = "refill.dev/quiesced-by";
@@ -102,6 +106,13 @@ fn derived_name(prefix: &str, parts: &[&str]) -> String {
 pub fn stand_in_pod_name(pvc_key: &str) -> String {
     let claim = pvc_key.rsplit('/').next().unwrap_or(pvc_key);
     derived_name(&format!("refill-{claim}"), &[pvc_key])
+}
+
+/// The claim a `target: NewClaim` restore fills for the PVC `claim`: named after the
+/// claim and the restore, so a restarted controller finds the one it made, and a
+/// second restore of the same claim makes its own.
+pub fn new_claim_name(claim: &str, restore_name: &str) -> String {
+    derived_name(&format!("{claim}-{restore_name}"), &[claim, restore_name])
 }
 
 /// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.

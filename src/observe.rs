@@ -294,6 +294,7 @@ pub async fn consumers_in(
             refs.push(ConsumerRef {
                 namespace: namespace.to_string(),
                 pod: None,
+                node: None,
                 owner,
                 replicas,
                 template: template_spec(kind, &workload).map(Box::new),
@@ -318,6 +319,7 @@ fn push_refs(
             .push(ConsumerRef {
                 namespace: namespace.to_string(),
                 pod: pod.metadata.name.clone(),
+                node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                 owner: owner.clone(),
                 replicas,
                 template: None,

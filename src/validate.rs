@@ -14,8 +14,6 @@ use crate::labels;
 use crate::observe::{self, Reads};
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
-pub use crate::plan::Placement;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ValidateError {
     /// The request itself is wrong; retrying will not help.

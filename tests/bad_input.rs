@@ -566,7 +566,21 @@ fn cases(ns: &str) -> Vec<Case> {
                 ],
                 1,
                 "--consumers",
-                "--consumers is Refuse, which forbids restoring a PVC in use",
+                "--consumers is refuse, which forbids restoring a PVC in use",
+            ),
+        },
+        Case {
+            name: "running-consumers-unacknowledged",
+            spec: with(spec("b1", &["data"]), json!({"consumers": "None"})),
+            direct: failed(
+                "spec.acknowledgeRunningConsumers",
+                "spec.consumers is None, which overwrites files under applications that keep running",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &data, "--consumers", "none"],
+                1,
+                "--acknowledge-running-consumers",
+                "--consumers is none, which overwrites files under applications that keep running",
             ),
         },
         Case {

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use refill::api::{
-    ConsumerKind, ConsumerPolicy, ConsumerState, DataRestore, DataRestoreSpec, Phase, VolumePhase,
-    VolumePluginRestore,
+    ConsumerKind, ConsumerPolicy, ConsumerState, DataRestore, DataRestoreSpec, Phase,
+    RestoreTarget, VolumePhase, VolumePluginRestore,
 };
 use refill::labels;
 use refill_e2e::fixture::{self, BackedUpVolume, ControllerHandle, Scene, phase};
@@ -271,6 +271,176 @@ async fn rwx_claim_shared_by_two_deployments() -> Result<()> {
                 "{reason}: {notes:?}"
             );
         }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn consumers_none_restores_beside_the_running_app_and_warns() -> Result<()> {
+    run_test("dr-online", |env| async move {
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-a", 2, b"corrupt", b"good").await?;
+        let deployments = Api::<Deployment>::namespaced(s.client.clone(), &s.ns);
+        let before = deployments.get("web").await?;
+        let pods_before: Vec<String> = s
+            .ready_pods("web", 2)
+            .await?
+            .iter()
+            .map(|p| p.uid().unwrap())
+            .collect();
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let spec = DataRestoreSpec {
+            consumers: ConsumerPolicy::None,
+            acknowledge_running_consumers: true,
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r1", spec).await?;
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+        ensure!(fixture::read(&dir, "f")? == b"good", "f not restored");
+        // Nothing was stopped: no record, the Deployment never written, the same pods.
+        ensure!(status.consumers.is_empty(), "{:#?}", status.consumers);
+        let after = deployments.get("web").await?;
+        ensure!(
+            after.metadata.generation == before.metadata.generation
+                && after.annotations() == before.annotations(),
+            "the Deployment was changed: {:?}",
+            after.metadata
+        );
+        let pods_after: Vec<String> = s
+            .ready_pods("web", 2)
+            .await?
+            .iter()
+            .map(|p| p.uid().unwrap())
+            .collect();
+        ensure!(
+            pods_after == pods_before,
+            "pods were replaced: {pods_before:?} -> {pods_after:?}"
+        );
+        ensure!(
+            status
+                .warnings
+                .iter()
+                .any(|w| w.contains("files are overwritten under applications that keep running")),
+            "{:?}",
+            status.warnings
+        );
+        // The warning is loud while it runs and gone once nothing writes any more.
+        let warning = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Warning")
+            .unwrap();
+        ensure!(warning.status == "False", "{warning:#?}");
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), &s.ns)
+                .list(&ListParams::default())
+                .await?;
+        let warned: Vec<&k8s_openapi::api::events::v1::Event> = events
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("RunningConsumers"))
+            .collect();
+        ensure!(
+            warned.len() == 1 && warned[0].type_.as_deref() == Some("Warning"),
+            "{warned:#?}"
+        );
+        ensure!(
+            !events
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("QuiescedConsumer")),
+            "a consumer was stopped"
+        );
+        s.no_stand_ins().await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn new_claim_gets_the_backup_and_leaves_the_claim_and_its_app_alone() -> Result<()> {
+    run_test("dr-new-claim", |env| async move {
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-b", 1, b"live and newer", b"good").await?;
+        let deployments = Api::<Deployment>::namespaced(s.client.clone(), &s.ns);
+        let claims = Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), &s.ns);
+        let (web, data) = (deployments.get("web").await?, claims.get("data").await?);
+        // The volume the new claim will get, on the node of the claim's own volume and
+        // kept for that claim alone (another test's claim of the class could take it).
+        let new_name = labels::new_claim_name("data", "r1");
+        let spare = s.scratch.join("pv").join("spare");
+        let pv = format!("{}-spare", s.ns);
+        fixture::local_pv(&s.client, &pv, "node-b", &spare, &s.env.ns.labels()).await?;
+        let reserve = json!({"spec": {"claimRef": {"namespace": &s.ns, "name": &new_name}}});
+        Api::<PersistentVolume>::all(s.client.clone())
+            .patch(&pv, &PatchParams::default(), &Patch::Merge(reserve))
+            .await?;
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let spec = DataRestoreSpec {
+            target: RestoreTarget::NewClaim,
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r1", spec).await?;
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+        let volume = &status.volumes[0];
+        ensure!(
+            volume.target_pvc.as_deref() == Some(new_name.as_str())
+                && volume.message.as_deref()
+                    == Some(&*format!("restored into PVC {}/{new_name}", s.ns))
+                && volume.node.as_deref() == Some("node-b"),
+            "{volume:#?}"
+        );
+        // The backup is in the new claim; the claim, its files and its app are as they were.
+        ensure!(
+            fixture::read(&spare, "f")? == b"good",
+            "the new claim lacks the backup"
+        );
+        ensure!(
+            fixture::read(&dir, "f")? == b"live and newer",
+            "the claim was written"
+        );
+        let made = claims.get(&new_name).await?;
+        ensure!(
+            made.spec.as_ref().and_then(|s| s.volume_name.as_deref()) == Some(pv.as_str())
+                && made.annotations().get(labels::RESTORED_FROM_ANNOTATION)
+                    == Some(&format!("{}/data", s.ns))
+                && made.owner_references().is_empty(),
+            "{:#?}",
+            made.metadata
+        );
+        ensure!(status.consumers.is_empty(), "{:#?}", status.consumers);
+        ensure!(
+            deployments.get("web").await?.metadata.resource_version
+                == web.metadata.resource_version
+                && claims.get("data").await?.metadata.resource_version
+                    == data.metadata.resource_version,
+            "the Deployment or the claim was written"
+        );
+        s.no_stand_ins().await?;
+        // It outlives the restore: it is the restore's result.
+        Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
+            .delete("r1", &Default::default())
+            .await?;
+        wait_for("r1 gone", TIMEOUT, || async {
+            let gone = Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
+                .get_opt("r1")
+                .await?
+                .is_none();
+            Ok(gone.then_some(()))
+        })
+        .await?;
+        ensure!(
+            claims.get_opt(&new_name).await?.is_some(),
+            "the new claim went with the restore"
+        );
         Ok(())
     })
     .await

@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{
-    DataRestore, DataRestoreRequest, DataRestoreSpec, Phase, PodVolumePhase, PodVolumeRestore,
+    ConsumerPolicy, DataRestore, DataRestoreRequest, DataRestoreSpec, Phase, PodVolumePhase,
+    PodVolumeRestore,
 };
 use refill_e2e::velero::{self, Entry, VELERO_NAMESPACE};
 use refill_e2e::{
@@ -276,6 +277,53 @@ async fn a_deployments_claim_restored_in_place(env: &TestEnv) -> Result<()> {
     fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
     nothing_left_behind(&client, &ns, &done).await?;
     forget(&client, &ns, &backup).await
+}
+
+/// consumers: None, acknowledged: Velero's node agent writes beside the running app,
+/// through a stand-in on the app's node; the app's pod is never stopped.
+#[tokio::test]
+async fn velero_node_agent_restores_under_a_running_app_when_asked() -> Result<()> {
+    run_test("velero-online", |env| async move {
+        controller(&env).await?;
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        let (app, dir) = deploy_app(&client, &ns, 2).await?;
+        let want = velero::tree(&dir)?;
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        damage(&dir)?;
+
+        let spec = DataRestoreSpec {
+            backup_name: Some(backup.clone()),
+            pvcs: vec![format!("{ns}/data")],
+            consumers: ConsumerPolicy::None,
+            acknowledge_running_consumers: true,
+            ..Default::default()
+        };
+        fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
+        let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        same_tree(&want, &dir)?;
+        ensure!(status.consumers.is_empty(), "{:#?}", status.consumers);
+        // The same pod ran throughout, and the stand-in shared its node.
+        let pods = fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        ensure!(
+            pods[0].uid() == app.uid(),
+            "the app's pod was replaced: {:?} -> {:?}",
+            app.uid(),
+            pods[0].uid()
+        );
+        ensure!(
+            status.volumes[0].node == node_of(&app),
+            "stand-in on {:?}, app on {:?}",
+            status.volumes[0].node,
+            node_of(&app)
+        );
+        nothing_left_behind(&client, &ns, &done).await?;
+        forget(&client, &ns, &backup).await
+    })
+    .await
 }
 
 #[tokio::test]

@@ -58,9 +58,17 @@ pub struct DataRestoreSpec {
     /// for a PVC that is unbound with a WaitForFirstConsumer StorageClass.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub candidate_nodes: BTreeMap<String, Vec<String>>,
+    /// Where the files go: back into each PVC (InPlace), or into a new PVC beside it
+    /// (NewClaim), which leaves the PVC and its consumers untouched.
+    #[serde(default, skip_serializing_if = "RestoreTarget::is_in_place")]
+    pub target: RestoreTarget,
     /// What to do with pods that mount a PVC being restored.
     #[serde(default)]
     pub consumers: ConsumerPolicy,
+    /// Must be true with consumers: None, saying that files are overwritten under
+    /// applications that keep running and may read or write them meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub acknowledge_running_consumers: bool,
     /// What to do with the stopped consumers when a volume fails.
     #[serde(default)]
     pub on_failure: FailurePolicy,
@@ -99,6 +107,45 @@ pub enum ConsumerPolicy {
     Detach,
     /// Fail if anything mounts the PVC.
     Refuse,
+    /// Stop nothing: the files are put back while the consumers run, which overwrites
+    /// files under a running application. Needs spec.acknowledgeRunningConsumers.
+    None,
+}
+
+/// Where a restore puts the files of a PVC.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RestoreTarget {
+    /// Into the PVC itself, its consumers stopped meanwhile (see consumers).
+    #[default]
+    InPlace,
+    /// Into a new PVC in the same namespace, of the same StorageClass, access modes and
+    /// size, named in status.volumes[].targetPVC and kept after the restore; nothing is
+    /// stopped. Workloads are pointed at it by the user.
+    NewClaim,
+}
+
+impl RestoreTarget {
+    /// The default, left out when serialized.
+    pub fn is_in_place(&self) -> bool {
+        *self == RestoreTarget::InPlace
+    }
+}
+
+impl DataRestoreSpec {
+    /// How consumers are actually treated: a restore into new claims writes nowhere
+    /// they read, so it stops none of them.
+    pub fn consumer_policy(&self) -> ConsumerPolicy {
+        match self.target {
+            RestoreTarget::InPlace => self.consumers,
+            RestoreTarget::NewClaim => ConsumerPolicy::None,
+        }
+    }
+
+    /// Files are overwritten under consumers that keep running (consumers: None, in
+    /// place).
+    pub fn writes_under_running_consumers(&self) -> bool {
+        self.target == RestoreTarget::InPlace && self.consumers == ConsumerPolicy::None
+    }
 }
 
 /// What happens to the stopped consumers of a volume that was not restored.
@@ -265,6 +312,10 @@ pub struct VolumeStatus {
     /// Where the volume is in its own restore.
     #[serde(default)]
     pub phase: VolumePhase,
+    /// With target NewClaim: the name of the PVC the files go into, in the PVC's
+    /// namespace.
+    #[serde(default, rename = "targetPVC", skip_serializing_if = "Option::is_none")]
+    pub target_pvc: Option<String>,
     /// UID of the PVC when validated; the PodVolumeRestore is labelled with it.
     #[serde(default, rename = "pvcUID", skip_serializing_if = "Option::is_none")]
     pub pvc_uid: Option<String>,
@@ -330,6 +381,20 @@ pub struct VolumeStatus {
     /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+}
+
+impl VolumeStatus {
+    /// `namespace/name` of the claim the files are written into: the PVC itself, or
+    /// with target NewClaim the claim made for it.
+    pub fn written_claim(&self) -> String {
+        match &self.target_pvc {
+            Some(name) => {
+                let ns = self.pvc.split_once('/').map_or("", |(ns, _)| ns);
+                format!("{ns}/{name}")
+            }
+            None => self.pvc.clone(),
+        }
+    }
 }
 
 /// A consumer's pod and container security contexts, copied to the stand-in pod.

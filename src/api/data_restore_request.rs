@@ -44,6 +44,10 @@ pub struct DataRestoreRequestSpec {
     /// What to do with pods that mount a claim being restored.
     #[serde(default)]
     pub consumers: ConsumerPolicy,
+    /// Must be true with consumers: None, saying that files are overwritten under
+    /// applications that keep running.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub acknowledge_running_consumers: bool,
     /// What to do with the stopped consumers when a volume fails.
     #[serde(default)]
     pub on_failure: FailurePolicy,

@@ -20,6 +20,8 @@ pub mod plugin_keys {
     pub const NODE: &str = "node";
     /// The Velero PodVolumeRestore that writes the data.
     pub const POD_VOLUME_RESTORE: &str = "podVolumeRestore";
+    /// With target NewClaim: `namespace/name` of the claim the files are written into.
+    pub const TARGET_PVC: &str = "targetPVC";
 }
 
 /// The provider named in spec.provider and the `velero.io/provider` label (a label

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
-use crate::api::{ConsumerPolicy, FailurePolicy};
+use crate::api::{ConsumerPolicy, FailurePolicy, RestoreTarget};
 
 /// The exit codes, for help texts (a macro so that `concat!` can use it).
 macro_rules! exit_codes {
@@ -98,6 +98,9 @@ pub enum ConsumersArg {
     Detach,
     /// Fail if anything mounts a PVC to restore.
     Refuse,
+    /// Stop nothing: files are overwritten under running applications (needs
+    /// --acknowledge-running-consumers).
+    None,
 }
 
 impl From<ConsumersArg> for ConsumerPolicy {
@@ -106,6 +109,24 @@ impl From<ConsumersArg> for ConsumerPolicy {
             ConsumersArg::ScaleDown => ConsumerPolicy::ScaleDown,
             ConsumersArg::Detach => ConsumerPolicy::Detach,
             ConsumersArg::Refuse => ConsumerPolicy::Refuse,
+            ConsumersArg::None => ConsumerPolicy::None,
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetArg {
+    /// Back into each PVC, its consumers stopped meanwhile.
+    InPlace,
+    /// Into a new PVC beside each one (named in the status); nothing is stopped.
+    NewClaim,
+}
+
+impl From<TargetArg> for RestoreTarget {
+    fn from(value: TargetArg) -> Self {
+        match value {
+            TargetArg::InPlace => RestoreTarget::InPlace,
+            TargetArg::NewClaim => RestoreTarget::NewClaim,
         }
     }
 }
@@ -158,9 +179,18 @@ pub struct CreateArgs {
     #[arg(long = "candidate-nodes", value_name = "NS/PVC=NODE[,NODE...]")]
     pub candidate_nodes: Vec<String>,
 
+    /// Where the files go [default: in-place].
+    #[arg(long, value_enum, value_name = "TARGET")]
+    pub target: Option<TargetArg>,
+
     /// What to do with workloads that mount a PVC being restored [default: scale-down].
     #[arg(long, value_enum, value_name = "POLICY")]
     pub consumers: Option<ConsumersArg>,
+
+    /// With --consumers none: says that files are overwritten under running
+    /// applications, which may read half-restored files or write over them.
+    #[arg(long)]
+    pub acknowledge_running_consumers: bool,
 
     /// What to do with stopped consumers when a volume fails [default: resume].
     #[arg(long, value_enum, value_name = "POLICY")]

@@ -182,6 +182,19 @@ pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
         ("spec.includedNamespaces", "--include-namespaces"),
         ("spec.pvcs", "--pvc"),
         ("spec.candidateNodes", "--candidate-nodes"),
+        (
+            "set spec.acknowledgeRunningConsumers to true",
+            "add --acknowledge-running-consumers",
+        ),
+        (
+            "spec.acknowledgeRunningConsumers",
+            "--acknowledge-running-consumers",
+        ),
+        ("spec.consumers is None", "--consumers is none"),
+        ("spec.consumers is ScaleDown", "--consumers is scale-down"),
+        ("spec.consumers is Detach", "--consumers is detach"),
+        ("spec.consumers is Refuse", "--consumers is refuse"),
+        ("spec.consumers to None", "--consumers to none"),
         ("spec.consumers", "--consumers"),
         ("spec.volumeTimeout", "--volume-timeout"),
         ("spec.timeout", "--timeout"),
@@ -272,6 +285,19 @@ mod tests {
                 "spec.consumers: PVC shop/a is mounted by pod shop/p: consumers: Refuse forbids it"
             ),
             "--consumers: PVC shop/a is mounted by pod shop/p: --consumers refuse forbids it"
+        );
+        let online = DataRestoreSpec {
+            backup_name: Some("b".into()),
+            pvcs: vec!["shop/a".into()],
+            consumers: crate::api::ConsumerPolicy::None,
+            ..Default::default()
+        };
+        let words = flag_words(&spec, &crate::plan::spec_errors(&online)[0]);
+        assert!(
+            words.starts_with("--acknowledge-running-consumers: --consumers is none, which")
+                && words.contains("; add --acknowledge-running-consumers if that is meant")
+                && !words.contains("spec."),
+            "{words}"
         );
         assert_eq!(
             flag_words(

@@ -52,6 +52,12 @@ fn placement(p: &Placement) -> String {
         Placement::BoundTo { pv, nodes } if nodes.is_empty() => format!("wherever PV {pv} is"),
         Placement::BoundTo { pv, nodes } => format!("{} (PV {pv})", nodes.join(", ")),
         Placement::Candidates(nodes) => format!("{} (candidates)", nodes.join(", ")),
+        Placement::BesideConsumers(nodes) => {
+            format!("{} (where its consumers run)", nodes.join(", "))
+        }
+        Placement::BesideOriginal(nodes) => {
+            format!("{} (where the PVC's volume is)", nodes.join(", "))
+        }
     }
 }
 
@@ -86,9 +92,21 @@ pub fn render(dr: &DataRestore, plan: &Plan) -> String {
         ]);
     }
     out += &table.render("  ");
+    if dr.spec.target == crate::api::RestoreTarget::NewClaim {
+        out += "\nInto new PVCs, kept after the restore (the PVCs above are not touched):\n";
+        for v in &plan.volumes {
+            let (ns, claim) = v.pvc.split_once('/').unwrap_or(("", &v.pvc));
+            let new = crate::labels::new_claim_name(claim, &name);
+            out += &format!("  {} → {ns}/{new}\n", v.pvc);
+        }
+    }
 
     out += &format!("\nConsumers (policy {:?}):\n", dr.spec.consumers);
-    if plan.consumers.is_empty() {
+    if dr.spec.target == crate::api::RestoreTarget::NewClaim {
+        out += "  none stopped: nothing they read is written\n";
+    } else if dr.spec.consumers == crate::api::ConsumerPolicy::None {
+        out += "  none stopped: whatever mounts these PVCs keeps running during the restore\n";
+    } else if plan.consumers.is_empty() {
         out += "  none: nothing mounts these PVCs now\n";
     } else {
         let mut table = Table::new(&["KIND", "NAME", "REPLICAS", "ACTION", "PVCS"]);

@@ -8,6 +8,7 @@ mod error;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+mod new_claim;
 mod phase;
 mod pod_volume_restore;
 mod reasons;

@@ -128,6 +128,9 @@ pub fn plugin_status(volume: &VolumeStatus) -> VolumePluginRestoreStatus {
             specific.insert(key.to_string(), value.clone());
         }
     }
+    if volume.target_pvc.is_some() {
+        specific.insert(plugin_keys::TARGET_PVC.to_string(), volume.written_claim());
+    }
     VolumePluginRestoreStatus {
         phase: Some(format!("{:?}", volume.phase)),
         volume_id: Some(volume.pvc.clone()),

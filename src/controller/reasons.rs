@@ -3,6 +3,8 @@
 
 pub const VALIDATED: &str = "Validated";
 pub const FAILED_VALIDATION: &str = "FailedValidation";
+/// A Warning: the restore leaves the volumes' consumers running (consumers: None).
+pub const RUNNING_CONSUMERS: &str = "RunningConsumers";
 pub const QUIESCED_CONSUMER: &str = "QuiescedConsumer";
 pub const RESUMED_CONSUMER: &str = "ResumedConsumer";
 pub const KEPT_CONSUMER_STOPPED: &str = "KeptConsumerStopped";

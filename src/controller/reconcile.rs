@@ -67,7 +67,8 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
         let result = phase::pass(&dr, &ctx, &mut status, deleting).await;
         status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
         status.observed_generation = dr.metadata.generation;
-        status.conditions = status::conditions(&status, dr.metadata.generation);
+        let online = dr.spec.writes_under_running_consumers();
+        status.conditions = status::conditions(&status, dr.metadata.generation, online);
 
         let mut wait = None;
         let changed = status != before;

@@ -15,6 +15,8 @@ pub mod condition {
     pub const WARNING: &str = "Warning";
     pub const VOLUME_WARNING: &str = "VolumeWarning";
     pub const NO_WARNING: &str = "NoWarning";
+    /// True while a restore with consumers: None runs: files change under live apps.
+    pub const RUNNING_CONSUMERS: &str = "RunningConsumers";
 }
 
 /// Now, as a status time.
@@ -83,8 +85,13 @@ pub fn reason(phase: Phase) -> &'static str {
 }
 
 /// Ready, Reconciling and Stalled for the phase, keeping a condition's transition time
-/// when its status did not change, so an unchanged status is not rewritten.
-pub fn conditions(status: &DataRestoreStatus, generation: Option<i64>) -> Vec<Condition> {
+/// when its status did not change, so an unchanged status is not rewritten. `online`:
+/// the restore leaves its consumers running (consumers: None), which warns while it runs.
+pub fn conditions(
+    status: &DataRestoreStatus,
+    generation: Option<i64>,
+    online: bool,
+) -> Vec<Condition> {
     let phase = status.phase;
     let message = match phase {
         Phase::Completed => format!("all {} volumes restored", status.volumes.len()),
@@ -110,7 +117,18 @@ pub fn conditions(status: &DataRestoreStatus, generation: Option<i64>) -> Vec<Co
     let warning = status
         .volumes
         .iter()
-        .find_map(|v| v.warning.as_ref().map(|w| format!("{}: {w}", v.pvc)));
+        .find_map(|v| {
+            v.warning
+                .as_ref()
+                .map(|w| (condition::VOLUME_WARNING, format!("{}: {w}", v.pvc)))
+        })
+        .or_else(|| {
+            let writing = online && !phase.is_terminal() && phase != Phase::New;
+            writing.then(|| {
+                let text = crate::plan::ONLINE_WARNING.to_string();
+                (condition::RUNNING_CONSUMERS, text)
+            })
+        });
     let condition = |type_: &str, on: bool, reason: &str, message: String| {
         let state = if on { "True" } else { "False" };
         let previous = status.conditions.iter().find(|c| c.type_ == type_);
@@ -132,7 +150,7 @@ pub fn conditions(status: &DataRestoreStatus, generation: Option<i64>) -> Vec<Co
         .map(|(type_, on)| condition(type_, on, reason(phase), message.clone()))
         .collect();
     conditions.push(match warning {
-        Some(text) => condition(condition::WARNING, true, condition::VOLUME_WARNING, text),
+        Some((reason, text)) => condition(condition::WARNING, true, reason, text),
         None => condition(
             condition::WARNING,
             false,
@@ -213,7 +231,7 @@ mod tests {
             volumes: vec![volume(VolumePhase::Restoring)],
             ..Default::default()
         };
-        let c = conditions(&status, Some(1));
+        let c = conditions(&status, Some(1), false);
         let get =
             |c: &[Condition], t: &str| c.iter().find(|x| x.type_ == t).unwrap().status.clone();
         assert_eq!(
@@ -222,7 +240,7 @@ mod tests {
         );
         status.conditions = c.clone();
         status.phase = Phase::Completed;
-        let done = conditions(&status, Some(1));
+        let done = conditions(&status, Some(1), false);
         assert_eq!(get(&done, "Ready"), "True");
         assert_eq!(get(&done, "Reconciling"), "False");
         let stalled = c.iter().find(|x| x.type_ == "Stalled").unwrap();
@@ -233,19 +251,39 @@ mod tests {
         );
         status.phase = Phase::Failed;
         status.errors = vec!["backup \"x\" not found".into()];
-        let failed = conditions(&status, Some(1));
+        let failed = conditions(&status, Some(1), false);
         assert_eq!(get(&failed, "Stalled"), "True");
         assert!(failed[0].message.contains("not found"));
         assert_eq!(get(&failed, "Warning"), "False");
 
         status.phase = Phase::Restoring;
         status.volumes[0].warning = Some("no node agent".into());
-        let warned = conditions(&status, Some(1));
+        let warned = conditions(&status, Some(1), false);
         let warning = warned.iter().find(|c| c.type_ == "Warning").unwrap();
         assert_eq!(
             (warning.status.as_str(), warning.message.as_str()),
             ("True", "ns/p: no node agent")
         );
+    }
+
+    #[test]
+    fn a_restore_under_running_consumers_warns_until_it_ends() {
+        let warning = |phase: Phase, online: bool| {
+            let status = DataRestoreStatus {
+                phase,
+                volumes: vec![volume(VolumePhase::Restoring)],
+                ..Default::default()
+            };
+            let c = conditions(&status, Some(1), online);
+            let w = c.into_iter().find(|c| c.type_ == "Warning").unwrap();
+            (w.status, w.reason)
+        };
+        let on = ("True".to_string(), "RunningConsumers".to_string());
+        let off = ("False".to_string(), "NoWarning".to_string());
+        assert_eq!(warning(Phase::Restoring, true), on);
+        assert_eq!(warning(Phase::Finalizing, true), on);
+        assert_eq!(warning(Phase::Restoring, false), off);
+        assert_eq!(warning(Phase::Completed, true), off);
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub struct ConsumerRef {
     pub namespace: String,
     /// The pod found mounting the claim; None when found from a pod template.
     pub pod: Option<String>,
+    /// The node that pod runs on, if it was scheduled.
+    pub node: Option<String>,
     pub owner: Owner,
     /// Replicas of the owner now, for scalable kinds.
     pub replicas: Option<i32>,
@@ -208,6 +210,8 @@ pub fn consumer_actions(
             let ns = &consumer.namespace;
             let (kind, name) = match &consumer.owner {
                 Owner::Known(kind, name) => (*kind, name),
+                // Left running, whatever owns it.
+                Owner::Unsupported { .. } if policy == ConsumerPolicy::None => continue,
                 Owner::Unsupported { .. } => {
                     errors.push(format!(
                         "PVC {pvc} is used by {}, which refill cannot stop; stop it yourself and retry",
@@ -223,6 +227,8 @@ pub fn consumer_actions(
                 }
             };
             let refused = match policy {
+                // Left running: nothing to stop, nothing to refuse.
+                ConsumerPolicy::None => continue,
                 ConsumerPolicy::Refuse => {
                     Some("spec.consumers is Refuse, which forbids restoring a PVC in use")
                 }
@@ -384,6 +390,7 @@ mod tests {
         ConsumerRef {
             namespace: "ns".into(),
             pod: Some(pod.into()),
+            node: None,
             owner,
             replicas,
             template: None,
@@ -441,6 +448,9 @@ mod tests {
         .into();
         let err = consumer_actions(ConsumerPolicy::Refuse, &deploy).unwrap_err();
         assert!(err.errors[0].contains("Refuse"), "{err}");
+        // Left running: whatever they are, none is stopped and none refused.
+        assert_eq!(consumer_actions(ConsumerPolicy::None, &deploy), Ok(vec![]));
+        assert_eq!(consumer_actions(ConsumerPolicy::None, &bare), Ok(vec![]));
 
         let odd = [(
             "ns/c".to_string(),
@@ -460,6 +470,7 @@ mod tests {
             "ns/c".to_string(),
             vec![ConsumerRef {
                 pod: None,
+                node: None,
                 ..consumer(
                     "",
                     Owner::Known(ConsumerKind::CronJob, "nightly".into()),

@@ -16,14 +16,14 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup};
+use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup, RestoreTarget};
 
 pub use backup::{BackupChoice, resolve_backup};
 pub use consumers::{
     ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_mounts,
     template_spec, top_owner,
 };
-pub use placement::placement;
+pub use placement::{beside_original, beside_running_consumers, placement};
 pub use selector::{label_selector_matches, parse_pvc_key};
 pub use spec::{duration, spec_errors};
 pub use volumes::{select_volumes, selection_field};
@@ -75,6 +75,24 @@ pub enum Placement {
     BoundTo { pv: String, nodes: Vec<String> },
     /// Unbound WaitForFirstConsumer claim: only the user's candidate nodes.
     Candidates(Vec<String>),
+    /// A ReadWriteOnce claim whose consumers keep running (consumers: None): the nodes
+    /// their pods run on.
+    BesideConsumers(Vec<String>),
+    /// A new claim (target: NewClaim) beside a PVC whose volume is on these nodes: the
+    /// copy is made where the workloads using the PVC can run.
+    BesideOriginal(Vec<String>),
+}
+
+impl Placement {
+    /// The nodes the stand-in pod is pinned to; empty when the scheduler chooses.
+    pub fn pinned_nodes(&self) -> &[String] {
+        match self {
+            Placement::Candidates(nodes)
+            | Placement::BesideConsumers(nodes)
+            | Placement::BesideOriginal(nodes) => nodes,
+            Placement::Anywhere | Placement::BoundTo { .. } => &[],
+        }
+    }
 }
 
 impl fmt::Display for Placement {
@@ -86,6 +104,12 @@ impl fmt::Display for Placement {
                 write!(f, "node {} (PV {pv})", nodes.join(", "))
             }
             Placement::Candidates(nodes) => write!(f, "candidates {}", nodes.join(", ")),
+            Placement::BesideConsumers(nodes) => {
+                write!(f, "node {} (where its consumers run)", nodes.join(", "))
+            }
+            Placement::BesideOriginal(nodes) => {
+                write!(f, "node {} (where the PVC's volume is)", nodes.join(", "))
+            }
         }
     }
 }
@@ -136,6 +160,10 @@ impl Invalid {
     }
 }
 
+/// Said wherever a restore runs under its consumers (status warnings, the Warning
+/// condition, an Event, the CLI).
+pub const ONLINE_WARNING: &str = "spec.consumers is None: files are overwritten under applications that keep running; they may read half-restored files, and what they write meanwhile may be overwritten";
+
 /// Checks everything before anything is touched, and decides what will happen.
 pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
     let backup = facts
@@ -145,12 +173,18 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
     let backup_name = backup.metadata.name.clone().unwrap_or_default();
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
+    let new_claim = spec.target == RestoreTarget::NewClaim;
+    let online = spec.writes_under_running_consumers();
+    if online {
+        warnings.push(ONLINE_WARNING.to_string());
+    }
 
     let selected = select_volumes(spec, &backup_name, &facts.pod_volume_backups, &facts.pvcs)?;
 
     let mut volumes = Vec::new();
     for (pvc_key, pvb) in &selected {
-        if let Some(other) = facts.held_by_others.get(pvc_key) {
+        // A restore into a new claim writes nothing another restore writes.
+        if let Some(other) = facts.held_by_others.get(pvc_key).filter(|_| !new_claim) {
             errors.push(format!(
                 "{}: PVC {pvc_key} is already being restored by DataRestore {other}; wait until it ends, or leave this PVC out",
                 selection_field(spec, pvc_key)
@@ -158,14 +192,26 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
         }
         let pvc = &facts.pvcs[pvc_key];
         let candidates = spec.candidate_nodes.get(pvc_key).map(Vec::as_slice);
-        match placement(
+        let placed = placement(
             pvc_key,
             pvc,
             &facts.pvs,
             &facts.storage_classes,
             candidates,
             &facts.nodes,
-        ) {
+        )
+        .and_then(|(placement, warning)| {
+            if new_claim {
+                return Ok((beside_original(placement), warning));
+            }
+            if !online {
+                return Ok((placement, warning));
+            }
+            let running = facts.consumers.get(pvc_key).map(Vec::as_slice);
+            beside_running_consumers(pvc_key, pvc, placement, running.unwrap_or_default())
+                .map(|placement| (placement, warning))
+        });
+        match placed {
             Ok((placement, warning)) => {
                 warnings.extend(warning);
                 let status = pvb.status.clone().unwrap_or_default();
@@ -192,7 +238,7 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
         }
     }
 
-    let consumers = match consumer_actions(spec.consumers, &facts.consumers) {
+    let consumers = match consumer_actions(spec.consumer_policy(), &facts.consumers) {
         Ok(consumers) => consumers,
         Err(invalid) => {
             errors.extend(
@@ -301,6 +347,7 @@ mod tests {
             vec![ConsumerRef {
                 namespace: "shop".into(),
                 pod: Some("web-0".into()),
+                node: None,
                 owner: Owner::Known(ConsumerKind::Deployment, "web".into()),
                 replicas: Some(1),
                 template: None,

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::Placement;
+use super::{ConsumerRef, Placement};
 
 fn storage_class_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
     pvc.spec.as_ref()?.storage_class_name.as_deref()
@@ -96,6 +96,57 @@ pub fn placement(
         ));
     }
     Ok((Placement::Candidates(candidates.to_vec()), None))
+}
+
+/// Where the stand-in of a new claim (target: NewClaim) runs, given where the PVC's own
+/// stand-in would: on the nodes of a PVC's local volume, so the copy is where the
+/// workloads that use the PVC can mount it; otherwise where the scheduler likes, or on
+/// the user's candidates.
+pub fn beside_original(original: Placement) -> Placement {
+    match original {
+        Placement::BoundTo { nodes, .. } if !nodes.is_empty() => Placement::BesideOriginal(nodes),
+        Placement::Candidates(nodes) => Placement::Candidates(nodes),
+        _ => Placement::Anywhere,
+    }
+}
+
+/// With consumers left running (consumers: None), the stand-in must share the claim
+/// with their pods: a ReadWriteOnce volume is attached to one node at a time, so the
+/// stand-in goes where they run; a ReadWriteOncePod volume admits no second pod at all.
+pub fn beside_running_consumers(
+    key: &str,
+    pvc: &PersistentVolumeClaim,
+    placement: Placement,
+    consumers: &[ConsumerRef],
+) -> Result<Placement, String> {
+    let modes = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.clone())
+        .unwrap_or_default();
+    let pods: Vec<&ConsumerRef> = consumers.iter().filter(|c| c.pod.is_some()).collect();
+    if pods.is_empty() {
+        return Ok(placement);
+    }
+    if modes.iter().any(|m| m == "ReadWriteOncePod") {
+        return Err(format!(
+            "spec.consumers: PVC {key} is ReadWriteOncePod and mounted by {}, so no stand-in pod can mount it while that runs; leave spec.consumers out to stop it during the restore",
+            pods[0].describe()
+        ));
+    }
+    let shared = modes
+        .iter()
+        .any(|m| m == "ReadWriteMany" || m == "ReadOnlyMany");
+    let mut nodes: Vec<String> = pods.iter().filter_map(|c| c.node.clone()).collect();
+    nodes.sort();
+    nodes.dedup();
+    // A PV's own node affinity already says where.
+    let pinned = matches!(&placement, Placement::BoundTo { nodes, .. } if !nodes.is_empty());
+    Ok(if pinned || shared || nodes.is_empty() {
+        placement
+    } else {
+        Placement::BesideConsumers(nodes)
+    })
 }
 
 #[cfg(test)]
@@ -243,5 +294,61 @@ mod tests {
         .unwrap();
         assert_eq!(placement, Placement::Anywhere);
         assert!(warning.is_some());
+    }
+
+    #[test]
+    fn running_consumers_keep_the_stand_in_beside_them() {
+        use crate::api::ConsumerKind;
+        use crate::plan::Owner;
+        let running = |node: &str| ConsumerRef {
+            namespace: "shop".into(),
+            pod: Some(format!("web-{node}")),
+            node: Some(node.into()),
+            owner: Owner::Known(ConsumerKind::Deployment, "web".into()),
+            replicas: Some(1),
+            template: None,
+        };
+        let claim = |mode: &str| {
+            let mut claim = pvc("fast", Some("pv-1"));
+            claim.spec.as_mut().unwrap().access_modes = Some(vec![mode.into()]);
+            claim
+        };
+        let anywhere = || Placement::BoundTo {
+            pv: "pv-1".into(),
+            nodes: vec![],
+        };
+        let beside = |mode: &str, consumers: &[ConsumerRef]| {
+            beside_running_consumers("shop/data", &claim(mode), anywhere(), consumers)
+        };
+        // Attached to one node at a time: where the app runs.
+        assert_eq!(
+            beside("ReadWriteOnce", &[running("node-b")]),
+            Ok(Placement::BesideConsumers(vec!["node-b".into()]))
+        );
+        // Any node may mount it; and with no pod running there is nothing to follow.
+        assert_eq!(
+            beside("ReadWriteMany", &[running("node-b")]),
+            Ok(anywhere())
+        );
+        assert_eq!(beside("ReadWriteOnce", &[]), Ok(anywhere()));
+        // A local PV already says where.
+        let local = Placement::BoundTo {
+            pv: "pv-1".into(),
+            nodes: vec!["node-a".into()],
+        };
+        let kept = beside_running_consumers(
+            "shop/data",
+            &claim("ReadWriteOnce"),
+            local.clone(),
+            &[running("node-a")],
+        );
+        assert_eq!(kept, Ok(local));
+        // One pod only: the stand-in could never start.
+        let refused = beside("ReadWriteOncePod", &[running("node-b")]).unwrap_err();
+        assert!(
+            refused.starts_with("spec.consumers: PVC shop/data is ReadWriteOncePod")
+                && refused.contains("pod shop/web-node-b"),
+            "{refused}"
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::api::{DataRestoreSpec, RestoreHelperOverrides};
+use crate::api::{DataRestoreSpec, RestoreHelperOverrides, RestoreTarget};
 
 /// Every mistake in the spec that can be told without the cluster, in field order.
 pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
@@ -32,6 +32,7 @@ pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
         selector_errors(selector, &mut errors);
     }
     candidate_errors(&spec.candidate_nodes, &mut errors);
+    consumer_policy_errors(spec, &mut errors);
     for (field, value) in [
         ("spec.volumeTimeout", &spec.volume_timeout),
         ("spec.timeout", &spec.timeout),
@@ -190,6 +191,26 @@ fn candidate_errors(candidates: &BTreeMap<String, Vec<String>>, errors: &mut Vec
                 ));
             }
         }
+    }
+}
+
+/// Running consumers are left alone only when the spec says, in a field of its own, that
+/// the writes under them are meant: `None` alone is too easily a slip.
+fn consumer_policy_errors(spec: &DataRestoreSpec, errors: &mut Vec<String>) {
+    let online = spec.writes_under_running_consumers();
+    if online && !spec.acknowledge_running_consumers {
+        errors.push(
+            "spec.acknowledgeRunningConsumers: spec.consumers is None, which overwrites files under applications that keep running (they may read half-restored files, or write over them); set spec.acknowledgeRunningConsumers to true if that is meant, or leave spec.consumers out to stop them during the restore".into(),
+        );
+    }
+    if !online && spec.acknowledge_running_consumers {
+        errors.push(match spec.target {
+            RestoreTarget::NewClaim => "spec.acknowledgeRunningConsumers: is true but spec.target is NewClaim, which writes only into new claims; remove it".to_string(),
+            RestoreTarget::InPlace => format!(
+                "spec.acknowledgeRunningConsumers: is true but spec.consumers is {:?}, which stops the consumers; remove it, or set spec.consumers to None to restore under running consumers",
+                spec.consumers
+            ),
+        });
     }
 }
 
@@ -444,6 +465,7 @@ fn label_key(key: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ConsumerPolicy;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
@@ -507,6 +529,28 @@ mod tests {
             ..valid()
         };
         assert_eq!(spec_errors(&full), Vec::<String>::new());
+    }
+
+    #[test]
+    fn running_consumers_need_an_acknowledgement() {
+        let unacknowledged = one_error("spec.acknowledgeRunningConsumers", |s| {
+            s.consumers = ConsumerPolicy::None
+        });
+        assert!(
+            unacknowledged.contains("overwrites files under applications that keep running"),
+            "{unacknowledged}"
+        );
+        let stray = one_error("spec.acknowledgeRunningConsumers", |s| {
+            s.acknowledge_running_consumers = true
+        });
+        assert!(stray.contains("spec.consumers is ScaleDown"), "{stray}");
+        assert_eq!(
+            errors_of(|s| {
+                s.consumers = ConsumerPolicy::None;
+                s.acknowledge_running_consumers = true;
+            }),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

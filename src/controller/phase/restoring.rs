@@ -99,7 +99,8 @@ pub fn rules(
         stop: stop_of(dr, status, deleting, now),
         volume_timeout,
         volume_timeout_text,
-        refuse_in_use: dr.spec.consumers == crate::api::ConsumerPolicy::Refuse,
+        refuse_in_use: dr.spec.consumer_policy() == crate::api::ConsumerPolicy::Refuse,
+        online: dr.spec.writes_under_running_consumers(),
         agent_grace: config.agent_grace,
         cancel_grace: config.cancel_grace,
     }
@@ -225,7 +226,7 @@ async fn start_volumes(
             let key = status.volumes[i].pvc.clone();
             let refs = found.get(&key).cloned().unwrap_or_default();
             let single = BTreeMap::from([(key.clone(), refs.clone())]);
-            match plan::consumer_actions(dr.spec.consumers, &single) {
+            match plan::consumer_actions(dr.spec.consumer_policy(), &single) {
                 Err(invalid) => {
                     // Nothing was started for it: it ends at once.
                     let message = invalid.to_string();
@@ -435,7 +436,8 @@ pub async fn work(
             .iter()
             .filter(|v| v.phase.is_active())
             .map(|v| {
-                let (ns, claim) = split(&v.pvc);
+                let written = v.written_claim();
+                let (ns, claim) = split(&written);
                 (ns.to_string(), claim.to_string())
             }),
     );

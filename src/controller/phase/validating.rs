@@ -5,11 +5,14 @@ use kube::ResourceExt;
 use tracing::info;
 
 use crate::api::{
-    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase, VolumeStatus,
+    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, RestoreTarget,
+    VolumePhase, VolumeStatus,
 };
 use crate::controller::error::Category;
 use crate::controller::status::now;
+use crate::controller::volume::observe::split;
 use crate::controller::{Context, Error, Result, reasons};
+use crate::labels;
 use crate::validate::{self, ValidateError};
 
 use super::{Next, restoring, stopping};
@@ -81,10 +84,9 @@ pub async fn validate(
             volume: v.volume.clone(),
             snapshot_id: Some(v.snapshot_id.clone()),
             total_bytes: v.total_bytes,
-            candidate_nodes: match &v.placement {
-                validate::Placement::Candidates(nodes) => nodes.clone(),
-                _ => Vec::new(),
-            },
+            candidate_nodes: v.placement.pinned_nodes().to_vec(),
+            target_pvc: (dr.spec.target == RestoreTarget::NewClaim)
+                .then(|| labels::new_claim_name(split(&v.pvc).1, &dr.name_any())),
             pvc_uid: v.pvc_uid.clone(),
             ..Default::default()
         })
@@ -112,6 +114,10 @@ pub async fn validate(
         plan.backup_name
     );
     ctx.event(dr, false, reasons::VALIDATED, note);
+    if dr.spec.writes_under_running_consumers() {
+        let note = crate::plan::ONLINE_WARNING.to_string();
+        ctx.event(dr, true, reasons::RUNNING_CONSUMERS, note);
+    }
     // Deciding the first volumes touches nothing, so it goes out in the same write as the
     // validation's result; acting on it waits for that write. The consumers were found
     // a moment ago: reading every workload of their namespaces again would find the same.

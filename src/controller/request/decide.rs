@@ -103,6 +103,7 @@ pub fn data_restore_spec(
         pvcs,
         candidate_nodes,
         consumers: spec.consumers,
+        acknowledge_running_consumers: spec.acknowledge_running_consumers,
         on_failure: spec.on_failure,
         volume_timeout: spec.volume_timeout.clone(),
         timeout: spec.timeout.clone(),
@@ -160,7 +161,7 @@ fn failed(status: DataRestoreStatus, generation: Option<i64>) -> DataRestoreStat
         ..status
     };
     DataRestoreStatus {
-        conditions: status::conditions(&status, generation),
+        conditions: status::conditions(&status, generation, false),
         ..status
     }
 }

@@ -59,13 +59,23 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
         Change::Completed => {
             volume.phase = VolumePhase::Completed;
             volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
-            volume.message = Some("restored".into());
+            let (message, text) = match &volume.target_pvc {
+                Some(_) => {
+                    let into = volume.written_claim();
+                    (
+                        format!("restored into PVC {into}"),
+                        format!("{pvc} restored into PVC {into}"),
+                    )
+                }
+                None => ("restored".to_string(), format!("{pvc} restored")),
+            };
+            volume.message = Some(message);
             volume.warning = None;
             volume.completion_time = Some(stored(now));
             applied.note = Some(Note {
                 warning: false,
                 reason: reasons::VOLUME_RESTORED,
-                text: format!("{pvc} restored"),
+                text,
             });
         }
         Change::Abort { outcome, message } => {

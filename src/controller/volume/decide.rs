@@ -115,6 +115,8 @@ pub struct Rules {
     pub volume_timeout_text: String,
     /// consumers: Refuse — a volume in use fails instead of waiting.
     pub refuse_in_use: bool,
+    /// consumers: None — the restore runs beside the pods that mount the claim.
+    pub online: bool,
     /// How long `restore-wait` may run with no node agent taking the PodVolumeRestore
     /// before the volume warns.
     pub agent_grace: Duration,
@@ -256,7 +258,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             {
                 return completing(seen);
             }
-            if let Some(problem) = lost_hold(pvc, seen) {
+            if let Some(problem) = lost_hold(pvc, seen, rules.online) {
                 return failed(problem);
             }
             if volume.phase == VolumePhase::StartingStandIn {
@@ -292,7 +294,7 @@ fn quiescing(pvc: &str, seen: &Seen, rules: &Rules) -> Step {
         Consumers::Stopping => return stay("stopping the consumers of the volume".to_string()),
         Consumers::Stopped => {}
     }
-    if !seen.foreign_pods.is_empty() {
+    if !seen.foreign_pods.is_empty() && !rules.online {
         if let Some(problem) = &seen.restarted {
             return end_or_abort(seen, VolumePhase::Failed, problem.clone());
         }
@@ -337,8 +339,8 @@ fn quiescing(pvc: &str, seen: &Seen, rules: &Rules) -> Step {
     }
 }
 
-/// Reasons the stand-in no longer holds the volume alone.
-fn lost_hold(pvc: &str, seen: &Seen) -> Option<String> {
+/// Reasons the stand-in no longer holds the volume alone (or, `online`, at all).
+fn lost_hold(pvc: &str, seen: &Seen, online: bool) -> Option<String> {
     if seen.claim == Claim::Deleted {
         return Some(format!("PVC {pvc} was deleted during the restore"));
     }
@@ -364,7 +366,7 @@ fn lost_hold(pvc: &str, seen: &Seen) -> Option<String> {
         } => return Some(format!("stand-in pod {name} failed: {why}")),
         StandIn::Ours { .. } => {}
     }
-    if !seen.foreign_pods.is_empty() {
+    if !seen.foreign_pods.is_empty() && !online {
         return Some(seen.restarted.clone().unwrap_or_else(|| {
             format!(
                 "pod {} mounts {pvc} while it is being restored; refill stopped writing to it",

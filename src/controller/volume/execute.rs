@@ -6,7 +6,7 @@
 //! ends the volume at once with the server's words, instead of being retried until the
 //! restore times out; other errors are returned, and the pass is tried again with backoff.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -17,6 +17,7 @@ use crate::api::{
     VolumePluginRestore, VolumeStatus,
 };
 use crate::controller::error::{Category, Error, has_status};
+use crate::controller::new_claim;
 use crate::controller::pod_volume_restore as pvr;
 use crate::controller::restore_helper::{self, HelperSource};
 use crate::controller::stand_in::{self, StandIn};
@@ -113,9 +114,62 @@ fn refused_as(result: Result<()>, to: impl FnOnce(String) -> Change) -> Result<O
     }
 }
 
+/// Makes the claim a `target: NewClaim` volume is written into, or finds the one made
+/// before a restart. Another claim of that name is never taken over.
+async fn ensure_new_claim(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option<Change>> {
+    let Some(name) = &volume.target_pvc else {
+        return Ok(None);
+    };
+    let (ns, original) = split(&volume.pvc);
+    let claims = Api::<PersistentVolumeClaim>::namespaced(act.ctx.client.clone(), ns);
+    let restore_key = format!(
+        "{}/{}",
+        act.dr.namespace().unwrap_or_default(),
+        act.dr.name_any()
+    );
+    let failed = |message: String| {
+        Ok(Some(Change::End {
+            outcome: VolumePhase::Failed,
+            message,
+        }))
+    };
+    if let Some(existing) = claims.get_opt(name).await? {
+        if new_claim::is_made_by(&existing, &restore_key) {
+            return Ok(None);
+        }
+        return failed(format!(
+            "PVC {ns}/{name} exists already and was not made by this restore; delete or rename it, or restore under another name"
+        ));
+    }
+    let Some(source) = claims.get_opt(original).await? else {
+        return failed(format!("PVC {} was deleted during the restore", volume.pvc));
+    };
+    let made = new_claim::claim(&source, name, &restore_key);
+    match claims.create(&PostParams::default(), &made).await {
+        Ok(_) => {
+            info!(pvc = %volume.pvc, new_claim = %name, "created the new claim");
+            Ok(None)
+        }
+        // Made a moment ago by this restore's previous pass: the next pass looks.
+        Err(e) if has_status(&e, 409) => Ok(Some(Change::Stay {
+            message: Some(format!(
+                "PVC {ns}/{name} exists already; looking at it again"
+            )),
+            warning: None,
+        })),
+        Err(e) => refused_as(Err(e.into()), |why| Change::End {
+            outcome: VolumePhase::Failed,
+            message: format!("the API server refused the new PVC {ns}/{name}: {why}"),
+        }),
+    }
+}
+
 async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Option<Change>> {
+    if let Some(change) = ensure_new_claim(act, volume).await? {
+        return Ok(Some(change));
+    }
     let dr = act.dr;
-    let pvc = volume.pvc.clone();
+    let pvc = volume.written_claim();
     let (ns, claim) = split(&pvc);
     let name = labels::stand_in_pod_name(&pvc);
     let source = act

@@ -67,7 +67,7 @@ pub async fn found(
     pass: &PassView,
 ) -> Result<Found> {
     let (ns, _) = split(&volume.pvc);
-    let stand_in_name = labels::stand_in_pod_name(&volume.pvc);
+    let stand_in_name = labels::stand_in_pod_name(&volume.written_claim());
     let pvr_name = labels::pod_volume_restore_name(restore, uid, &volume.pvc);
     let mut stand_in = pass
         .stand_ins
@@ -211,7 +211,9 @@ pub async fn seen(
     volume: &VolumeStatus,
     found: &Found,
 ) -> Result<Seen> {
-    let pvc = volume.pvc.as_str();
+    // The claim written: the PVC itself, or the new claim made for it.
+    let written = volume.written_claim();
+    let pvc = written.as_str();
     let (ns, claim) = split(pvc);
     let stand_in_name = labels::stand_in_pod_name(pvc);
     let mounting = observe::pods_mounting(ctx.reads(), ns, &[claim]).await?;

@@ -16,6 +16,7 @@ fn rules() -> Rules {
         volume_timeout: Duration::from_secs(3600),
         volume_timeout_text: "1h".into(),
         refuse_in_use: false,
+        online: false,
         agent_grace: Duration::from_secs(60),
         cancel_grace: Duration::from_secs(300),
     }
@@ -34,6 +35,13 @@ fn canceled() -> Rules {
 fn refuse() -> Rules {
     Rules {
         refuse_in_use: true,
+        ..rules()
+    }
+}
+
+fn online() -> Rules {
+    Rules {
+        online: true,
         ..rules()
     }
 }
@@ -294,6 +302,20 @@ fn every_transition() {
             Want::End(Failed, "spec.consumers is Refuse"),
         ),
         (
+            "quiescing online starts beside running pods",
+            volume(Quiescing),
+            with_users(Seen::default(), &["web-1"], None),
+            online(),
+            Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
+        ),
+        (
+            "quiescing online still waits for another restore's stand-in",
+            volume(Quiescing),
+            with_users(seen(others(true), None), &["web-1"], None),
+            online(),
+            Want::Stay(None, Some("DataRestore velero/first to go")),
+        ),
+        (
             "quiescing done creates the stand-in",
             volume(Quiescing),
             Seen::default(),
@@ -419,6 +441,20 @@ fn every_transition() {
             with_users(seen(ours(), pvr(P::New)), &["web-3"], None),
             rules(),
             Want::Abort(Failed, "pod web-3 mounts shop/data"),
+        ),
+        (
+            "starting online: running pods are expected",
+            volume(StartingStandIn),
+            with_users(seen(running_since(NOW - 1), pvr(P::New)), &["web-1"], None),
+            online(),
+            Want::Advance(None, Restoring),
+        ),
+        (
+            "starting online: the stand-in still has to hold",
+            volume(StartingStandIn),
+            with_users(seen(terminating(), pvr(P::New)), &["web-1"], None),
+            online(),
+            Want::Abort(Failed, "was deleted during the restore"),
         ),
         (
             "starting: claim deleted",
