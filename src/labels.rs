@@ -46,6 +46,10 @@ pub const ROLE: &str = "refill.dev/role";
 pub const ROLE_STAND_IN: &str = "stand-in";
 /// The role of a claim refill made and filled for `target: NewClaim`.
 pub const ROLE_NEW_CLAIM: &str = "new-claim";
+/// The role of the scratch claim a path restore fills with the whole snapshot.
+pub const ROLE_SCRATCH: &str = "scratch";
+/// The role of the pod that copies a path restore's paths into the PVC.
+pub const ROLE_COPIER: &str = "copier";
 /// On a claim made for `target: NewClaim`: `namespace/name` of the claim it copies.
 pub const RESTORED_FROM_ANNOTATION: &str = "refill.dev/restored-from";
 /// On a stopped consumer: the UID of the DataRestore that stopped it. Written with the
@@ -113,6 +117,22 @@ pub fn stand_in_pod_name(pvc_key: &str) -> String {
 /// second restore of the same claim makes its own.
 pub fn new_claim_name(claim: &str, restore_name: &str) -> String {
     derived_name(&format!("{claim}-{restore_name}"), &[claim, restore_name])
+}
+
+/// The scratch claim a path restore of `claim` fills with the whole snapshot: per
+/// restore, like [`new_claim_name`], so that a restarted controller finds its own.
+pub fn scratch_claim_name(claim: &str, restore_name: &str) -> String {
+    derived_name(
+        &format!("refill-scratch-{claim}"),
+        &[claim, restore_name, ROLE_SCRATCH],
+    )
+}
+
+/// The pod that copies the chosen paths into the PVC `pvc_key`. Like the stand-in's, it
+/// derives from the claim alone.
+pub fn copier_pod_name(pvc_key: &str) -> String {
+    let claim = pvc_key.rsplit('/').next().unwrap_or(pvc_key);
+    derived_name(&format!("refill-copy-{claim}"), &[pvc_key, ROLE_COPIER])
 }
 
 /// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.

@@ -5,6 +5,7 @@ mod claims;
 pub mod cli;
 pub mod connect;
 pub mod controller;
+pub mod copy;
 pub mod crds;
 pub mod labels;
 mod mounts;

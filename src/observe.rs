@@ -474,14 +474,26 @@ pub fn is_stand_in(pod: &Pod) -> bool {
 }
 
 pub fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {
-    is_stand_in(pod)
-        && pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels::DATA_RESTORE_UID))
-            .map(String::as_str)
-            == Some(own_uid)
+    is_stand_in(pod) && is_own(pod, own_uid)
+}
+
+/// A path restore's copier pod of the restore `own_uid`.
+pub fn is_own_copier(pod: &Pod, own_uid: &str) -> bool {
+    let role = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::ROLE));
+    role.map(String::as_str) == Some(labels::ROLE_COPIER) && is_own(pod, own_uid)
+}
+
+fn is_own(pod: &Pod, own_uid: &str) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::DATA_RESTORE_UID))
+        .map(String::as_str)
+        == Some(own_uid)
 }
 
 /// `namespace/name` of the DataRestore a stand-in pod serves, as it is annotated.

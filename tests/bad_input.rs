@@ -584,6 +584,32 @@ fn cases(ns: &str) -> Vec<Case> {
             ),
         },
         Case {
+            name: "absolute-path",
+            spec: with(
+                spec("b1", &["data"]),
+                json!({"paths": {"include": ["db", "/etc/passwd"]}}),
+            ),
+            direct: failed(
+                "spec.paths.include[1]",
+                "\"/etc/passwd\" is absolute; paths are relative to the volume's root",
+            ),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &data,
+                    "--path",
+                    "db",
+                    "--path",
+                    "/etc/passwd",
+                ],
+                1,
+                "--path /etc/passwd",
+                "\"/etc/passwd\" is absolute; paths are relative to the volume's root",
+            ),
+        },
+        Case {
             name: "bare-pod-under-scale-down",
             spec: spec("b1", &["extra"]),
             direct: failed(

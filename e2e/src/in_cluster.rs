@@ -78,6 +78,11 @@ pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<
         .context("deployment.yaml has no refill container")?;
     container.image = Some(REFILL_IMAGE.to_string());
     container.image_pull_policy = Some("Never".to_string());
+    for var in container.env.iter_mut().flatten() {
+        if var.name == "REFILL_COPIER_IMAGE" {
+            var.value = Some(REFILL_IMAGE.to_string());
+        }
+    }
     let args = container
         .args
         .as_mut()

@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{
-    ConsumerPolicy, DataRestore, DataRestoreRequest, DataRestoreSpec, Phase, PodVolumePhase,
-    PodVolumeRestore,
+    ConsumerPolicy, DataRestore, DataRestoreRequest, DataRestoreSpec, PathRestore, Phase,
+    PodVolumePhase, PodVolumeRestore,
 };
+use refill::labels;
 use refill_e2e::velero::{self, Entry, VELERO_NAMESPACE};
 use refill_e2e::{
     Cluster, LOCAL_PATH_CLASS, OwnCluster, TESTBOX_IMAGE, TestEnv, real_node_annotations,
@@ -321,6 +322,126 @@ async fn velero_node_agent_restores_under_a_running_app_when_asked() -> Result<(
             node_of(&app)
         );
         nothing_left_behind(&client, &ns, &done).await?;
+        forget(&client, &ns, &backup).await
+    })
+    .await
+}
+
+/// An operator's path restore: two files corrupted (one keeping its size), one
+/// deleted, a stray file under a chosen path and newer good files elsewhere. Velero's
+/// node agent fills a scratch claim, refill's copier puts back exactly the chosen paths
+/// with their owners, modes and times, mirror deletes the stray file, and everything
+/// outside the paths stays as the app left it.
+#[tokio::test]
+async fn a_path_restore_puts_back_only_the_chosen_files_with_their_metadata() -> Result<()> {
+    run_test("velero-paths", |env| async move {
+        use std::os::unix::fs::MetadataExt;
+        controller(&env).await?;
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        let (_, dir) = deploy_app(&client, &ns, 2).await?;
+        let want = velero::tree(&dir)?;
+        let mtime = |path: &Path| -> Result<(i64, i64)> {
+            let m = std::fs::symlink_metadata(path)?;
+            Ok((m.mtime(), m.mtime_nsec()))
+        };
+        let db_time = mtime(&dir.join("db/main.db"))?;
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+
+        damage(&dir)?;
+        std::fs::write(dir.join("db/stray.tmp"), b"not in the backup")?;
+        std::fs::create_dir_all(dir.join("notes"))?;
+        std::fs::write(dir.join("notes/today.txt"), b"written after the backup")?;
+        let after_damage = velero::tree(&dir)?;
+
+        let spec = DataRestoreSpec {
+            backup_name: Some(backup.clone()),
+            pvcs: vec![format!("{ns}/data")],
+            paths: Some(PathRestore {
+                include: vec!["db".into(), "etc/*.conf".into()],
+                exclude: vec![],
+                mirror: true,
+            }),
+            ..Default::default()
+        };
+        fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
+        let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        let volume = &status.volumes[0];
+        let copied = volume.copied.clone().context("no copy summary")?;
+        ensure!(
+            copied.files_written >= 2 && copied.deleted == 1,
+            "{copied:?}"
+        );
+        ensure!(
+            volume
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("chosen paths restored: ")),
+            "{volume:#?}"
+        );
+
+        // Under the chosen paths: the backup, to the owner, mode and byte.
+        let have = velero::tree(&dir)?;
+        let chosen = |path: &str| path.starts_with("db") || path == "etc/app.conf";
+        for (path, entry) in &want {
+            if chosen(path) {
+                ensure!(
+                    have.get(path) == Some(entry),
+                    "{path}: want {entry:?}, have {:?}",
+                    have.get(path)
+                );
+            }
+        }
+        ensure!(
+            !have.contains_key("db/stray.tmp"),
+            "mirror left the stray file"
+        );
+        ensure!(
+            mtime(&dir.join("db/main.db"))? == db_time,
+            "db/main.db lost its modification time"
+        );
+        // Outside them: as the app left it, damage and newer files alike.
+        for (path, entry) in &after_damage {
+            if !chosen(path) && path != "etc" {
+                ensure!(
+                    have.get(path) == Some(entry),
+                    "{path} changed: {entry:?} -> {:?}",
+                    have.get(path)
+                );
+            }
+        }
+        ensure!(
+            !have.contains_key("current"),
+            "the deleted symlink is outside the paths"
+        );
+        ensure!(
+            have.contains_key("notes/today.txt"),
+            "a newer file was lost"
+        );
+
+        // The app is back; stand-in, copier and scratch claim are gone.
+        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        nothing_left_behind(&client, &ns, &done).await?;
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+        let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns);
+        let scratch = volume
+            .scratch_pvc
+            .clone()
+            .context("no scratch claim named")?;
+        wait_for("copier pod and scratch claim gone", TIMEOUT, || async {
+            let copier = pods
+                .get_opt(&labels::copier_pod_name(&format!("{ns}/data")))
+                .await?;
+            let claim = claims.get_opt(&scratch).await?;
+            Ok(
+                (copier.is_none() && claim.is_none_or(|c| c.metadata.deletion_timestamp.is_some()))
+                    .then_some(()),
+            )
+        })
+        .await?;
         forget(&client, &ns, &backup).await
     })
     .await

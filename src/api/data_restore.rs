@@ -11,6 +11,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::paths::{CopySummary, PathRestore};
+
 /// The API group of refill's own kinds.
 pub const GROUP: &str = "refill.dev";
 /// The `apiVersion` of refill's own kinds.
@@ -62,6 +64,17 @@ pub struct DataRestoreSpec {
     /// (NewClaim), which leaves the PVC and its consumers untouched.
     #[serde(default, skip_serializing_if = "RestoreTarget::is_in_place")]
     pub target: RestoreTarget,
+    /// Put back only these paths of every selected PVC (in place only), instead of the
+    /// whole volume: files changed or added since the backup elsewhere are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<PathRestore>,
+    /// Paths for single PVCs, keyed by `namespace/name`; overrides spec.paths for them.
+    #[serde(
+        default,
+        rename = "pvcPaths",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub pvc_paths: BTreeMap<String, PathRestore>,
     /// What to do with pods that mount a PVC being restored.
     #[serde(default)]
     pub consumers: ConsumerPolicy,
@@ -139,6 +152,11 @@ impl DataRestoreSpec {
             RestoreTarget::InPlace => self.consumers,
             RestoreTarget::NewClaim => ConsumerPolicy::None,
         }
+    }
+
+    /// The paths to put back of the PVC `pvc_key` (`namespace/name`), when only some are.
+    pub fn paths_for(&self, pvc_key: &str) -> Option<&PathRestore> {
+        self.pvc_paths.get(pvc_key).or(self.paths.as_ref())
     }
 
     /// Files are overwritten under consumers that keep running (consumers: None, in
@@ -270,6 +288,9 @@ pub enum VolumePhase {
     StartingStandIn,
     /// `restore-wait` runs; the node agent moves the data.
     Restoring,
+    /// With paths: the snapshot is in the scratch claim and the stand-in gone; refill's
+    /// copier pod copies the chosen paths into the PVC.
+    Copying,
     /// The volume failed or was canceled while a node agent may be writing to it: its
     /// PodVolumeRestore is canceled and waited for, then the stand-in pod removed. Only
     /// then does it end (as `outcome` says), and only then may its consumers come back.
@@ -298,6 +319,7 @@ impl VolumePhase {
             VolumePhase::Quiescing
                 | VolumePhase::StartingStandIn
                 | VolumePhase::Restoring
+                | VolumePhase::Copying
                 | VolumePhase::Aborting
         )
     }
@@ -316,6 +338,20 @@ pub struct VolumeStatus {
     /// namespace.
     #[serde(default, rename = "targetPVC", skip_serializing_if = "Option::is_none")]
     pub target_pvc: Option<String>,
+    /// With paths: which of the backup's files are put back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<PathRestore>,
+    /// With paths: the claim the node agent fills with the whole snapshot, from which
+    /// the chosen paths are copied; deleted when the volume ends.
+    #[serde(
+        default,
+        rename = "scratchPVC",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scratch_pvc: Option<String>,
+    /// With paths: what the copy did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied: Option<CopySummary>,
     /// UID of the PVC when validated; the PodVolumeRestore is labelled with it.
     #[serde(default, rename = "pvcUID", skip_serializing_if = "Option::is_none")]
     pub pvc_uid: Option<String>,
@@ -387,7 +423,21 @@ impl VolumeStatus {
     /// `namespace/name` of the claim the files are written into: the PVC itself, or
     /// with target NewClaim the claim made for it.
     pub fn written_claim(&self) -> String {
-        match &self.target_pvc {
+        self.beside(self.target_pvc.as_deref())
+    }
+
+    /// `namespace/name` of the claim the node agent writes: with paths the scratch
+    /// claim, else [`Self::written_claim`]. The stand-in mounts it.
+    pub fn agent_claim(&self) -> String {
+        match &self.scratch_pvc {
+            Some(scratch) => self.beside(Some(scratch)),
+            None => self.written_claim(),
+        }
+    }
+
+    /// `namespace/name` of the claim `name` in the PVC's namespace, or of the PVC.
+    fn beside(&self, name: Option<&str>) -> String {
+        match name {
             Some(name) => {
                 let ns = self.pvc.split_once('/').map_or("", |(ns, _)| ns);
                 format!("{ns}/{name}")

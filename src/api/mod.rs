@@ -3,10 +3,12 @@
 
 pub mod data_restore;
 pub mod data_restore_request;
+pub mod paths;
 pub mod velero;
 pub mod volume_plugin_restore;
 
 pub use data_restore::*;
 pub use data_restore_request::*;
+pub use paths::*;
 pub use velero::*;
 pub use volume_plugin_restore::*;

@@ -183,6 +183,20 @@ pub struct CreateArgs {
     #[arg(long, value_enum, value_name = "TARGET")]
     pub target: Option<TargetArg>,
 
+    /// Put back only this path of every PVC, a glob relative to the volume's root such
+    /// as db/data.db, config or logs/**/*.gz (repeatable); the rest of each volume is
+    /// left as it is.
+    #[arg(long = "path", value_name = "GLOB")]
+    pub paths: Vec<String>,
+
+    /// With --path: leave paths matching this glob as they are (repeatable).
+    #[arg(long = "exclude", value_name = "GLOB", requires = "paths")]
+    pub exclude: Vec<String>,
+
+    /// With --path: also delete what the PVC has under the paths and the backup does not.
+    #[arg(long, requires = "paths")]
+    pub mirror: bool,
+
     /// What to do with workloads that mount a PVC being restored [default: scale-down].
     #[arg(long, value_enum, value_name = "POLICY")]
     pub consumers: Option<ConsumersArg>,

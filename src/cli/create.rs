@@ -176,7 +176,23 @@ pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
             format!("--include-namespaces {ns}"),
         ));
     }
+    if let Some(paths) = &spec.paths {
+        for (i, glob) in paths.include.iter().enumerate() {
+            pairs.push((format!("spec.paths.include[{i}]"), format!("--path {glob}")));
+        }
+        for (i, glob) in paths.exclude.iter().enumerate() {
+            pairs.push((
+                format!("spec.paths.exclude[{i}]"),
+                format!("--exclude {glob}"),
+            ));
+        }
+    }
     for (field, flag) in [
+        ("spec.paths.include", "--path"),
+        ("remove spec.paths", "leave out --path"),
+        ("spec.paths", "--path"),
+        ("spec.target is NewClaim", "--target is new-claim"),
+        ("leave spec.target out", "leave --target out"),
         ("spec.backupName", "--from-backup"),
         ("spec.scheduleName", "--from-schedule"),
         ("spec.includedNamespaces", "--include-namespaces"),
@@ -263,6 +279,18 @@ mod tests {
         assert_eq!(
             flag_words(&spec, "spec.pvcs[1]: PVC shop/b is not in backup"),
             "--pvc shop/b: PVC shop/b is not in backup"
+        );
+        let mut with_paths = spec.clone();
+        with_paths.paths = Some(crate::api::PathRestore {
+            include: vec!["db".into(), "/etc".into()],
+            ..Default::default()
+        });
+        let errors = crate::plan::spec_errors(&with_paths);
+        let bad = errors.iter().find(|e| e.starts_with("spec.paths")).unwrap();
+        let words = flag_words(&with_paths, bad);
+        assert!(
+            words.starts_with("--path /etc: ") && !words.contains("spec."),
+            "{words}"
         );
         assert_eq!(
             flag_words(

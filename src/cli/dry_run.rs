@@ -101,6 +101,26 @@ pub fn render(dr: &DataRestore, plan: &Plan) -> String {
         }
     }
 
+    let with_paths: Vec<_> = plan
+        .volumes
+        .iter()
+        .filter_map(|v| dr.spec.paths_for(&v.pvc).map(|p| (&v.pvc, p)))
+        .collect();
+    if !with_paths.is_empty() {
+        out += "\nOnly these paths go back (the node agent fills a scratch claim with the snapshot, refill copies them from it):\n";
+        for (pvc, paths) in with_paths {
+            out += &format!("  {pvc}: {}", paths.include.join(", "));
+            if !paths.exclude.is_empty() {
+                out += &format!(" except {}", paths.exclude.join(", "));
+            }
+            if paths.mirror {
+                out += "; what the backup lacks under them is deleted";
+            }
+            out += "\n";
+        }
+        out += "  which files they match is known only once the snapshot is restored: the snapshot's file list is in Velero's repository, which refill does not read; the restore's status reports what was copied\n";
+    }
+
     out += &format!("\nConsumers (policy {:?}):\n", dr.spec.consumers);
     if dr.spec.target == crate::api::RestoreTarget::NewClaim {
         out += "  none stopped: nothing they read is written\n";

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use kube::api::ObjectMeta;
 
-use crate::api::{DataRestore, DataRestoreSpec, RestoreHelperOverrides};
+use crate::api::{DataRestore, DataRestoreSpec, PathRestore, RestoreHelperOverrides};
 use crate::plan::parse_pvc_key;
 
 use super::args::CreateArgs;
@@ -52,6 +52,12 @@ pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<Stri
         selector,
         candidate_nodes,
         target: args.target.map(Into::into).unwrap_or_default(),
+        paths: (!args.paths.is_empty()).then(|| PathRestore {
+            include: dedup(&args.paths),
+            exclude: dedup(&args.exclude),
+            mirror: args.mirror,
+        }),
+        pvc_paths: BTreeMap::new(),
         consumers: args.consumers.map(Into::into).unwrap_or_default(),
         acknowledge_running_consumers: args.acknowledge_running_consumers,
         on_failure: args.on_failure.map(Into::into).unwrap_or_default(),
@@ -144,6 +150,9 @@ mod tests {
             selector: None,
             candidate_nodes: vec![],
             target: None,
+            paths: vec![],
+            exclude: vec![],
+            mirror: false,
             consumers: None,
             acknowledge_running_consumers: false,
             on_failure: None,

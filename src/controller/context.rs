@@ -47,7 +47,14 @@ pub struct Config {
     /// namespaces then costs a few lists, while one of a few namespaces on a large
     /// cluster does not read all of it.
     pub cluster_wide_from: usize,
+    /// The image of the pod that copies a path restore's paths into the PVC: refill's
+    /// own, which holds `refill copy`.
+    pub copier_image: String,
 }
+
+/// refill's released image, the copier's when nothing else is said.
+pub const DEFAULT_COPIER_IMAGE: &str =
+    concat!("ghcr.io/refill-dev/refill:", env!("CARGO_PKG_VERSION"));
 
 impl Default for Config {
     fn default() -> Self {
@@ -60,6 +67,7 @@ impl Default for Config {
             metrics: Arc::default(),
             requests: false,
             cluster_wide_from: 8,
+            copier_image: DEFAULT_COPIER_IMAGE.into(),
         }
     }
 }

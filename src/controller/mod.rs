@@ -4,6 +4,7 @@
 mod concurrent;
 mod consumer;
 mod context;
+mod copier;
 mod error;
 pub mod health;
 pub mod leader;
@@ -33,7 +34,7 @@ use tracing::{info, warn};
 use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
 
 pub use consumer::{PARKED_KEY, who_changed};
-pub use context::{Config, Context};
+pub use context::{Config, Context, DEFAULT_COPIER_IMAGE};
 pub use error::{Error, Result};
 pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
 pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};

@@ -1,7 +1,8 @@
-//! The claim a `target: NewClaim` restore fills: a sibling of the PVC, of its
-//! StorageClass, access modes, volume mode and size, empty until the node agent writes
-//! the backup's files into it. It belongs to no one, so that it outlives the restore:
-//! it is the restore's result.
+//! The claims a restore makes beside a PVC: a sibling of its StorageClass, access
+//! modes, volume mode and size, empty until the node agent writes the backup's files
+//! into it. A `target: NewClaim` restore's belongs to no one, so that it outlives the
+//! restore: it is the restore's result. A path restore's scratch claim is deleted when
+//! its volume ends (an owner in another namespace is not allowed).
 
 use std::collections::BTreeMap;
 
@@ -10,12 +11,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::labels;
 
-/// The new claim `name` beside `original`, made by the restore `restore_key`
-/// (`namespace/name`).
+/// The claim `name` beside `original`, made by the restore `restore_key`
+/// (`namespace/name`) in `role` ([`labels::ROLE_NEW_CLAIM`] or [`labels::ROLE_SCRATCH`]).
 pub fn claim(
     original: &PersistentVolumeClaim,
     name: &str,
     restore_key: &str,
+    role: &str,
 ) -> PersistentVolumeClaim {
     let spec = original.spec.clone().unwrap_or_default();
     // What was asked for, or else what the volume has.
@@ -41,7 +43,7 @@ pub fn claim(
             namespace: Some(namespace.clone()),
             labels: Some(BTreeMap::from([(
                 labels::ROLE.to_string(),
-                labels::ROLE_NEW_CLAIM.to_string(),
+                role.to_string(),
             )])),
             annotations: Some(BTreeMap::from([
                 (
@@ -121,7 +123,12 @@ mod tests {
 
     #[test]
     fn a_new_claim_copies_class_modes_and_size_but_not_the_volume() {
-        let made = claim(&original(Some("1Gi"), "2Gi"), "data-r1-abcde", "velero/r1");
+        let made = claim(
+            &original(Some("1Gi"), "2Gi"),
+            "data-r1-abcde",
+            "velero/r1",
+            labels::ROLE_NEW_CLAIM,
+        );
         let spec = made.spec.as_ref().unwrap();
         assert_eq!(spec.storage_class_name.as_deref(), Some("local"));
         assert_eq!(spec.access_modes, Some(vec!["ReadWriteOnce".to_string()]));
@@ -160,7 +167,12 @@ mod tests {
         assert!(!is_made_by(&made, "velero/r2"));
         // No request recorded: the size the volume has.
         assert_eq!(
-            size(&claim(&original(None, "2Gi"), "x", "velero/r1")),
+            size(&claim(
+                &original(None, "2Gi"),
+                "x",
+                "velero/r1",
+                labels::ROLE_SCRATCH
+            )),
             "2Gi"
         );
     }

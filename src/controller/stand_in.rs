@@ -34,7 +34,7 @@ pub struct StandIn<'a> {
 
 /// Never `nodeName`: that bypasses the scheduler, and an unbound WaitForFirstConsumer
 /// claim would never bind. Required node affinity keeps the scheduler in charge.
-fn candidate_affinity(nodes: &[String]) -> Option<Affinity> {
+pub fn candidate_affinity(nodes: &[String]) -> Option<Affinity> {
     (!nodes.is_empty()).then(|| Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {

@@ -201,8 +201,16 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
             &facts.nodes,
         )
         .and_then(|(placement, warning)| {
+            // A claim beside the PVC is filled where the PVC's volume is, so that what
+            // copies from it (a path restore's copier) or mounts it later can reach both.
+            let beside = new_claim || spec.paths_for(pvc_key).is_some();
+            let placement = if beside {
+                beside_original(placement)
+            } else {
+                placement
+            };
             if new_claim {
-                return Ok((beside_original(placement), warning));
+                return Ok((placement, warning));
             }
             if !online {
                 return Ok((placement, warning));
@@ -229,11 +237,17 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
             Err(message) => errors.push(message),
         }
     }
-    // Most often a misspelt PVC: the one meant would go without its candidates.
-    for key in spec.candidate_nodes.keys() {
+    // Most often a misspelt PVC: the one meant would go without its candidates, or be
+    // restored whole instead of its paths.
+    for (field, key) in spec
+        .candidate_nodes
+        .keys()
+        .map(|k| ("spec.candidateNodes", k))
+        .chain(spec.pvc_paths.keys().map(|k| ("spec.pvcPaths", k)))
+    {
         if !selected.iter().any(|(pvc, _)| pvc == key) {
             errors.push(format!(
-                "spec.candidateNodes[\"{key}\"]: PVC {key} is not among the PVCs to restore; fix the key to name a selected PVC, or remove the entry"
+                "{field}[\"{key}\"]: PVC {key} is not among the PVCs to restore; fix the key to name a selected PVC, or remove the entry"
             ));
         }
     }

@@ -141,7 +141,8 @@ pub fn beside_running_consumers(
     nodes.sort();
     nodes.dedup();
     // A PV's own node affinity already says where.
-    let pinned = matches!(&placement, Placement::BoundTo { nodes, .. } if !nodes.is_empty());
+    let pinned = matches!(&placement, Placement::BoundTo { nodes, .. } if !nodes.is_empty())
+        || matches!(placement, Placement::BesideOriginal(_));
     Ok(if pinned || shared || nodes.is_empty() {
         placement
     } else {

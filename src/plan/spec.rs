@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::api::{DataRestoreSpec, RestoreHelperOverrides, RestoreTarget};
+use crate::api::{DataRestoreSpec, PathRestore, RestoreHelperOverrides, RestoreTarget};
 
 /// Every mistake in the spec that can be told without the cluster, in field order.
 pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
@@ -33,6 +33,29 @@ pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
     }
     candidate_errors(&spec.candidate_nodes, &mut errors);
     consumer_policy_errors(spec, &mut errors);
+    if let Some(paths) = &spec.paths {
+        path_errors("spec.paths", paths, &mut errors);
+    }
+    for (key, paths) in &spec.pvc_paths {
+        let field = format!("spec.pvcPaths[\"{key}\"]");
+        if !is_pvc_key(key) {
+            errors.push(format!(
+                "{field}: the key \"{key}\" is not a PVC reference: write it as namespace/name of a PVC to restore"
+            ));
+        }
+        path_errors(&field, paths, &mut errors);
+    }
+    let some_paths = spec.paths.is_some() || !spec.pvc_paths.is_empty();
+    if some_paths && spec.target == RestoreTarget::NewClaim {
+        let field = if spec.paths.is_some() {
+            "spec.paths"
+        } else {
+            "spec.pvcPaths"
+        };
+        errors.push(format!(
+            "{field}: spec.target is NewClaim, which gets the whole backup into a new claim; remove the paths, or leave spec.target out to put the paths back in place"
+        ));
+    }
     for (field, value) in [
         ("spec.volumeTimeout", &spec.volume_timeout),
         ("spec.timeout", &spec.timeout),
@@ -168,13 +191,31 @@ fn selector_errors(selector: &LabelSelector, errors: &mut Vec<String>) {
     }
 }
 
+fn is_pvc_key(key: &str) -> bool {
+    key.split_once('/')
+        .is_some_and(|(ns, name)| dns_label(ns).is_ok() && dns_subdomain(name).is_ok())
+}
+
+/// The globs of a path restore, each named by its place in the field.
+fn path_errors(field: &str, paths: &PathRestore, errors: &mut Vec<String>) {
+    if paths.include.is_empty() {
+        errors.push(format!(
+            "{field}.include: names no path; list the paths to put back (relative to the volume's root, e.g. db/data.db or config/**), or remove {field} to restore whole volumes"
+        ));
+    }
+    for (list, patterns) in [("include", &paths.include), ("exclude", &paths.exclude)] {
+        for (i, pattern) in patterns.iter().enumerate() {
+            if let Some(why) = crate::copy::pattern_error(pattern) {
+                errors.push(format!("{field}.{list}[{i}]: {why}"));
+            }
+        }
+    }
+}
+
 fn candidate_errors(candidates: &BTreeMap<String, Vec<String>>, errors: &mut Vec<String>) {
     for (key, nodes) in candidates {
         let field = format!("spec.candidateNodes[\"{key}\"]");
-        let valid_key = key
-            .split_once('/')
-            .is_some_and(|(ns, name)| dns_label(ns).is_ok() && dns_subdomain(name).is_ok());
-        if !valid_key {
+        if !is_pvc_key(key) {
             errors.push(format!(
                 "{field}: the key \"{key}\" is not a PVC reference: write it as namespace/name of a PVC in spec.pvcs"
             ));
@@ -551,6 +592,38 @@ mod tests {
             }),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn paths_name_each_bad_glob_and_do_not_go_with_a_new_claim() {
+        let paths = |include: &[&str], exclude: &[&str]| PathRestore {
+            include: include.iter().map(|p| p.to_string()).collect(),
+            exclude: exclude.iter().map(|p| p.to_string()).collect(),
+            mirror: false,
+        };
+        assert_eq!(
+            errors_of(|s| s.paths = Some(paths(&["db", "conf/*.yaml"], &["db/cache"]))),
+            Vec::<String>::new()
+        );
+        one_error("spec.paths.include", |s| s.paths = Some(paths(&[], &[])));
+        let absolute = one_error("spec.paths.include[1]", |s| {
+            s.paths = Some(paths(&["db", "/etc"], &[]))
+        });
+        assert!(absolute.contains("\"/etc\""), "{absolute}");
+        one_error("spec.paths.exclude[0]", |s| {
+            s.paths = Some(paths(&["db"], &["../x"]))
+        });
+        one_error("spec.pvcPaths[\"shop/data\"].include[0]", |s| {
+            s.pvc_paths = [("shop/data".to_string(), paths(&["a/[b"], &[]))].into()
+        });
+        one_error("spec.pvcPaths[\"data\"]", |s| {
+            s.pvc_paths = [("data".to_string(), paths(&["a"], &[]))].into()
+        });
+        let new_claim = one_error("spec.paths", |s| {
+            s.paths = Some(paths(&["db"], &[]));
+            s.target = RestoreTarget::NewClaim;
+        });
+        assert!(new_claim.contains("NewClaim"), "{new_claim}");
     }
 
     #[test]

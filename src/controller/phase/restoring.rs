@@ -405,12 +405,19 @@ pub async fn work(
         helper: helper.as_ref(),
     };
     let mut notes = Vec::new();
+    let mut left_behind = false;
     let advanced = for_each_concurrently(
         0..snapshot.volumes.len(),
         |i| volume::advance(&act, &rules, snapshot.volumes[i].clone()),
-        |i, Advanced { volume, applied }| {
+        |i,
+         Advanced {
+             volume,
+             applied,
+             left_behind: left,
+         }| {
             status.volumes[i] = volume;
             notes.push((status.volumes[i].pvc.clone(), applied));
+            left_behind |= left;
         },
     )
     .await;
@@ -435,16 +442,20 @@ pub async fn work(
             .volumes
             .iter()
             .filter(|v| v.phase.is_active())
-            .map(|v| {
-                let written = v.written_claim();
-                let (ns, claim) = split(&written);
+            .flat_map(|v| {
+                let mut claims = vec![v.written_claim()];
+                claims.extend(v.scratch_pvc.is_some().then(|| v.agent_claim()));
+                claims
+            })
+            .map(|claim| {
+                let (ns, claim) = split(&claim);
                 (ns.to_string(), claim.to_string())
             }),
     );
     stopped?;
     advanced?;
     settled?;
-    Ok(view.stand_ins.is_empty())
+    Ok(view.stand_ins.is_empty() && !left_behind)
 }
 
 #[cfg(test)]

@@ -87,6 +87,11 @@ pub async fn validate(
             candidate_nodes: v.placement.pinned_nodes().to_vec(),
             target_pvc: (dr.spec.target == RestoreTarget::NewClaim)
                 .then(|| labels::new_claim_name(split(&v.pvc).1, &dr.name_any())),
+            paths: dr.spec.paths_for(&v.pvc).cloned(),
+            scratch_pvc: dr
+                .spec
+                .paths_for(&v.pvc)
+                .map(|_| labels::scratch_claim_name(split(&v.pvc).1, &dr.name_any())),
             pvc_uid: v.pvc_uid.clone(),
             ..Default::default()
         })

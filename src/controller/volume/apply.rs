@@ -26,13 +26,15 @@ pub struct Applied {
 }
 
 const PARTLY_WRITTEN: &str = "the node agent may have written part of the backup before it stopped, so the volume may hold a mix of old and restored files; restore it again to get the backup's files";
+const PATHS_PARTLY_WRITTEN: &str = "the copier may have written part of the chosen paths before it stopped, so they may hold a mix of old and restored files; restore them again to get the backup's files";
 
-/// The message of a volume that ended, with the plain warning when it may be half written.
-pub fn ending_message(message: &str, partly_written: bool) -> String {
-    if partly_written {
-        format!("{message}; {PARTLY_WRITTEN}")
-    } else {
-        message.to_string()
+/// The message of a volume that ended, with the plain warning when it may be half
+/// written (`paths`: by a path restore's copier).
+pub fn ending_message(message: &str, partly_written: bool, paths: bool) -> String {
+    match (partly_written, paths) {
+        (false, _) => message.to_string(),
+        (true, false) => format!("{message}; {PARTLY_WRITTEN}"),
+        (true, true) => format!("{message}; {PATHS_PARTLY_WRITTEN}"),
     }
 }
 
@@ -56,18 +58,31 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             volume.message = None;
             volume.warning = None;
         }
+        Change::Copied(summary) => {
+            volume.message = Some(format!(
+                "copied: {}; removing the copier pod",
+                summary.line()
+            ));
+            volume.warning = None;
+            volume.copied = Some(summary);
+        }
         Change::Completed => {
             volume.phase = VolumePhase::Completed;
             volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
-            let (message, text) = match &volume.target_pvc {
-                Some(_) => {
+            let copied = volume.copied.as_ref().map(|c| c.line());
+            let (message, text) = match (&volume.target_pvc, copied) {
+                (_, Some(copied)) => (
+                    format!("chosen paths restored: {copied}"),
+                    format!("{pvc}: chosen paths restored: {copied}"),
+                ),
+                (Some(_), None) => {
                     let into = volume.written_claim();
                     (
                         format!("restored into PVC {into}"),
                         format!("{pvc} restored into PVC {into}"),
                     )
                 }
-                None => ("restored".to_string(), format!("{pvc} restored")),
+                (None, None) => ("restored".to_string(), format!("{pvc} restored")),
             };
             volume.message = Some(message);
             volume.warning = None;
@@ -79,6 +94,8 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             });
         }
         Change::Abort { outcome, message } => {
+            // The copier writes the PVC itself: whatever it did so far stays.
+            volume.partly_written |= volume.phase == VolumePhase::Copying;
             volume.phase = VolumePhase::Aborting;
             volume.outcome = Some(outcome);
             volume.abort_time = Some(stored(now));
@@ -116,7 +133,7 @@ fn end(
     applied: &mut Applied,
 ) {
     let pvc = volume.pvc.clone();
-    let message = ending_message(message, partly_written);
+    let message = ending_message(message, partly_written, volume.paths.is_some());
     volume.phase = outcome;
     volume.partly_written = partly_written;
     volume.warning = None;
@@ -215,6 +232,55 @@ mod tests {
         assert!(apply(&mut v, change(), now).note.is_some());
         assert!(apply(&mut v, change(), now).note.is_none());
         assert_eq!(v.warning.as_deref(), Some("no node agent"));
+    }
+
+    #[test]
+    fn a_copy_reports_what_it_did_and_a_stopped_one_says_its_paths_may_be_mixed() {
+        let now = Timestamp::from_second(1).unwrap();
+        let paths = VolumeStatus {
+            paths: Some(crate::api::PathRestore {
+                include: vec!["db".into()],
+                ..Default::default()
+            }),
+            ..volume(VolumePhase::Copying)
+        };
+        let mut done = paths.clone();
+        let summary = crate::api::CopySummary {
+            files_written: 3,
+            bytes_written: 10,
+            ..Default::default()
+        };
+        apply(&mut done, Change::Copied(summary.clone()), now);
+        assert_eq!(done.copied, Some(summary));
+        let applied = apply(&mut done, Change::Completed, now);
+        assert_eq!(
+            done.message.as_deref(),
+            Some("chosen paths restored: 3 files written (10 B)")
+        );
+        assert!(applied.note.unwrap().text.contains("chosen paths restored"));
+
+        let mut stopped = paths;
+        let abort = Change::Abort {
+            outcome: VolumePhase::Failed,
+            message: "copier pod c failed: disk full".into(),
+        };
+        apply(&mut stopped, abort, now);
+        assert!(
+            stopped.partly_written,
+            "the copier may have written some paths"
+        );
+        apply(
+            &mut stopped,
+            Change::Finish {
+                partly_written: true,
+            },
+            now,
+        );
+        let message = stopped.message.unwrap();
+        assert!(
+            message.contains("the copier may have written part of the chosen paths"),
+            "{message}"
+        );
     }
 
     #[test]

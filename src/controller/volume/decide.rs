@@ -1,11 +1,14 @@
 //! The life of one volume as a pure function: from what the pass saw, what happens next.
 //!
 //! ```text
-//! Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─▶ Completed
-//!    │           │               │                │
-//!    │           └──────(a writer may exist)──────┴──▶ Aborting ─▶ Failed | Canceled
-//!    └──(nothing started)─────────────────────────────────────────▶ Failed | Canceled
+//! Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─┬──────────────▶ Completed
+//!    │           │               │                │       └─▶ Copying ─┘ (paths)
+//!    │           └──────(a writer may exist)──────┴────────────┴─▶ Aborting ─▶ Failed | Canceled
+//!    └──(nothing started)───────────────────────────────────────────────────▶ Failed | Canceled
 //! ```
+//!
+//! A path restore's node agent fills a scratch claim, not the PVC; refill's copier pod
+//! then copies the chosen paths into the PVC (Copying), and is the writer to wait for.
 //!
 //! A volume ends Failed or Canceled at once only while nothing can write to it (no
 //! stand-in pod, no PodVolumeRestore). Otherwise it goes through Aborting, whose order is
@@ -17,7 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{PodVolumePhase, VolumePhase, VolumeStatus};
+use crate::api::{CopySummary, PodVolumePhase, VolumePhase, VolumeStatus};
 
 use super::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 
@@ -33,6 +36,28 @@ pub struct Seen {
     pub restarted: Option<String>,
     pub stand_in: StandIn,
     pub pvr: Option<Pvr>,
+    /// A path restore's copier pod (looked for from Copying on).
+    pub copier: Copier,
+    /// A path restore's scratch claim exists and is not being deleted (looked for from
+    /// Copying on).
+    pub scratch: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Copier {
+    #[default]
+    Absent,
+    /// This restore's copier pod.
+    Present {
+        name: String,
+        terminating: bool,
+        /// None while it runs; its summary, or why it failed.
+        ended: Option<Result<CopySummary, String>>,
+        /// Why it is not running yet, when the pod says.
+        waiting: Option<String>,
+    },
+    /// Another restore's copier (its name derives from the claim).
+    Other { name: String, restore: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -132,6 +157,11 @@ pub enum Effect {
     CreatePodVolumeRestore,
     CancelPodVolumeRestore,
     DeleteStandIn,
+    /// Create the copier pod of a path restore.
+    CreateCopier,
+    DeleteCopier,
+    /// Delete a path restore's scratch claim.
+    DeleteScratchClaim,
 }
 
 /// How the volume's record changes.
@@ -144,6 +174,8 @@ pub enum Change {
     },
     /// On to the next phase of the way that works.
     Advance(VolumePhase),
+    /// The copier reported what it did; its pod is removed next.
+    Copied(CopySummary),
     Completed,
     /// Something went wrong, or a stop was asked, while a writer may exist.
     Abort {
@@ -256,7 +288,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                     .as_ref()
                     .is_some_and(|p| p.phase == PodVolumePhase::Completed)
             {
-                return completing(seen);
+                return completing(volume, seen);
             }
             if let Some(problem) = lost_hold(pvc, seen, rules.online) {
                 return failed(problem);
@@ -267,13 +299,24 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                 restoring(volume, seen, rules, now)
             }
         }
+        VolumePhase::Copying => {
+            if let Some(stop) = stop {
+                return abort(stop.outcome, stop.why);
+            }
+            copying(volume, seen, rules)
+        }
         VolumePhase::Aborting => aborting(volume, seen, rules, now),
-        // Ended: only its stand-in may be left to remove.
+        // Ended: only its stand-in, copier and scratch claim may be left to remove.
         VolumePhase::Completed | VolumePhase::Failed | VolumePhase::Canceled => {
             let stay = Change::Stay {
                 message: volume.message.clone(),
                 warning: None,
             };
+            let helpers_gone =
+                seen.stand_in == StandIn::Absent && !matches!(seen.copier, Copier::Present { .. });
+            if seen.scratch && helpers_gone {
+                return doing(Effect::DeleteScratchClaim, stay);
+            }
             without_stand_in(seen, volume.message.clone(), stay)
         }
     }
@@ -417,7 +460,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
     let name = &pvr.name;
     let detail = pvr.message.as_deref().unwrap_or("no message");
     match pvr.phase {
-        PodVolumePhase::Completed => completing(seen),
+        PodVolumePhase::Completed => completing(volume, seen),
         PodVolumePhase::Failed => failed(format!("PodVolumeRestore {name} failed: {detail}")),
         PodVolumePhase::Canceled => failed(format!(
             "PodVolumeRestore {name} was canceled, not by refill: {detail}"
@@ -453,8 +496,9 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
 
 /// The data is in. The volume ends once restore-wait has cleaned up (it removes the
 /// `.velero` folders it waited for) and the stand-in is gone: only then may consumers
-/// come back, so nothing of the restore touches the volume under them.
-fn completing(seen: &Seen) -> Step {
+/// come back, so nothing of the restore touches the volume under them. A path
+/// restore's data is in the scratch claim: its paths are copied next.
+fn completing(volume: &VolumeStatus, seen: &Seen) -> Step {
     if let StandIn::Ours {
         name,
         restore_wait_done: false,
@@ -466,15 +510,93 @@ fn completing(seen: &Seen) -> Step {
             "restored; waiting for restore-wait in stand-in pod {name} to finish"
         ));
     }
+    let then = match volume.paths {
+        Some(_) => Change::Advance(VolumePhase::Copying),
+        None => Change::Completed,
+    };
     without_stand_in(
         seen,
         Some("restored; removing the stand-in pod".into()),
-        Change::Completed,
+        then,
     )
 }
 
-/// Removes this restore's stand-in, waits until it is gone, then makes `then`.
+/// The copier writes the chosen paths into the PVC: like the node agent's, its writes
+/// must not meet a running consumer, and the volume ends only after its pod is gone.
+fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
+    let pvc = &volume.pvc;
+    if seen.claim == Claim::Deleted {
+        return failed(format!("PVC {pvc} was deleted during the restore"));
+    }
+    if !seen.foreign_pods.is_empty() && !rules.online {
+        return failed(seen.restarted.clone().unwrap_or_else(|| {
+            format!(
+                "pod {} mounts {pvc} while its paths are copied; refill stopped copying",
+                seen.foreign_pods.join(", ")
+            )
+        }));
+    }
+    match &seen.copier {
+        Copier::Absent => match &volume.copied {
+            Some(_) => Step {
+                effect: None,
+                change: Change::Completed,
+            },
+            // Also when someone deleted it midway: copying again gives the same files.
+            None => doing(
+                Effect::CreateCopier,
+                Change::Stay {
+                    message: Some(format!("copying the chosen paths into PVC {pvc}")),
+                    warning: None,
+                },
+            ),
+        },
+        Copier::Present {
+            ended: None,
+            name,
+            waiting,
+            ..
+        } => stay(match waiting {
+            Some(why) => format!("copier pod {name} is not running yet: {why}"),
+            None => format!("copying the chosen paths into PVC {pvc} (pod {name})"),
+        }),
+        Copier::Present {
+            ended: Some(Ok(summary)),
+            terminating,
+            ..
+        } => Step {
+            effect: (!terminating).then_some(Effect::DeleteCopier),
+            change: Change::Copied(summary.clone()),
+        },
+        Copier::Present {
+            ended: Some(Err(why)),
+            name,
+            ..
+        } => failed(format!("copier pod {name} failed: {why}")),
+        Copier::Other { name, restore } => failed(format!(
+            "PVC {pvc} is being restored by DataRestore {restore} (copier pod {name}); restore it again after that one ends"
+        )),
+    }
+}
+
+/// Removes this restore's stand-in and copier, waits until they are gone, then makes
+/// `then`.
 fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step {
+    match &seen.copier {
+        Copier::Present {
+            terminating: false, ..
+        } => {
+            return doing(
+                Effect::DeleteCopier,
+                Change::Stay {
+                    message,
+                    warning: None,
+                },
+            );
+        }
+        Copier::Present { .. } => return stay(message),
+        Copier::Absent | Copier::Other { .. } => {}
+    }
     match &seen.stand_in {
         StandIn::Ours {
             terminating: false, ..
@@ -524,7 +646,11 @@ fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
         // Canceled before any node agent took it: once the stand-in is gone, none can
         // (a node agent starts only while the pod's restore-wait runs).
     }
-    let partly_written = volume.partly_written || seen.pvr.as_ref().is_some_and(Pvr::started);
+    // A path restore's node agent writes only its scratch claim; its copier's writes
+    // were marked when it aborted.
+    let agent_wrote_pvc =
+        volume.scratch_pvc.is_none() && seen.pvr.as_ref().is_some_and(Pvr::started);
+    let partly_written = volume.partly_written || agent_wrote_pvc;
     without_stand_in(seen, message, Change::Finish { partly_written })
 }
 

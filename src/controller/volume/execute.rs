@@ -77,36 +77,43 @@ pub async fn perform(
                 Err(e) => Err(e.into()),
             }
         }
-        Effect::DeleteStandIn => {
-            let (ns, _) = split(&volume.pvc);
-            let Some(pod) = &found.stand_in else {
-                return Ok(None);
-            };
-            let name = pod.name_any();
-            // Only this very pod: the name is the claim's, and another restore's stand-in
-            // may take it as soon as this one is gone.
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: pod.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match Api::<Pod>::namespaced(act.ctx.client.clone(), ns)
-                .delete(&name, &params)
-                .await
-            {
-                Ok(_) => Ok(None),
-                Err(e) if has_status(&e, 404) || has_status(&e, 409) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        }
+        Effect::CreateCopier => super::paths::create_copier(act, volume).await,
+        Effect::DeleteCopier => super::paths::delete_copier(act, found, volume).await,
+        Effect::DeleteScratchClaim => super::paths::delete_scratch(act, found, volume).await,
+        Effect::DeleteStandIn => match &found.stand_in {
+            Some(pod) => delete_exactly(act, pod).await,
+            None => Ok(None),
+        },
+    }
+}
+
+/// Deletes this very pod, not another of its name: names derive from the claim, and
+/// another restore's pod may take the name as soon as this one is gone.
+pub(super) async fn delete_exactly(act: &Act<'_>, pod: &Pod) -> Result<Option<Change>> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let ns = pod.namespace().unwrap_or_default();
+    match Api::<Pod>::namespaced(act.ctx.client.clone(), &ns)
+        .delete(&pod.name_any(), &params)
+        .await
+    {
+        Ok(_) => Ok(None),
+        Err(e) if has_status(&e, 404) || has_status(&e, 409) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Turns a permanent refusal into the change `to` makes of the server's words; other
 /// errors stay errors.
-fn refused_as(result: Result<()>, to: impl FnOnce(String) -> Change) -> Result<Option<Change>> {
+pub(super) fn refused_as(
+    result: Result<()>,
+    to: impl FnOnce(String) -> Change,
+) -> Result<Option<Change>> {
     match result {
         Ok(()) => Ok(None),
         Err(e) if e.category() == Category::Permanent => Ok(Some(to(e.reason()))),
@@ -114,11 +121,14 @@ fn refused_as(result: Result<()>, to: impl FnOnce(String) -> Change) -> Result<O
     }
 }
 
-/// Makes the claim a `target: NewClaim` volume is written into, or finds the one made
-/// before a restart. Another claim of that name is never taken over.
-async fn ensure_new_claim(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option<Change>> {
-    let Some(name) = &volume.target_pvc else {
-        return Ok(None);
+/// Makes the claim the node agent writes when it is not the PVC (a `target: NewClaim`
+/// volume's, a path restore's scratch claim), or finds the one made before a restart.
+/// Another claim of that name is never taken over.
+async fn ensure_claim_beside(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option<Change>> {
+    let (name, role, what) = match (&volume.target_pvc, &volume.scratch_pvc) {
+        (Some(name), _) => (name, labels::ROLE_NEW_CLAIM, "new"),
+        (None, Some(name)) => (name, labels::ROLE_SCRATCH, "scratch"),
+        (None, None) => return Ok(None),
     };
     let (ns, original) = split(&volume.pvc);
     let claims = Api::<PersistentVolumeClaim>::namespaced(act.ctx.client.clone(), ns);
@@ -144,10 +154,10 @@ async fn ensure_new_claim(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option
     let Some(source) = claims.get_opt(original).await? else {
         return failed(format!("PVC {} was deleted during the restore", volume.pvc));
     };
-    let made = new_claim::claim(&source, name, &restore_key);
+    let made = new_claim::claim(&source, name, &restore_key, role);
     match claims.create(&PostParams::default(), &made).await {
         Ok(_) => {
-            info!(pvc = %volume.pvc, new_claim = %name, "created the new claim");
+            info!(pvc = %volume.pvc, claim = %name, "created the {what} claim");
             Ok(None)
         }
         // Made a moment ago by this restore's previous pass: the next pass looks.
@@ -159,19 +169,21 @@ async fn ensure_new_claim(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option
         })),
         Err(e) => refused_as(Err(e.into()), |why| Change::End {
             outcome: VolumePhase::Failed,
-            message: format!("the API server refused the new PVC {ns}/{name}: {why}"),
+            message: format!("the API server refused the {what} PVC {ns}/{name}: {why}"),
         }),
     }
 }
 
 async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Option<Change>> {
-    if let Some(change) = ensure_new_claim(act, volume).await? {
+    if let Some(change) = ensure_claim_beside(act, volume).await? {
         return Ok(Some(change));
     }
     let dr = act.dr;
-    let pvc = volume.written_claim();
-    let (ns, claim) = split(&pvc);
-    let name = labels::stand_in_pod_name(&pvc);
+    // Named after the claim whose files change, which makes it that claim's lock, and
+    // mounting the claim the node agent fills (a path restore's scratch claim).
+    let name = labels::stand_in_pod_name(&volume.written_claim());
+    let mounted = volume.agent_claim();
+    let (ns, claim) = split(&mounted);
     let source = act
         .helper
         .expect("read at the start of a pass with volumes quiescing");
@@ -215,13 +227,26 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
     let (created, pvb) = futures::join!(pods.create(&params, &pod), pod_volume_backup(act, volume));
     let created = match created {
         Ok(created) => created,
-        // Ours from before a restart, or another restore's: the next pass looks.
+        // Ours from before a restart (the next pass looks), or another restore's.
         Err(e) if has_status(&e, 409) => {
-            return Ok(Some(Change::Stay {
-                message: Some(format!(
-                    "stand-in pod {name} exists already; looking at it again"
-                )),
-                warning: None,
+            return Ok(Some(match pods.get_opt(&name).await? {
+                Some(pod) if !crate::observe::is_own_stand_in(&pod, act.uid) => Change::End {
+                    outcome: VolumePhase::Failed,
+                    message: format!(
+                        "PVC {} is being restored by {} (stand-in pod {name}); restore it again after that one ends",
+                        volume.written_claim(),
+                        crate::observe::stand_in_restore(&pod)
+                            .map_or("another restore".to_string(), |r| format!(
+                                "DataRestore {r}"
+                            ))
+                    ),
+                },
+                _ => Change::Stay {
+                    message: Some(format!(
+                        "stand-in pod {name} exists already; looking at it again"
+                    )),
+                    warning: None,
+                },
             }));
         }
         Err(e) => {

@@ -7,6 +7,7 @@ pub mod decide;
 pub mod execute;
 pub mod mirror;
 pub mod observe;
+pub mod paths;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -28,6 +29,9 @@ pub const NO_NODE_AGENT: &str = "no node agent has taken PodVolumeRestore";
 pub struct Advanced {
     pub volume: VolumeStatus,
     pub applied: Applied,
+    /// A copier pod or scratch claim of the volume is still there: the restore may not
+    /// end yet.
+    pub left_behind: bool,
 }
 
 /// Moves one volume on by one step. On an error, nothing of this pass is kept for the
@@ -46,5 +50,10 @@ pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Resu
         None => step.change,
     };
     let applied = apply::apply(&mut volume, change, now);
-    Ok(Advanced { volume, applied })
+    let left_behind = seen.copier != decide::Copier::Absent || seen.scratch;
+    Ok(Advanced {
+        volume,
+        applied,
+        left_behind,
+    })
 }

@@ -4,25 +4,30 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, ResourceExt};
 
 use crate::api::{ConsumerState, DataRestoreStatus, PodVolumeRestore, VolumePhase, VolumeStatus};
 use crate::controller::consumer;
+use crate::controller::copier;
 use crate::controller::restore_helper;
 use crate::controller::stores::PassView;
 use crate::controller::{Context, Result};
 use crate::labels;
 use crate::observe;
 
-use super::decide::{Claim, Consumers, Pvr, Seen, StandIn};
+use super::decide::{Claim, Consumers, Copier, Pvr, Seen, StandIn};
 
 /// The objects refill made for one volume, as the pass found them.
 #[derive(Default)]
 pub struct Found {
     pub stand_in: Option<Arc<Pod>>,
     pub pod_volume_restore: Option<Arc<PodVolumeRestore>>,
+    /// A path restore's copier pod, once it may exist.
+    pub copier: Option<Pod>,
+    /// A path restore's scratch claim, once it may be left to delete.
+    pub scratch: Option<PersistentVolumeClaim>,
 }
 
 /// Which absences the stores report must be read again from the API before they are
@@ -92,10 +97,43 @@ pub async fn found(
             Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
         pod_volume_restore = pvrs.get_opt(&pvr_name).await?.map(Arc::new);
     }
+    let (copier, scratch) = match &volume.scratch_pvc {
+        Some(scratch) if copier_may_exist(volume.phase) => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+            let copier_name = labels::copier_pod_name(&volume.pvc);
+            futures::try_join!(pods.get_opt(&copier_name), claims.get_opt(scratch))?
+        }
+        _ => (None, None),
+    };
     Ok(Found {
         stand_in,
         pod_volume_restore,
+        copier,
+        scratch,
     })
+}
+
+/// From Copying on, a path restore's copier may exist and its scratch claim be left to
+/// delete; before, neither is read (the scratch claim is made with the stand-in).
+fn copier_may_exist(phase: VolumePhase) -> bool {
+    phase == VolumePhase::Copying || phase == VolumePhase::Aborting || phase.is_terminal()
+}
+
+/// The copier pod as [`decide`](super::decide) needs to know it.
+pub fn copier_of(pod: &Pod, uid: &str) -> Copier {
+    if !observe::is_own_copier(pod, uid) {
+        return Copier::Other {
+            name: pod.name_any(),
+            restore: observe::stand_in_restore(pod).unwrap_or_else(|| "another restore".into()),
+        };
+    }
+    Copier::Present {
+        name: pod.name_any(),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        ended: copier::outcome(pod),
+        waiting: copier::waiting(pod),
+    }
 }
 
 pub fn split(key: &str) -> (&str, &str) {
@@ -226,7 +264,7 @@ pub async fn seen(
     // When each foreign pod that is not being deleted was made.
     let mut live_since = Vec::new();
     for pod in &mounting {
-        if observe::is_own_stand_in(pod, uid) {
+        if observe::is_own_stand_in(pod, uid) || observe::is_own_copier(pod, uid) {
             continue;
         }
         if observe::is_stand_in(pod) {
@@ -249,7 +287,10 @@ pub async fn seen(
 
     let watching = matches!(
         volume.phase,
-        VolumePhase::Quiescing | VolumePhase::StartingStandIn | VolumePhase::Restoring
+        VolumePhase::Quiescing
+            | VolumePhase::StartingStandIn
+            | VolumePhase::Restoring
+            | VolumePhase::Copying
     );
     let mut restarted = None;
     if watching && !live_since.is_empty() {
@@ -278,6 +319,14 @@ pub async fn seen(
         restarted,
         stand_in,
         pvr: found.pod_volume_restore.as_deref().map(pvr_of),
+        copier: found
+            .copier
+            .as_ref()
+            .map_or(Copier::Absent, |pod| copier_of(pod, uid)),
+        scratch: found
+            .scratch
+            .as_ref()
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
     })
 }
 
@@ -440,6 +489,8 @@ mod tests {
             ..PodVolumeRestore::new("r", Default::default())
         };
         let found = Found {
+            copier: None,
+            scratch: None,
             stand_in: None,
             pod_volume_restore: Some(Arc::new(pvr)),
         };

@@ -186,9 +186,49 @@ fn claim_deleted(mut s: Seen) -> Seen {
     s
 }
 
+/// A path restore's volume.
+fn paths(v: VolumeStatus) -> VolumeStatus {
+    VolumeStatus {
+        paths: Some(crate::api::PathRestore {
+            include: vec!["db".into()],
+            ..Default::default()
+        }),
+        scratch_pvc: Some("refill-scratch-data-1".into()),
+        ..v
+    }
+}
+
+fn copier(ended: Option<Result<CopySummary, String>>, terminating: bool) -> Copier {
+    Copier::Present {
+        name: "refill-copy-data-1".into(),
+        terminating,
+        ended,
+        waiting: None,
+    }
+}
+
+fn copied() -> Option<Result<CopySummary, String>> {
+    Some(Ok(CopySummary {
+        files_written: 2,
+        ..Default::default()
+    }))
+}
+
+fn with_copier(mut s: Seen, copier: Copier) -> Seen {
+    s.copier = copier;
+    s
+}
+
+fn with_scratch(mut s: Seen) -> Seen {
+    s.scratch = true;
+    s
+}
+
 // What a step must be; messages are checked by a fragment.
 #[derive(Debug)]
 enum Want {
+    /// The copier's summary recorded, with this effect.
+    Copied(Option<Effect>),
     Stay(Option<Effect>, Option<&'static str>),
     StayWarning(&'static str),
     Advance(Option<Effect>, VolumePhase),
@@ -213,6 +253,9 @@ fn check(name: &str, step: &Step, want: &Want) {
         }
         (Want::Advance(effect, phase), Change::Advance(p)) => step.effect == *effect && p == phase,
         (Want::Completed, Change::Completed) => step.effect.is_none(),
+        (Want::Copied(effect), Change::Copied(summary)) => {
+            step.effect == *effect && summary.files_written == 2
+        }
         (
             Want::Abort(outcome, fragment),
             Change::Abort {
@@ -601,7 +644,186 @@ fn every_transition() {
             rules(),
             Want::Abort(Failed, "did not finish within 1h"),
         ),
+        // Copying: a path restore's copier writes the PVC from the scratch claim.
+        (
+            "a path restore's data in: on to copying once the stand-in is gone",
+            paths(volume(Restoring)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Advance(None, Copying),
+        ),
+        (
+            "a path restore's data in: the stand-in goes first",
+            paths(volume(Restoring)),
+            seen(cleaned_up(), pvr(P::Completed)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("removing the stand-in")),
+        ),
+        (
+            "copying starts the copier",
+            paths(volume(Copying)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Stay(Some(Effect::CreateCopier), Some("copying the chosen paths")),
+        ),
+        (
+            "copying waits for the copier",
+            paths(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(None, false),
+            ),
+            rules(),
+            Want::Stay(None, Some("(pod refill-copy-data-1)")),
+        ),
+        (
+            "copying says why the copier does not run",
+            paths(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                Copier::Present {
+                    name: "refill-copy-data-1".into(),
+                    terminating: false,
+                    ended: None,
+                    waiting: Some("ErrImagePull".into()),
+                },
+            ),
+            rules(),
+            Want::Stay(None, Some("not running yet: ErrImagePull")),
+        ),
+        (
+            "a copier done: its summary is kept and its pod removed",
+            paths(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(copied(), false),
+            ),
+            rules(),
+            Want::Copied(Some(Effect::DeleteCopier)),
+        ),
+        (
+            "a copier done and going: nothing more to do to it",
+            paths(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(copied(), true),
+            ),
+            rules(),
+            Want::Copied(None),
+        ),
+        (
+            "the copier gone after its summary: completed",
+            VolumeStatus {
+                copied: Some(CopySummary::default()),
+                ..paths(volume(Copying))
+            },
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Completed,
+        ),
+        (
+            "a copier that failed aborts",
+            paths(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(Some(Err("chown /target/x: denied".into())), false),
+            ),
+            rules(),
+            Want::Abort(Failed, "copier pod refill-copy-data-1 failed: chown"),
+        ),
+        (
+            "a consumer back while copying aborts",
+            paths(volume(Copying)),
+            with_users(
+                with_copier(
+                    seen(StandIn::Absent, pvr(P::Completed)),
+                    copier(None, false),
+                ),
+                &["web-1"],
+                None,
+            ),
+            rules(),
+            Want::Abort(Failed, "refill stopped copying"),
+        ),
+        (
+            "copying online: running pods are expected",
+            paths(volume(Copying)),
+            with_users(
+                with_copier(
+                    seen(StandIn::Absent, pvr(P::Completed)),
+                    copier(None, false),
+                ),
+                &["web-1"],
+                None,
+            ),
+            online(),
+            Want::Stay(None, Some("(pod refill-copy-data-1)")),
+        ),
+        (
+            "copying canceled aborts",
+            paths(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(None, false),
+            ),
+            canceled(),
+            Want::Abort(Canceled, "canceled"),
+        ),
+        (
+            "copying: the claim's copier is another restore's",
+            paths(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                Copier::Other {
+                    name: "refill-copy-data-1".into(),
+                    restore: "velero/first".into(),
+                },
+            ),
+            rules(),
+            Want::Abort(Failed, "DataRestore velero/first"),
+        ),
+        (
+            "copying: the claim deleted",
+            paths(volume(Copying)),
+            claim_deleted(seen(StandIn::Absent, pvr(P::Completed))),
+            rules(),
+            Want::Abort(Failed, "was deleted"),
+        ),
         // Aborting: cancel, wait for the agent, remove the stand-in, end.
+        (
+            "aborting a copy removes the copier first",
+            paths(aborting(Failed)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(None, false),
+            ),
+            rules(),
+            Want::Stay(Some(Effect::DeleteCopier), None),
+        ),
+        (
+            "aborting a copy waits for the copier to go",
+            paths(aborting(Failed)),
+            with_copier(seen(StandIn::Absent, pvr(P::Completed)), copier(None, true)),
+            rules(),
+            Want::Stay(None, None),
+        ),
+        (
+            "aborting a copy ends partly written once the copier is gone",
+            VolumeStatus {
+                partly_written: true,
+                ..paths(aborting(Failed))
+            },
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Finish(true),
+        ),
+        (
+            "a path restore stopped while its node agent wrote: the PVC was not written",
+            paths(aborting(Canceled)),
+            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            rules(),
+            Want::Finish(false),
+        ),
         (
             "aborting cancels the PodVolumeRestore first",
             aborting(Canceled),
@@ -693,6 +915,23 @@ fn every_transition() {
             Want::Stay(None, Some("why")),
         ),
         // Ended
+        (
+            "an ended path restore deletes its scratch claim",
+            paths(volume(Completed)),
+            with_scratch(seen(StandIn::Absent, None)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteScratchClaim), None),
+        ),
+        (
+            "an ended path restore removes its copier before the scratch claim",
+            paths(volume(Failed)),
+            with_copier(
+                with_scratch(seen(StandIn::Absent, None)),
+                copier(None, false),
+            ),
+            rules(),
+            Want::Stay(Some(Effect::DeleteCopier), None),
+        ),
         (
             "completed removes its stand-in",
             volume(Completed),

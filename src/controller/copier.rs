@@ -1,0 +1,326 @@
+//! The copier pod of a path restore: refill's own image running `refill copy`, which
+//! copies the chosen paths from the scratch claim (the whole snapshot, mounted
+//! read-only) into the PVC, and reports what it did in its termination message.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, SecurityContext,
+    Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::api::{CopySummary, PathRestore};
+use crate::controller::stand_in::candidate_affinity;
+use crate::labels;
+
+/// The copier's container, whose termination message is read.
+pub const CONTAINER: &str = "copy";
+const SOURCE: &str = "/source";
+const TARGET: &str = "/target";
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+pub struct Copier<'a> {
+    pub name: String,
+    pub namespace: &'a str,
+    /// The scratch claim, holding the whole snapshot.
+    pub source_claim: &'a str,
+    /// The PVC the paths go back into.
+    pub target_claim: &'a str,
+    /// `namespace/name` of the DataRestore.
+    pub restore_key: String,
+    pub restore_uid: &'a str,
+    /// Where the scratch claim's volume is (the stand-in's node).
+    pub node: Option<&'a str>,
+    /// The consumer's tolerations: the volume may be on a tainted node.
+    pub tolerations: &'a [Toleration],
+    pub image: &'a str,
+    pub paths: &'a PathRestore,
+}
+
+/// `refill copy`'s arguments for `paths`.
+pub fn args(paths: &PathRestore) -> Vec<String> {
+    let mut args: Vec<String> = ["copy", "--from", SOURCE, "--to", TARGET]
+        .map(String::from)
+        .to_vec();
+    for include in &paths.include {
+        args.extend(["--include".to_string(), include.clone()]);
+    }
+    for exclude in &paths.exclude {
+        args.extend(["--exclude".to_string(), exclude.clone()]);
+    }
+    if paths.mirror {
+        args.push("--mirror".into());
+    }
+    args.extend(["--termination-log".to_string(), TERMINATION_LOG.to_string()]);
+    args
+}
+
+fn claim_volume(name: &str, claim: &str, read_only: bool) -> Volume {
+    Volume {
+        name: name.into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_string(),
+            read_only: Some(read_only),
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn pod(c: Copier<'_>) -> Pod {
+    let labels = BTreeMap::from([
+        (labels::ROLE.to_string(), labels::ROLE_COPIER.to_string()),
+        (
+            labels::DATA_RESTORE_UID.to_string(),
+            c.restore_uid.to_string(),
+        ),
+    ]);
+    let annotations =
+        BTreeMap::from([(labels::DATA_RESTORE_ANNOTATION.to_string(), c.restore_key)]);
+    let mounts = vec![
+        VolumeMount {
+            name: "source".into(),
+            mount_path: SOURCE.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "target".into(),
+            mount_path: TARGET.into(),
+            ..Default::default()
+        },
+    ];
+    // Root with only the capabilities that owners, modes and times of other users'
+    // files need: the files get the owners the backup recorded, whoever they are.
+    let security = SecurityContext {
+        run_as_user: Some(0),
+        run_as_group: Some(0),
+        run_as_non_root: Some(false),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: Some(
+                [
+                    "CHOWN",
+                    "DAC_OVERRIDE",
+                    "DAC_READ_SEARCH",
+                    "FOWNER",
+                    "FSETID",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+        }),
+        ..Default::default()
+    };
+    let nodes: Vec<String> = c.node.map(str::to_string).into_iter().collect();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(c.name),
+            namespace: Some(c.namespace.to_string()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: CONTAINER.into(),
+                image: Some(c.image.to_string()),
+                image_pull_policy: Some("IfNotPresent".into()),
+                args: Some(args(c.paths)),
+                volume_mounts: Some(mounts),
+                security_context: Some(security),
+                ..Default::default()
+            }],
+            volumes: Some(vec![
+                claim_volume("source", c.source_claim, true),
+                claim_volume("target", c.target_claim, false),
+            ]),
+            affinity: candidate_affinity(&nodes),
+            tolerations: (!c.tolerations.is_empty()).then(|| c.tolerations.to_vec()),
+            restart_policy: Some("Never".into()),
+            termination_grace_period_seconds: Some(5),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// How the copier ended, from its pod: None while it runs, its summary, or why it
+/// failed in its own words.
+pub fn outcome(pod: &Pod) -> Option<Result<CopySummary, String>> {
+    let status = pod.status.as_ref()?;
+    let terminated = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == CONTAINER)
+        .and_then(|c| c.state.as_ref()?.terminated.as_ref());
+    let Some(terminated) = terminated else {
+        // Ended without its container ever running (evicted, its node lost).
+        return (status.phase.as_deref() == Some("Failed")).then(|| {
+            Err(status
+                .message
+                .clone()
+                .or(status.reason.clone())
+                .unwrap_or_else(|| "the pod failed".into()))
+        });
+    };
+    let message = terminated.message.as_deref().unwrap_or_default();
+    if terminated.exit_code == 0 {
+        return Some(
+            serde_json::from_str(message)
+                .map_err(|e| format!("its report could not be read ({e}): {message:?}")),
+        );
+    }
+    #[derive(serde::Deserialize)]
+    struct Report {
+        error: String,
+    }
+    let why = serde_json::from_str::<Report>(message)
+        .map(|r| r.error)
+        .unwrap_or_else(|_| match &terminated.reason {
+            Some(reason) => format!("exit code {} ({reason}) {message}", terminated.exit_code),
+            None => format!("exit code {} {message}", terminated.exit_code),
+        });
+    Some(Err(why.trim().to_string()))
+}
+
+/// Why the copier has not started, when its pod says (unschedulable, image pull).
+pub fn waiting(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let unscheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| c.message.clone().unwrap_or_else(|| "not scheduled".into()));
+    unscheduled.or_else(|| {
+        status
+            .container_statuses
+            .iter()
+            .flatten()
+            .find_map(|c| c.state.as_ref()?.waiting.as_ref())
+            .and_then(|w| w.reason.clone().map(|r| (r, w.message.clone())))
+            .filter(|(reason, _)| reason != "ContainerCreating")
+            .map(|(reason, message)| match message {
+                Some(m) => format!("{reason}: {m}"),
+                None => reason,
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+    };
+
+    fn paths() -> PathRestore {
+        PathRestore {
+            include: vec!["db".into(), "conf/*.yaml".into()],
+            exclude: vec!["db/cache".into()],
+            mirror: true,
+        }
+    }
+
+    #[test]
+    fn the_copier_mounts_the_snapshot_read_only_and_runs_refill_copy_on_the_node() {
+        let paths = paths();
+        let pod = pod(Copier {
+            name: "refill-copy-data-abc".into(),
+            namespace: "shop",
+            source_claim: "refill-scratch-data-xyz",
+            target_claim: "data",
+            restore_key: "velero/r1".into(),
+            restore_uid: "uid-1",
+            node: Some("real-a"),
+            tolerations: &[],
+            image: "refill.local/refill:dev",
+            paths: &paths,
+        });
+        let spec = pod.spec.unwrap();
+        let container = &spec.containers[0];
+        assert_eq!(
+            container.args.as_ref().unwrap().join(" "),
+            "copy --from /source --to /target --include db --include conf/*.yaml --exclude db/cache --mirror --termination-log /dev/termination-log"
+        );
+        let volumes = spec.volumes.unwrap();
+        let claim = |v: &Volume| v.persistent_volume_claim.clone().unwrap();
+        assert_eq!(claim(&volumes[0]).claim_name, "refill-scratch-data-xyz");
+        assert_eq!(claim(&volumes[0]).read_only, Some(true));
+        assert_eq!(claim(&volumes[1]).claim_name, "data");
+        assert_eq!(claim(&volumes[1]).read_only, Some(false));
+        let security = container.security_context.clone().unwrap();
+        assert_eq!(security.run_as_user, Some(0));
+        assert!(
+            security
+                .capabilities
+                .unwrap()
+                .add
+                .unwrap()
+                .contains(&"CHOWN".to_string())
+        );
+        let terms = spec
+            .affinity
+            .unwrap()
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms;
+        assert_eq!(
+            terms[0].match_fields.as_ref().unwrap()[0].values,
+            Some(vec!["real-a".to_string()])
+        );
+        assert_eq!(
+            pod.metadata.labels.unwrap()[labels::ROLE],
+            labels::ROLE_COPIER
+        );
+    }
+
+    fn ended(exit_code: i32, message: &str) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: CONTAINER.into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code,
+                            message: Some(message.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_copiers_end_is_read_from_its_termination_message() {
+        let done = outcome(&ended(
+            0,
+            r#"{"filesWritten":2,"bytesWritten":10,"deleted":1}"#,
+        ));
+        let summary = done.unwrap().unwrap();
+        assert_eq!((summary.files_written, summary.deleted), (2, 1));
+        let failed = outcome(&ended(
+            1,
+            r#"{"error":"chown /target/x: Operation not permitted"}"#,
+        ));
+        assert_eq!(
+            failed,
+            Some(Err("chown /target/x: Operation not permitted".into()))
+        );
+        let garbled = outcome(&ended(0, "oops")).unwrap().unwrap_err();
+        assert!(garbled.contains("could not be read"), "{garbled}");
+        assert_eq!(outcome(&Pod::default()), None, "still running");
+    }
+}
