@@ -308,13 +308,16 @@ pub async fn seen(
         }
     }
 
-    let claim_state = match ctx.known.claims.deleted(ns, claim) {
+    // The PVC itself: a claim made beside it does not exist before its stand-in, and
+    // the index would call it deleted.
+    let (pvc_ns, pvc_name) = split(&volume.pvc);
+    let claim_state = match ctx.known.claims.deleted(pvc_ns, pvc_name) {
         Some(true) => Claim::Deleted,
         _ => Claim::Exists,
     };
     Ok(Seen {
         claim: claim_state,
-        consumers: consumers(status, pvc),
+        consumers: consumers(status, &volume.pvc),
         foreign_pods,
         restarted,
         stand_in,
