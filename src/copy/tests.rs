@@ -215,3 +215,34 @@ fn a_report_fits_a_termination_log() {
         (REPORT_LIMIT, 500)
     );
 }
+
+#[test]
+fn a_live_file_linked_elsewhere_is_made_anew_and_unchosen_directories_are_left() {
+    let (backup, live) = trees();
+    let (b, l) = (backup.path(), live.path());
+    write(b, "db/a", b"same");
+    write(l, "db/a", b"same");
+    let stamp = FileTime::from_unix_time(1_700_000_000, 0);
+    filetime::set_file_times(b.join("db/a"), stamp, stamp).unwrap();
+    filetime::set_file_times(l.join("db/a"), stamp, stamp).unwrap();
+    fs::hard_link(l.join("db/a"), l.join("elsewhere")).unwrap();
+    // Nothing under web/ is chosen: the live symlink there stays, and no empty
+    // directories of the snapshot appear.
+    write(b, "web/static/x.css", b"css");
+    fs::create_dir_all(b.join("deep/er/still")).unwrap();
+    symlink("/srv/web", l.join("web")).unwrap();
+
+    copy(b, l, &selection(&["db", "**/x.log"], &[]), false).unwrap();
+    fs::write(l.join("elsewhere"), b"changed through the other name").unwrap();
+    assert_eq!(read(l, "db/a"), b"same", "still linked to the other name");
+    assert!(
+        fs::symlink_metadata(l.join("web"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        !l.join("deep").exists(),
+        "a skeleton of the snapshot was made"
+    );
+}

@@ -14,9 +14,6 @@ use filetime::FileTime;
 use super::select::Matcher;
 use super::{CopyError, Summary};
 
-/// `ENOTSUP`: the file system keeps no extended attributes.
-const NOT_SUPPORTED: i32 = 95;
-
 pub struct Copy<'a> {
     source: &'a Path,
     dest: &'a Path,
@@ -60,8 +57,14 @@ impl<'a> Copy<'a> {
             let meta = fs::symlink_metadata(&from).map_err(at("lstat", &from))?;
             if self.selection.is_chosen(&child) {
                 self.entry(&child, &meta)?;
-            } else if meta.is_dir() && self.selection.may_contain_chosen(&child) {
-                // Above chosen paths: made when missing, otherwise left as it is.
+            } else if meta.is_dir()
+                && self.selection.may_contain_chosen(&child)
+                && self.holds_chosen(&child)?
+            {
+                // Above chosen paths: made when missing, otherwise left as it is. Only
+                // when something is put under it: a glob that may match below a
+                // directory must not rebuild the snapshot's skeleton in the volume, nor
+                // replace what stands there.
                 let created = self.directory(&child)?;
                 self.walk(&child)?;
                 if created {
@@ -77,6 +80,28 @@ impl<'a> Copy<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The snapshot's directory `rel` holds a chosen entry somewhere below.
+    fn holds_chosen(&self, rel: &Path) -> Result<bool, CopyError> {
+        for name in entries(&self.source.join(rel))? {
+            let child = rel.join(name);
+            if self.selection.is_excluded(&child) {
+                continue;
+            }
+            if self.selection.is_chosen(&child) {
+                return Ok(true);
+            }
+            let from = self.source.join(&child);
+            let meta = fs::symlink_metadata(&from).map_err(at("lstat", &from))?;
+            if meta.is_dir()
+                && self.selection.may_contain_chosen(&child)
+                && self.holds_chosen(&child)?
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Puts the chosen entry `rel` in place as the snapshot holds it.
@@ -263,7 +288,10 @@ fn clear(path: &Path, existing: Option<&Metadata>) -> Result<(), CopyError> {
 /// extended attributes and bytes. The bytes are compared too: a corrupted file may
 /// keep its size and times.
 fn same_file(from: &Path, a: &Metadata, to: &Path, b: &Metadata) -> Result<bool, CopyError> {
-    let same_meta = a.len() == b.len()
+    // A destination linked elsewhere would change with its other name: made anew.
+    let same_links = a.nlink() > 1 || b.nlink() == 1;
+    let same_meta = same_links
+        && a.len() == b.len()
         && FileTime::from_last_modification_time(a) == FileTime::from_last_modification_time(b)
         && (a.uid(), a.gid(), a.mode()) == (b.uid(), b.gid(), b.mode());
     if !same_meta || xattrs(from)? != xattrs(to)? {
@@ -300,7 +328,8 @@ fn read_full(file: &mut fs::File, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 fn unsupported(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(NOT_SUPPORTED)
+    // The file system keeps no extended attributes (its number differs by architecture).
+    e.raw_os_error() == Some(libc::EOPNOTSUPP)
 }
 
 /// Every extended attribute of `path`, sorted (none where the file system keeps none).
