@@ -2,16 +2,13 @@
 //! copies the chosen paths from the scratch claim (the whole snapshot, mounted
 //! read-only) into the PVC, and reports what it did in its termination message.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, SecurityContext,
     Toleration, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::{CopySummary, PathRestore};
-use crate::controller::stand_in::candidate_affinity;
+use crate::controller::stand_in::{candidate_affinity, own_pod_metadata, unscheduled};
 use crate::labels;
 
 /// The copier's container, whose termination message is read.
@@ -68,15 +65,6 @@ fn claim_volume(name: &str, claim: &str, read_only: bool) -> Volume {
 }
 
 pub fn pod(c: Copier<'_>) -> Pod {
-    let labels = BTreeMap::from([
-        (labels::ROLE.to_string(), labels::ROLE_COPIER.to_string()),
-        (
-            labels::DATA_RESTORE_UID.to_string(),
-            c.restore_uid.to_string(),
-        ),
-    ]);
-    let annotations =
-        BTreeMap::from([(labels::DATA_RESTORE_ANNOTATION.to_string(), c.restore_key)]);
     let mounts = vec![
         VolumeMount {
             name: "source".into(),
@@ -116,13 +104,13 @@ pub fn pod(c: Copier<'_>) -> Pod {
     };
     let nodes: Vec<String> = c.node.map(str::to_string).into_iter().collect();
     Pod {
-        metadata: ObjectMeta {
-            name: Some(c.name),
-            namespace: Some(c.namespace.to_string()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
+        metadata: own_pod_metadata(
+            c.name,
+            c.namespace,
+            labels::ROLE_COPIER,
+            c.restore_uid,
+            c.restore_key,
+        ),
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: CONTAINER.into(),
@@ -191,13 +179,7 @@ pub fn outcome(pod: &Pod) -> Option<Result<CopySummary, String>> {
 /// Why the copier has not started, when its pod says (unschedulable, image pull).
 pub fn waiting(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
-    let unscheduled = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-        .map(|c| c.message.clone().unwrap_or_else(|| "not scheduled".into()));
-    unscheduled.or_else(|| {
+    unscheduled(status).or_else(|| {
         status
             .container_statuses
             .iter()

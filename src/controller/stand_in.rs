@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Toleration, Volume,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Toleration, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -53,25 +53,53 @@ pub fn candidate_affinity(nodes: &[String]) -> Option<Affinity> {
     })
 }
 
+/// The metadata of a pod refill makes for a restore: its role, the restore's UID (what
+/// watches and "is it ours" go by) and the restore's `namespace/name`.
+pub fn own_pod_metadata(
+    name: String,
+    namespace: &str,
+    role: &str,
+    restore_uid: &str,
+    restore_key: String,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace.to_string()),
+        labels: Some(BTreeMap::from([
+            (labels::ROLE.to_string(), role.to_string()),
+            (
+                labels::DATA_RESTORE_UID.to_string(),
+                restore_uid.to_string(),
+            ),
+        ])),
+        annotations: Some(BTreeMap::from([(
+            labels::DATA_RESTORE_ANNOTATION.to_string(),
+            restore_key,
+        )])),
+        ..Default::default()
+    }
+}
+
+/// Why a pod is not scheduled, when its conditions say.
+pub fn unscheduled(status: &PodStatus) -> Option<String> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| c.message.clone().unwrap_or_else(|| "not scheduled".into()))
+}
+
 pub fn pod(s: StandIn<'_>) -> Pod {
-    let labels = BTreeMap::from([
-        (labels::ROLE.to_string(), labels::ROLE_STAND_IN.to_string()),
-        (
-            labels::DATA_RESTORE_UID.to_string(),
-            s.restore_uid.to_string(),
-        ),
-    ]);
-    let annotations =
-        BTreeMap::from([(labels::DATA_RESTORE_ANNOTATION.to_string(), s.restore_key)]);
     let container_security = s.security.and_then(|c| c.container.clone());
     Pod {
-        metadata: ObjectMeta {
-            name: Some(s.name),
-            namespace: Some(s.namespace.to_string()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
+        metadata: own_pod_metadata(
+            s.name,
+            s.namespace,
+            labels::ROLE_STAND_IN,
+            s.restore_uid,
+            s.restore_key,
+        ),
         spec: Some(PodSpec {
             // Velero expects restore-wait first among the init containers.
             init_containers: Some(vec![s.restore_wait.clone()]),

@@ -203,12 +203,7 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
                 )
             })
     };
-    let unscheduled = status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-        .map(|c| c.message.clone().unwrap_or_else(|| "not scheduled".into()));
+    let unscheduled = crate::controller::stand_in::unscheduled(&status);
     let container_waiting = wait_state
         .and_then(|s| s.waiting.as_ref())
         .and_then(|w| w.reason.clone().map(|r| (r, w.message.clone())))
