@@ -78,7 +78,10 @@ pub async fn perform(
             }
         }
         Effect::CreateCopier => super::paths::create_copier(act, volume).await,
-        Effect::DeleteCopier => super::paths::delete_copier(act, found, volume).await,
+        Effect::DeleteCopier => match &found.copier {
+            Some(pod) => delete_exactly(act, pod).await,
+            None => Ok(None),
+        },
         Effect::DeleteScratchClaim => super::paths::delete_scratch(act, found, volume).await,
         Effect::DeleteStandIn => match &found.stand_in {
             Some(pod) => delete_exactly(act, pod).await,

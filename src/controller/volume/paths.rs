@@ -13,7 +13,7 @@ use crate::controller::error::has_status;
 use crate::labels;
 
 use super::decide::Change;
-use super::execute::{Act, delete_exactly, refused_as};
+use super::execute::{Act, refused_as};
 use super::observe::{Found, split};
 
 pub async fn create_copier(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option<Change>> {
@@ -49,17 +49,6 @@ pub async fn create_copier(act: &Act<'_>, volume: &VolumeStatus) -> Result<Optio
             outcome: VolumePhase::Failed,
             message: format!("the API server refused copier pod {name}: {why}"),
         }),
-    }
-}
-
-pub async fn delete_copier(
-    act: &Act<'_>,
-    found: &Found,
-    _volume: &VolumeStatus,
-) -> Result<Option<Change>> {
-    match &found.copier {
-        Some(pod) => delete_exactly(act, pod).await,
-        None => Ok(None),
     }
 }
 
