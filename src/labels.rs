@@ -61,6 +61,14 @@ pub const QUIESCED_BY_RESTORE: &str = "refill.dev/quiesced-by-restore";
 pub const ORIGINAL_REPLICAS: &str = "refill.dev/original-replicas";
 /// On a parked DaemonSet or suspended CronJob: what to put back, as JSON.
 pub const ORIGINAL_STATE: &str = "refill.dev/original";
+/// Label a user puts on a workload, naming a claim it mounts: a `target: NewClaim`
+/// restore of that claim with `switchWorkloads` moves the workload onto the new claim.
+pub const SWITCH_CLAIM: &str = "refill.dev/switch-claim";
+/// On a switched workload: the claim its pod template named before, the record of
+/// what to switch it back to.
+pub const SWITCHED_FROM: &str = "refill.dev/switched-from";
+/// On a switched workload: `namespace/name` of the DataRestore that switched it.
+pub const SWITCHED_BY: &str = "refill.dev/switched-by";
 
 /// On a DataRestore made for a team's DataRestoreRequest: the request's UID, and
 /// (annotation) its `namespace/name`.

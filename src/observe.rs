@@ -1,5 +1,7 @@
 //! Reads the cluster facts that decisions are made from. Nothing here writes.
 
+mod labelled;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +19,8 @@ use crate::plan::{
     ConsumerRef, Owner, is_top_workload, mounts_claim, template_mounts, template_spec, top_owner,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+pub use labelled::labelled_workloads;
 
 /// What the controller keeps knowing between reads, so that asking again costs nothing:
 /// which pods mount which claims, from its pod watch, and owner references read lately.
@@ -204,7 +208,7 @@ pub async fn consumers_in(
     own_uid: &str,
     read_replicas: Replicas,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
-    let mut owner_cache: BTreeMap<(String, String), Option<Vec<_>>> = BTreeMap::new();
+    let mut owner_cache = OwnersMet::new();
     let mut replica_cache: BTreeMap<(ConsumerKind, String), Option<i32>> = BTreeMap::new();
     let mut out: BTreeMap<String, Vec<ConsumerRef>> = BTreeMap::new();
     for claim in claims {
@@ -232,23 +236,7 @@ pub async fn consumers_in(
             );
             continue;
         }
-        // Owner lookups are few (one per ReplicaSet or Job) and need async, so they are
-        // fetched first and handed to the pure walk as a map.
-        for owner in pod.metadata.owner_references.iter().flatten() {
-            let key = (owner.kind.clone(), owner.name.clone());
-            if matches!(owner.kind.as_str(), "ReplicaSet" | "Job")
-                && !owner_cache.contains_key(&key)
-            {
-                let refs = owners_of(reads, namespace, owner).await?;
-                owner_cache.insert(key, refs);
-            }
-        }
-        let owner = top_owner(pod, |kind, name| {
-            owner_cache
-                .get(&(kind.to_string(), name.to_string()))
-                .cloned()
-                .flatten()
-        });
+        let owner = walk_owners(reads, namespace, pod, &mut owner_cache).await?;
         let replicas = match &owner {
             Owner::Known(kind, name) if kind.is_scalable() && read_replicas == Replicas::Read => {
                 let key = (*kind, name.clone());
@@ -302,6 +290,46 @@ pub async fn consumers_in(
         }
     }
     Ok(out)
+}
+
+/// The owner references of ReplicaSets and Jobs met while walking pods' owner chains.
+type OwnersMet = BTreeMap<(String, String), Owners>;
+
+/// The top owner of `pod` (in `namespace`).
+async fn walk_owners(
+    reads: Reads<'_>,
+    namespace: &str,
+    pod: &Pod,
+    met: &mut OwnersMet,
+) -> kube::Result<Owner> {
+    // Owner lookups are few (one per ReplicaSet or Job) and need async, so they are
+    // fetched first and handed to the pure walk as a map.
+    for owner in pod.metadata.owner_references.iter().flatten() {
+        let key = (owner.kind.clone(), owner.name.clone());
+        if matches!(owner.kind.as_str(), "ReplicaSet" | "Job") && !met.contains_key(&key) {
+            let refs = owners_of(reads, namespace, owner).await?;
+            met.insert(key, refs);
+        }
+    }
+    Ok(top_owner(pod, |kind, name| {
+        met.get(&(kind.to_string(), name.to_string()))
+            .cloned()
+            .flatten()
+    }))
+}
+
+/// The top owner of each of `pods` (in `namespace`), in their order.
+pub async fn top_owners(
+    reads: Reads<'_>,
+    namespace: &str,
+    pods: &[Arc<Pod>],
+) -> kube::Result<Vec<Owner>> {
+    let mut met = OwnersMet::new();
+    let mut owners = Vec::with_capacity(pods.len());
+    for pod in pods {
+        owners.push(walk_owners(reads, namespace, pod, &mut met).await?);
+    }
+    Ok(owners)
 }
 
 /// Files `pod` as a consumer of each claim it mounts.

@@ -44,7 +44,7 @@ pub async fn plan_and_consumers(
         return Err(Invalid { errors }.into());
     }
     let facts = gather(reads, dr).await?;
-    let plan = plan::plan(&dr.spec, &facts)?;
+    let plan = plan::plan(&dr.spec, &dr.name_any(), &facts)?;
     Ok((plan, facts.consumers))
 }
 
@@ -178,6 +178,17 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     .await?;
     for consumers in found {
         facts.consumers.extend(consumers);
+    }
+    if dr.spec.switch_workloads {
+        let namespaces: BTreeSet<String> = selected
+            .iter()
+            .filter_map(|(key, _)| key.split_once('/').map(|(ns, _)| ns.to_string()))
+            .collect();
+        let labelled = side_by_side(namespaces, |ns| async move {
+            Ok(observe::labelled_workloads(client, &ns).await?)
+        })
+        .await?;
+        facts.labelled = labelled.into_iter().flatten().collect();
     }
     Ok(facts)
 }

@@ -61,9 +61,17 @@ pub struct DataRestoreSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub candidate_nodes: BTreeMap<String, Vec<String>>,
     /// Where the files go: back into each PVC (InPlace), or into a new PVC beside it
-    /// (NewClaim), which leaves the PVC and its consumers untouched.
+    /// (NewClaim), which leaves the PVC and its consumers untouched (see
+    /// switchWorkloads).
     #[serde(default, skip_serializing_if = "RestoreTarget::is_in_place")]
     pub target: RestoreTarget,
+    /// With target NewClaim: once a new claim holds the backup, move the workloads
+    /// labelled `refill.dev/switch-claim: <PVC name>` onto it. Each is stopped, waited
+    /// for until none of its pods mounts the PVC, and started again with its pod
+    /// template naming the new claim, in one write; if the restore fails or is canceled
+    /// first, it comes back on the PVC as it was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub switch_workloads: bool,
     /// Put back only these paths of every selected PVC (in place only), instead of the
     /// whole volume: files changed or added since the backup elsewhere are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,7 +141,8 @@ pub enum RestoreTarget {
     InPlace,
     /// Into a new PVC in the same namespace, of the same StorageClass, access modes and
     /// size, named in status.volumes[].targetPVC and kept after the restore; nothing is
-    /// stopped. Workloads are pointed at it by the user.
+    /// stopped. Workloads are pointed at it by the user, or by refill with
+    /// switchWorkloads.
     NewClaim,
 }
 
@@ -291,6 +300,10 @@ pub enum VolumePhase {
     /// With paths: the snapshot is in the scratch claim and the stand-in gone; refill's
     /// copier pod copies the chosen paths into the PVC.
     Copying,
+    /// With switchWorkloads: the new claim holds the backup; the workloads to switch
+    /// are stopped and waited for until none of their pods mounts the PVC. They come
+    /// back on the new claim once the volume Completed.
+    Switching,
     /// The volume failed or was canceled while a node agent may be writing to it: its
     /// PodVolumeRestore is canceled and waited for, then the stand-in pod removed. Only
     /// then does it end (as `outcome` says), and only then may its consumers come back.
@@ -320,6 +333,7 @@ impl VolumePhase {
                 | VolumePhase::StartingStandIn
                 | VolumePhase::Restoring
                 | VolumePhase::Copying
+                | VolumePhase::Switching
                 | VolumePhase::Aborting
         )
     }
@@ -528,6 +542,9 @@ pub enum ConsumerState {
     /// Another DataRestore had stopped it already (see heldBy); this restore did not
     /// touch it and refused the volumes it mounts.
     HeldByOther,
+    /// Brought back on the new claim (switchTo) instead of the PVC, as
+    /// spec.switchWorkloads asked.
+    Switched,
 }
 
 /// A workload refill stops while its PVCs are restored, and what brings it back.
@@ -555,6 +572,10 @@ pub struct ConsumerRecord {
     /// `namespace/name` of the DataRestore that holds it, when state is HeldByOther.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_by: Option<String>,
+    /// With switchWorkloads: the new claim it is moved onto once its PVC's new claim
+    /// holds the backup. Such a consumer is stopped only then (volume phase Switching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_to: Option<String>,
     /// When refill stopped it: the start of the app's downtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<Time>,

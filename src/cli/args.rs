@@ -183,6 +183,12 @@ pub struct CreateArgs {
     #[arg(long, value_enum, value_name = "TARGET")]
     pub target: Option<TargetArg>,
 
+    /// With --target new-claim: move the workloads labelled refill.dev/switch-claim=<PVC
+    /// name> onto the PVC's new claim once it holds the backup (each is scaled to zero,
+    /// then back with its pod template naming the new claim).
+    #[arg(long)]
+    pub switch_workloads: bool,
+
     /// Put back only this path of every PVC, a glob relative to the volume's root such
     /// as db/data.db, config or logs/**/*.gz (repeatable); the rest of each volume is
     /// left as it is.

@@ -192,6 +192,13 @@ pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
         ("remove spec.paths", "leave out --path"),
         ("spec.paths", "--path"),
         ("spec.target is NewClaim", "--target is new-claim"),
+        ("spec.target is InPlace", "--target is in-place"),
+        ("set spec.target to NewClaim", "add --target new-claim"),
+        (
+            "remove spec.switchWorkloads",
+            "leave out --switch-workloads",
+        ),
+        ("spec.switchWorkloads", "--switch-workloads"),
         ("leave spec.target out", "leave --target out"),
         ("spec.backupName", "--from-backup"),
         ("spec.scheduleName", "--from-schedule"),

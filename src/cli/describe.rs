@@ -161,7 +161,11 @@ pub fn render(
                 c.replicas
                     .map(|r| r.to_string())
                     .unwrap_or_else(|| "-".into()),
-                format!("{:?}", c.state),
+                match (&c.switch_to, c.state) {
+                    (Some(to), crate::api::ConsumerState::Switched) => format!("Switched to {to}"),
+                    (Some(to), state) => format!("{state:?} (to switch to {to})"),
+                    (None, state) => format!("{state:?}"),
+                },
                 c.pvcs.join(", "),
                 downtime(c, now),
             ]);
@@ -320,6 +324,7 @@ mod tests {
                 replicas: Some(3),
                 original: None,
                 held_by: None,
+                switch_to: None,
                 stopped_at: Some(at("2026-01-01T11:01:00Z")),
                 resumed_at: None,
             }],

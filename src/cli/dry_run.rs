@@ -122,31 +122,18 @@ pub fn render(dr: &DataRestore, plan: &Plan) -> String {
     }
 
     out += &format!("\nConsumers (policy {:?}):\n", dr.spec.consumers);
-    if dr.spec.target == crate::api::RestoreTarget::NewClaim {
+    if dr.spec.target == crate::api::RestoreTarget::NewClaim && plan.consumers.is_empty() {
         out += "  none stopped: nothing they read is written\n";
+    } else if dr.spec.target == crate::api::RestoreTarget::NewClaim {
+        out +=
+            "  none stopped while the new claims are filled; then these are switched onto them:\n";
+        out += &consumer_table(plan);
     } else if dr.spec.consumers == crate::api::ConsumerPolicy::None {
         out += "  none stopped: whatever mounts these PVCs keeps running during the restore\n";
     } else if plan.consumers.is_empty() {
         out += "  none: nothing mounts these PVCs now\n";
     } else {
-        let mut table = Table::new(&["KIND", "NAME", "REPLICAS", "ACTION", "PVCS"]);
-        for c in &plan.consumers {
-            table.row(vec![
-                format!("{:?}", c.kind),
-                format!("{}/{}", c.namespace, c.name),
-                c.replicas
-                    .map(|r| r.to_string())
-                    .unwrap_or_else(|| "-".into()),
-                match c.replicas {
-                    Some(r) if c.action == crate::plan::ConsumerAction::ScaleToZero => {
-                        format!("scale {r} → 0, back to {r} afterwards")
-                    }
-                    _ => c.action.to_string(),
-                },
-                c.pvcs.join(", "),
-            ]);
-        }
-        out += &table.render("  ");
+        out += &consumer_table(plan);
     }
 
     if !plan.warnings.is_empty() {
@@ -157,6 +144,30 @@ pub fn render(dr: &DataRestore, plan: &Plan) -> String {
     }
     out += "\nRun the same command without --dry-run to start it.\n";
     out
+}
+
+/// The consumers of the plan and what is done to each.
+fn consumer_table(plan: &Plan) -> String {
+    let mut table = Table::new(&["KIND", "NAME", "REPLICAS", "ACTION", "PVCS"]);
+    for c in &plan.consumers {
+        let action = match (c.replicas, &c.switch_to) {
+            (Some(r), Some(to)) => format!("scale {r} → 0, back to {r} on PVC {to}"),
+            (Some(r), None) if c.action == crate::plan::ConsumerAction::ScaleToZero => {
+                format!("scale {r} → 0, back to {r} afterwards")
+            }
+            _ => c.action.to_string(),
+        };
+        table.row(vec![
+            format!("{:?}", c.kind),
+            format!("{}/{}", c.namespace, c.name),
+            c.replicas
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "-".into()),
+            action,
+            c.pvcs.join(", "),
+        ]);
+    }
+    table.render("  ")
 }
 
 #[cfg(test)]
@@ -190,6 +201,7 @@ mod tests {
                 replicas: Some(3),
                 pvcs: vec!["shop/data-db-0".into()],
                 action: ConsumerAction::ScaleToZero,
+                switch_to: None,
             }],
             warnings: vec!["something to know".into()],
         };
@@ -203,6 +215,41 @@ mod tests {
         );
         assert!(text.contains("StatefulSet   shop/db   3          scale 3 → 0, back to 3 afterwards   shop/data-db-0"), "{text}");
         assert!(text.contains("  - something to know"), "{text}");
+    }
+
+    #[test]
+    fn a_switch_names_the_new_claim_each_workload_comes_back_on() {
+        let spec = DataRestoreSpec {
+            target: crate::api::RestoreTarget::NewClaim,
+            switch_workloads: true,
+            ..Default::default()
+        };
+        let dr = DataRestore::new("r1", spec);
+        let plan = Plan {
+            backup_name: "nightly".into(),
+            volumes: vec![],
+            consumers: vec![PlannedConsumer {
+                kind: ConsumerKind::Deployment,
+                namespace: "shop".into(),
+                name: "web".into(),
+                replicas: Some(2),
+                pvcs: vec!["shop/data".into()],
+                action: ConsumerAction::ScaleToZero,
+                switch_to: Some("data-r1-0123456789".into()),
+            }],
+            warnings: vec![],
+        };
+        let text = render(&dr, &plan);
+        assert!(
+            text.contains(
+                "none stopped while the new claims are filled; then these are switched onto them:"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Deployment   shop/web   2          scale 2 → 0, back to 2 on PVC data-r1-0123456789   shop/data"),
+            "{text}"
+        );
     }
 
     #[test]

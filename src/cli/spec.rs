@@ -52,6 +52,7 @@ pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<Stri
         selector,
         candidate_nodes,
         target: args.target.map(Into::into).unwrap_or_default(),
+        switch_workloads: args.switch_workloads,
         paths: (!args.paths.is_empty()).then(|| PathRestore {
             include: dedup(&args.paths),
             exclude: dedup(&args.exclude),
@@ -150,6 +151,7 @@ mod tests {
             selector: None,
             candidate_nodes: vec![],
             target: None,
+            switch_workloads: false,
             paths: vec![],
             exclude: vec![],
             mirror: false,

@@ -7,6 +7,8 @@ pub const FAILED_VALIDATION: &str = "FailedValidation";
 pub const RUNNING_CONSUMERS: &str = "RunningConsumers";
 pub const QUIESCED_CONSUMER: &str = "QuiescedConsumer";
 pub const RESUMED_CONSUMER: &str = "ResumedConsumer";
+/// A stopped workload came back on the new claim (switchWorkloads).
+pub const SWITCHED_CONSUMER: &str = "SwitchedConsumer";
 pub const KEPT_CONSUMER_STOPPED: &str = "KeptConsumerStopped";
 pub const CONSUMER_HELD: &str = "ConsumerHeldByOtherRestore";
 pub const VOLUME_RESTORED: &str = "VolumeRestored";

@@ -257,6 +257,7 @@ pub fn consumer_actions(
                     replicas: consumer.replicas,
                     pvcs: Vec::new(),
                     action: action(kind),
+                    switch_to: None,
                 });
             if !entry.pvcs.contains(pvc) {
                 entry.pvcs.push(pvc.clone());

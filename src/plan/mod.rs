@@ -8,6 +8,7 @@ mod consumers;
 mod placement;
 mod selector;
 mod spec;
+mod switch;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +27,7 @@ pub use consumers::{
 pub use placement::{beside_original, beside_running_consumers, placement};
 pub use selector::{label_selector_matches, parse_pvc_key};
 pub use spec::{duration, spec_errors};
+pub use switch::{Labelled, switches};
 pub use volumes::{select_volumes, selection_field};
 
 /// Everything validation needs, read from the cluster beforehand.
@@ -42,6 +44,9 @@ pub struct Facts {
     pub held_by_others: BTreeMap<String, String>,
     /// Pods that mount each selected PVC now, resolved to the workload that owns them.
     pub consumers: BTreeMap<String, Vec<ConsumerRef>>,
+    /// With spec.switchWorkloads: the workloads labelled to be switched, in the
+    /// namespaces of the selected PVCs.
+    pub labelled: Vec<Labelled>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +127,8 @@ pub struct PlannedConsumer {
     pub replicas: Option<i32>,
     pub pvcs: Vec<String>,
     pub action: ConsumerAction,
+    /// With spec.switchWorkloads: the new claim it comes back on.
+    pub switch_to: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +172,8 @@ impl Invalid {
 pub const ONLINE_WARNING: &str = "spec.consumers is None: files are overwritten under applications that keep running; they may read half-restored files, and what they write meanwhile may be overwritten";
 
 /// Checks everything before anything is touched, and decides what will happen.
-pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
+/// `restore` is the DataRestore's name, which the claims made beside PVCs carry.
+pub fn plan(spec: &DataRestoreSpec, restore: &str, facts: &Facts) -> Result<Plan, Invalid> {
     let backup = facts
         .backup
         .as_ref()
@@ -252,7 +260,17 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
         }
     }
 
-    let consumers = match consumer_actions(spec.consumer_policy(), &facts.consumers) {
+    let selected_keys: Vec<String> = selected.iter().map(|(pvc, _)| pvc.clone()).collect();
+    let switched = switches(
+        spec,
+        restore,
+        &selected_keys,
+        &facts.labelled,
+        &facts.consumers,
+    );
+    errors.extend(switched.errors);
+    warnings.extend(switched.warnings);
+    let mut consumers = match consumer_actions(spec.consumer_policy(), &facts.consumers) {
         Ok(consumers) => consumers,
         Err(invalid) => {
             errors.extend(
@@ -264,6 +282,7 @@ pub fn plan(spec: &DataRestoreSpec, facts: &Facts) -> Result<Plan, Invalid> {
             Vec::new()
         }
     };
+    consumers.extend(switched.consumers);
 
     if errors.is_empty() {
         Ok(Plan {
@@ -327,10 +346,10 @@ mod tests {
 
     #[test]
     fn candidates_for_a_pvc_not_restored_are_refused() {
-        assert!(plan(&spec(), &facts()).is_ok());
+        assert!(plan(&spec(), "r1", &facts()).is_ok());
         let mut spec = spec();
         spec.candidate_nodes = [("shop/other".to_string(), vec!["node-a".to_string()])].into();
-        let err = plan(&spec, &facts()).unwrap_err();
+        let err = plan(&spec, "r1", &facts()).unwrap_err();
         assert_eq!(err.errors.len(), 1, "{err}");
         assert!(
             err.errors[0].starts_with("spec.candidateNodes[\"shop/other\"]: ")
@@ -345,7 +364,7 @@ mod tests {
         facts
             .held_by_others
             .insert("shop/data".into(), "earlier".into());
-        let err = plan(&spec(), &facts).unwrap_err();
+        let err = plan(&spec(), "r1", &facts).unwrap_err();
         assert!(
             err.errors[0].starts_with("spec.pvcs[0]: ")
                 && err.errors[0].contains("already being restored by DataRestore earlier"),
@@ -369,7 +388,7 @@ mod tests {
         );
         let mut spec = spec();
         spec.consumers = crate::api::ConsumerPolicy::Refuse;
-        let err = plan(&spec, &facts).unwrap_err();
+        let err = plan(&spec, "r1", &facts).unwrap_err();
         assert!(
             err.errors[0].starts_with("spec.consumers: ")
                 && err.errors[0].contains("spec.consumers is Refuse, which forbids"),

@@ -56,6 +56,11 @@ pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
             "{field}: spec.target is NewClaim, which gets the whole backup into a new claim; remove the paths, or leave spec.target out to put the paths back in place"
         ));
     }
+    if spec.switch_workloads && spec.target != RestoreTarget::NewClaim {
+        errors.push(
+            "spec.switchWorkloads: workloads are switched only onto the new claims of a restore into new claims, and spec.target is InPlace; set spec.target to NewClaim, or remove spec.switchWorkloads".into(),
+        );
+    }
     for (field, value) in [
         ("spec.volumeTimeout", &spec.volume_timeout),
         ("spec.timeout", &spec.timeout),
@@ -624,6 +629,22 @@ mod tests {
             s.target = RestoreTarget::NewClaim;
         });
         assert!(new_claim.contains("NewClaim"), "{new_claim}");
+    }
+
+    #[test]
+    fn workloads_are_switched_only_onto_new_claims() {
+        let in_place = one_error("spec.switchWorkloads", |s| s.switch_workloads = true);
+        assert!(
+            in_place.contains("set spec.target to NewClaim"),
+            "{in_place}"
+        );
+        assert_eq!(
+            errors_of(|s| {
+                s.switch_workloads = true;
+                s.target = RestoreTarget::NewClaim;
+            }),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod settle;
 mod step;
 mod strategy;
+mod switch;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -167,6 +168,63 @@ pub async fn resume(
     Ok(resumed)
 }
 
+/// Brings a stopped workload back on its new claim (spec.switchWorkloads) in one
+/// conditional write; safe to repeat. A workload no longer as refill left it is brought
+/// back as [`resume`] would. None: it changed between the read and the write, and the
+/// next pass reads it again.
+pub async fn switch(
+    client: &Client,
+    uid: &str,
+    restore: &str,
+    record: &mut ConsumerRecord,
+) -> kube::Result<Option<Resumed>> {
+    let api = api(client, record);
+    let Some(obj) = api.get_opt(&record.name).await? else {
+        return resume(client, uid, record).await.map(Some);
+    };
+    let from = record
+        .pvcs
+        .first()
+        .and_then(|pvc| pvc.split_once('/'))
+        .map(|(_, claim)| claim.to_string())
+        .unwrap_or_default();
+    let to = record.switch_to.clone().unwrap_or_default();
+    let switched = |record: &mut ConsumerRecord, scaled_to| {
+        record.state = ConsumerState::Switched;
+        record.resumed_at.get_or_insert_with(now);
+        Some(Resumed::Switched {
+            from: from.clone(),
+            to: to.clone(),
+            scaled_to,
+        })
+    };
+    if switch::switched_already(record, &obj, restore) {
+        return Ok(switched(record, None));
+    }
+    let held = strategy::holder(&obj).is_some_and(|(h, _)| h == uid);
+    let Some(change) = held
+        .then(|| switch::switch_patch(record, &obj, &from, uid, restore))
+        .flatten()
+    else {
+        return resume(client, uid, record).await.map(Some);
+    };
+    let patch: json_patch::Patch =
+        serde_json::from_value(change.patch).map_err(kube::Error::SerdeError)?;
+    match api
+        .patch(
+            &record.name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(switched(record, change.scaled_to)),
+        Err(e) if has_status(&e, 409) || has_status(&e, 422) => Ok(None),
+        Err(e) if has_status(&e, 404) => resume(client, uid, record).await.map(Some),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether this restore's mark is on the consumer (for a record whose stop may or may
 /// not have applied).
 pub async fn marked(client: &Client, uid: &str, record: &ConsumerRecord) -> kube::Result<bool> {
@@ -222,6 +280,17 @@ pub fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String>
         }
         Resumed::Started if record.kind == ConsumerKind::Pod => format!("created {what} again"),
         Resumed::Started => format!("started {what} again"),
+        Resumed::Switched {
+            from,
+            to,
+            scaled_to,
+        } => {
+            let count = match scaled_to {
+                Some(n) => format!(" and scaled it back to {n}"),
+                None => String::new(),
+            };
+            format!("switched {what} from PVC {from} to PVC {to}{count}")
+        }
         Resumed::Untouched => return None,
     })
 }
@@ -240,6 +309,7 @@ mod tests {
             replicas,
             original: None,
             held_by: None,
+            switch_to: None,
             stopped_at: None,
             resumed_at: None,
         }

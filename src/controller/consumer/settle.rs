@@ -22,7 +22,10 @@ pub async fn settle_consumers(
         .filter(|(_, step)| {
             matches!(
                 step,
-                ConsumerStep::Stop | ConsumerStep::Resume | ConsumerStep::KeepStopped
+                ConsumerStep::Stop
+                    | ConsumerStep::Resume
+                    | ConsumerStep::Switch
+                    | ConsumerStep::KeepStopped
             )
         })
         .collect();
@@ -107,6 +110,11 @@ async fn settle_consumer(
             let resumed = super::resume(&ctx.client, uid, record).await?;
             let note = super::resume_note(record, &resumed);
             return Ok(note.map(|note| (reasons::RESUMED_CONSUMER, note)));
+        }
+        ConsumerStep::Switch => {
+            let switched = super::switch(&ctx.client, uid, restore, record).await?;
+            let note = switched.and_then(|s| super::resume_note(record, &s));
+            return Ok(note.map(|note| (reasons::SWITCHED_CONSUMER, note)));
         }
         ConsumerStep::KeepStopped => {
             if super::marked(&ctx.client, uid, record).await? {

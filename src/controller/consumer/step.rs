@@ -13,6 +13,8 @@ pub enum ConsumerStep {
     Stop,
     /// All its volumes ended, and nothing writes to them any more.
     Resume,
+    /// All its volumes completed (spec.switchWorkloads): it comes back on the new claim.
+    Switch,
     KeepStopped,
 }
 
@@ -30,17 +32,24 @@ pub fn consumer_step(
     // Terminal means the writer stopped: an aborting volume is not over yet.
     let all_ended = volumes.iter().all(|v| v.phase.is_terminal());
     let any_failed = volumes.iter().any(|v| v.phase != VolumePhase::Completed);
+    let switching = record.switch_to.is_some();
     let come_back = || {
         if any_failed && on_failure == FailurePolicy::KeepStopped {
             ConsumerStep::KeepStopped
+        } else if switching && !any_failed {
+            ConsumerStep::Switch
         } else {
             ConsumerStep::Resume
         }
     };
+    // A workload to switch runs on while its new claim is filled: it is stopped only
+    // once the data is there, which keeps its downtime to the switch itself.
+    let needs_stop = volumes.iter().any(|v| match switching {
+        true => v.phase == VolumePhase::Switching,
+        false => v.phase.is_active(),
+    });
     match record.state {
-        ConsumerState::Running if !all_ended && volumes.iter().any(|v| v.phase.is_active()) => {
-            ConsumerStep::Mark
-        }
+        ConsumerState::Running if !all_ended && needs_stop => ConsumerStep::Mark,
         ConsumerState::Stopping | ConsumerState::Stopped if all_ended => come_back(),
         ConsumerState::Stopping => ConsumerStep::Stop,
         _ => ConsumerStep::Nothing,
@@ -60,6 +69,62 @@ mod tests {
         }
     }
 
+    fn switched(pvcs: &[&str], state: ConsumerState) -> ConsumerRecord {
+        ConsumerRecord {
+            switch_to: Some("a-r1-0123456789".into()),
+            ..consumer(pvcs, state)
+        }
+    }
+
+    #[test]
+    fn a_workload_to_switch_stops_only_for_the_switch() {
+        use ConsumerState as S;
+        use ConsumerStep as Step;
+        use VolumePhase as V;
+        let rows = [
+            (
+                "new claim being filled",
+                V::Restoring,
+                S::Running,
+                Step::Nothing,
+            ),
+            ("switching: mark", V::Switching, S::Running, Step::Mark),
+            ("marked: stop", V::Switching, S::Stopping, Step::Stop),
+            ("stopped, waiting", V::Switching, S::Stopped, Step::Nothing),
+            ("completed: switch", V::Completed, S::Stopped, Step::Switch),
+            (
+                "canceled while switching: back on the PVC",
+                V::Canceled,
+                S::Stopped,
+                Step::Resume,
+            ),
+            (
+                "failed before the switch: never stopped",
+                V::Failed,
+                S::Running,
+                Step::Nothing,
+            ),
+            ("switched already", V::Completed, S::Switched, Step::Nothing),
+        ];
+        for (name, phase, state, want) in rows {
+            let s = DataRestoreStatus {
+                volumes: vec![volume("a", phase)],
+                consumers: vec![switched(&["a"], state)],
+                ..Default::default()
+            };
+            assert_eq!(consumer_step(&s, 0, FailurePolicy::Resume), want, "{name}");
+        }
+        let failed = DataRestoreStatus {
+            volumes: vec![volume("a", V::Failed)],
+            consumers: vec![switched(&["a"], S::Stopped)],
+            ..Default::default()
+        };
+        assert_eq!(
+            consumer_step(&failed, 0, FailurePolicy::KeepStopped),
+            Step::KeepStopped
+        );
+    }
+
     fn consumer(pvcs: &[&str], state: ConsumerState) -> ConsumerRecord {
         ConsumerRecord {
             kind: ConsumerKind::StatefulSet,
@@ -70,6 +135,7 @@ mod tests {
             replicas: Some(3),
             original: None,
             held_by: None,
+            switch_to: None,
             stopped_at: None,
             resumed_at: None,
         }

@@ -167,6 +167,13 @@ pub enum Resumed {
     /// Someone set a count meanwhile; theirs stands and only refill's marks went.
     KeptTheirs(i32),
     Started,
+    /// Back on the new claim `to` instead of the PVC's claim `from` (switchWorkloads),
+    /// scaled back to `scaled_to`, or left at a count someone set meanwhile.
+    Switched {
+        from: String,
+        to: String,
+        scaled_to: Option<i32>,
+    },
     /// Not stopped by this restore (or gone): left as it is.
     Untouched,
 }
@@ -302,6 +309,7 @@ mod tests {
             replicas: Some(3),
             original: None,
             held_by: None,
+            switch_to: None,
             stopped_at: None,
             resumed_at: None,
         }

@@ -24,6 +24,7 @@ fn consumer(state: ConsumerState, stopped: Option<&str>, resumed: Option<&str>) 
         replicas: Some(2),
         original: None,
         held_by: None,
+        switch_to: None,
         stopped_at: stopped.map(at),
         resumed_at: resumed.map(at),
     }

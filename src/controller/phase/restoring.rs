@@ -101,6 +101,7 @@ pub fn rules(
         volume_timeout_text,
         refuse_in_use: dr.spec.consumer_policy() == crate::api::ConsumerPolicy::Refuse,
         online: dr.spec.writes_under_running_consumers(),
+        switch: dr.spec.switch_workloads,
         agent_grace: config.agent_grace,
         cancel_grace: config.cancel_grace,
     }
@@ -356,6 +357,7 @@ fn merge_consumer(
                 replicas: planned.replicas,
                 original,
                 held_by: None,
+                switch_to: None,
                 stopped_at: None,
                 resumed_at: None,
             })

@@ -108,6 +108,7 @@ pub async fn validate(
             replicas: c.replicas,
             original: None,
             held_by: None,
+            switch_to: c.switch_to.clone(),
             stopped_at: None,
             resumed_at: None,
         })

@@ -2,13 +2,18 @@
 //!
 //! ```text
 //! Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─┬──────────────▶ Completed
-//!    │           │               │                │       └─▶ Copying ─┘ (paths)
+//!    │           │               │                │       ├─▶ Copying ─┤ (paths)
+//!    │           │               │                │       └─▶ Switching ┘ (switchWorkloads)
 //!    │           └──────(a writer may exist)──────┴────────────┴─▶ Aborting ─▶ Failed | Canceled
-//!    └──(nothing started)───────────────────────────────────────────────────▶ Failed | Canceled
+//!    └──(nothing started; or Switching)─────────────────────────────────────▶ Failed | Canceled
 //! ```
 //!
 //! A path restore's node agent fills a scratch claim, not the PVC; refill's copier pod
 //! then copies the chosen paths into the PVC (Copying), and is the writer to wait for.
+//!
+//! A restore into new claims that switches workloads onto them stops those workloads
+//! only once the new claim holds the backup (Switching), waits until none of their
+//! pods mounts the PVC, and completes; they come back on the new claim after.
 //!
 //! A volume ends Failed or Canceled at once only while nothing can write to it (no
 //! stand-in pod, no PodVolumeRestore). Otherwise it goes through Aborting, whose order is
@@ -142,6 +147,8 @@ pub struct Rules {
     pub refuse_in_use: bool,
     /// consumers: None — the restore runs beside the pods that mount the claim.
     pub online: bool,
+    /// switchWorkloads: a new claim that holds the backup is switched to (Switching).
+    pub switch: bool,
     /// How long `restore-wait` may run with no node agent taking the PodVolumeRestore
     /// before the volume warns.
     pub agent_grace: Duration,
@@ -288,7 +295,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                     .as_ref()
                     .is_some_and(|p| p.phase == PodVolumePhase::Completed)
             {
-                return completing(volume, seen);
+                return completing(volume, seen, rules);
             }
             if let Some(problem) = lost_hold(pvc, seen, rules.online) {
                 return failed(problem);
@@ -299,6 +306,22 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                 restoring(volume, seen, rules, now)
             }
         }
+        VolumePhase::Switching => match stop {
+            // The new claim holds the backup and nothing writes to it any more; the
+            // workloads come back on the PVC, unswitched.
+            Some(stop) => Step {
+                effect: None,
+                change: Change::End {
+                    outcome: stop.outcome,
+                    message: format!(
+                        "{}; PVC {} holds the backup, and no workload was switched onto it",
+                        stop.why,
+                        volume.written_claim()
+                    ),
+                },
+            },
+            None => switching(volume, seen),
+        },
         VolumePhase::Copying => {
             if let Some(stop) = stop {
                 return abort(stop.outcome, stop.why);
@@ -460,7 +483,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
     let name = &pvr.name;
     let detail = pvr.message.as_deref().unwrap_or("no message");
     match pvr.phase {
-        PodVolumePhase::Completed => completing(volume, seen),
+        PodVolumePhase::Completed => completing(volume, seen, rules),
         PodVolumePhase::Failed => failed(format!("PodVolumeRestore {name} failed: {detail}")),
         PodVolumePhase::Canceled => failed(format!(
             "PodVolumeRestore {name} was canceled, not by refill: {detail}"
@@ -497,8 +520,9 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
 /// The data is in. The volume ends once restore-wait has cleaned up (it removes the
 /// `.velero` folders it waited for) and the stand-in is gone: only then may consumers
 /// come back, so nothing of the restore touches the volume under them. A path
-/// restore's data is in the scratch claim: its paths are copied next.
-fn completing(volume: &VolumeStatus, seen: &Seen) -> Step {
+/// restore's data is in the scratch claim: its paths are copied next. A new claim's
+/// workloads are switched onto it next, when asked.
+fn completing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     if let StandIn::Ours {
         name,
         restore_wait_done: false,
@@ -510,9 +534,10 @@ fn completing(volume: &VolumeStatus, seen: &Seen) -> Step {
             "restored; waiting for restore-wait in stand-in pod {name} to finish"
         ));
     }
-    let then = match volume.paths {
-        Some(_) => Change::Advance(VolumePhase::Copying),
-        None => Change::Completed,
+    let then = match (&volume.paths, &volume.target_pvc) {
+        (Some(_), _) => Change::Advance(VolumePhase::Copying),
+        (None, Some(_)) if rules.switch => Change::Advance(VolumePhase::Switching),
+        _ => Change::Completed,
     };
     without_stand_in(
         seen,
@@ -576,6 +601,44 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
         Copier::Other { name, restore } => failed(format!(
             "PVC {pvc} is being restored by DataRestore {restore} (copier pod {name}); restore it again after that one ends"
         )),
+    }
+}
+
+/// The new claim holds the backup; the workloads to switch onto it are stopped and
+/// waited for (`seen` tells of them alone: the PVC's other consumers keep it).
+fn switching(volume: &VolumeStatus, seen: &Seen) -> Step {
+    let pvc = &volume.pvc;
+    let into = volume.written_claim();
+    let end = |message: String| Step {
+        effect: None,
+        change: Change::End {
+            outcome: VolumePhase::Failed,
+            message: format!(
+                "{message}; PVC {into} holds the backup, and no workload was switched onto it"
+            ),
+        },
+    };
+    match &seen.consumers {
+        Consumers::HeldBy(message) => return end(message.clone()),
+        Consumers::Stopping => {
+            return stay(format!(
+                "restored into PVC {into}; stopping the workloads to switch onto it"
+            ));
+        }
+        Consumers::Stopped => {}
+    }
+    if !seen.foreign_pods.is_empty() {
+        if let Some(problem) = &seen.restarted {
+            return end(problem.clone());
+        }
+        return stay(format!(
+            "restored into PVC {into}; waiting for pods of the workloads to switch to release PVC {pvc}: {}",
+            seen.foreign_pods.join(", ")
+        ));
+    }
+    Step {
+        effect: None,
+        change: Change::Completed,
     }
 }
 

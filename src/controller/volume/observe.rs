@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, ResourceExt};
 
-use crate::api::{ConsumerState, DataRestoreStatus, PodVolumeRestore, VolumePhase, VolumeStatus};
+use crate::api::{
+    ConsumerRecord, ConsumerState, DataRestoreStatus, PodVolumeRestore, VolumePhase, VolumeStatus,
+};
 use crate::controller::consumer;
 use crate::controller::copier;
 use crate::controller::restore_helper;
@@ -18,6 +20,8 @@ use crate::labels;
 use crate::observe;
 
 use super::decide::{Claim, Consumers, Copier, Pvr, Seen, StandIn};
+
+mod switching;
 
 /// The objects refill made for one volume, as the pass found them.
 #[derive(Default)]
@@ -140,12 +144,14 @@ pub fn split(key: &str) -> (&str, &str) {
     key.split_once('/').expect("volume keys are namespace/name")
 }
 
-/// The consumers of `pvc` as the restore's records tell.
-pub fn consumers(status: &DataRestoreStatus, pvc: &str) -> Consumers {
+/// The consumers of `pvc` as the restore's records tell: with `switching`, the
+/// workloads to switch onto its new claim; else those stopped while it is written.
+pub fn consumers(status: &DataRestoreStatus, pvc: &str, switching: bool) -> Consumers {
     let mine = status
         .consumers
         .iter()
-        .filter(|c| c.pvcs.iter().any(|p| p == pvc));
+        .filter(|c| c.pvcs.iter().any(|p| p == pvc))
+        .filter(|c| c.switch_to.is_some() == switching);
     let mut state = Consumers::Stopped;
     for record in mine {
         match record.state {
@@ -244,6 +250,9 @@ pub async fn seen(
     volume: &VolumeStatus,
     found: &Found,
 ) -> Result<Seen> {
+    if volume.phase == VolumePhase::Switching {
+        return switching::seen(ctx, uid, status, volume).await;
+    }
     // The claim written: the PVC itself, or the new claim made for it.
     let written = volume.written_claim();
     let pvc = written.as_str();
@@ -287,21 +296,16 @@ pub async fn seen(
             | VolumePhase::Restoring
             | VolumePhase::Copying
     );
-    let mut restarted = None;
-    if watching && !live_since.is_empty() {
-        let now = Timestamp::now();
-        let records = status
-            .consumers
-            .iter()
-            .filter(|c| c.pvcs.iter().any(|p| p == pvc))
-            .filter(|c| worth_reading(c.stopped_at.as_ref().map(|t| t.0), &live_since, now));
-        for record in records {
-            if let Some(problem) = consumer::interference(&ctx.client, uid, record).await? {
-                restarted = Some(problem);
-                break;
-            }
+    let restarted = match watching {
+        true => {
+            let records = status
+                .consumers
+                .iter()
+                .filter(|c| c.pvcs.iter().any(|p| p == pvc));
+            restarted(ctx, uid, records, &live_since).await?
         }
-    }
+        false => None,
+    };
 
     // The PVC itself: a claim made beside it does not exist before its stand-in, and
     // the index would call it deleted.
@@ -312,7 +316,7 @@ pub async fn seen(
     };
     Ok(Seen {
         claim: claim_state,
-        consumers: consumers(status, &volume.pvc),
+        consumers: consumers(status, &volume.pvc, false),
         foreign_pods,
         restarted,
         stand_in,
@@ -326,6 +330,29 @@ pub async fn seen(
             .as_ref()
             .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
     })
+}
+
+/// Who started one of the stopped `records` again, if one of them was: read only for
+/// those [`worth_reading`] says may have been, given when the live pods on their claim
+/// (`live_since`) were made.
+async fn restarted<'a>(
+    ctx: &Context,
+    uid: &str,
+    records: impl Iterator<Item = &'a ConsumerRecord>,
+    live_since: &[Option<Timestamp>],
+) -> Result<Option<String>> {
+    if live_since.is_empty() {
+        return Ok(None);
+    }
+    let now = Timestamp::now();
+    for record in
+        records.filter(|c| worth_reading(c.stopped_at.as_ref().map(|t| t.0), live_since, now))
+    {
+        if let Some(problem) = consumer::interference(&ctx.client, uid, record).await? {
+            return Ok(Some(problem));
+        }
+    }
+    Ok(None)
 }
 
 /// How far the API server's clock (pods' creation times) may be behind refill's
@@ -436,6 +463,7 @@ mod tests {
             replicas: Some(2),
             original: None,
             held_by: Some("velero/first".into()),
+            switch_to: None,
             stopped_at: None,
             resumed_at: None,
         }
@@ -450,12 +478,17 @@ mod tests {
             ],
             ..Default::default()
         };
-        assert_eq!(consumers(&status, "shop/data"), Consumers::Stopping);
-        assert_eq!(consumers(&status, "shop/other"), Consumers::Stopped);
+        assert_eq!(consumers(&status, "shop/data", false), Consumers::Stopping);
+        assert_eq!(consumers(&status, "shop/other", false), Consumers::Stopped);
+        assert_eq!(
+            consumers(&status, "shop/data", true),
+            Consumers::Stopped,
+            "no workload to switch"
+        );
         status.consumers[1].state = ConsumerState::Stopped;
-        assert_eq!(consumers(&status, "shop/data"), Consumers::Stopped);
+        assert_eq!(consumers(&status, "shop/data", false), Consumers::Stopped);
         status.consumers[1].state = ConsumerState::HeldByOther;
-        let Consumers::HeldBy(message) = consumers(&status, "shop/data") else {
+        let Consumers::HeldBy(message) = consumers(&status, "shop/data", false) else {
             panic!("held")
         };
         assert!(

@@ -17,6 +17,7 @@ fn rules() -> Rules {
         volume_timeout_text: "1h".into(),
         refuse_in_use: false,
         online: false,
+        switch: false,
         agent_grace: Duration::from_secs(60),
         cancel_grace: Duration::from_secs(300),
     }
@@ -979,5 +980,109 @@ fn a_started_copy_is_never_ended_before_the_agent_stops() {
                 );
             }
         }
+    }
+}
+
+/// A `target: NewClaim` volume.
+fn new_claim(v: VolumeStatus) -> VolumeStatus {
+    VolumeStatus {
+        target_pvc: Some("data-r1-0123456789".into()),
+        ..v
+    }
+}
+
+fn switch() -> Rules {
+    Rules {
+        switch: true,
+        ..rules()
+    }
+}
+
+#[test]
+fn every_switching_transition() {
+    use PodVolumePhase as P;
+    use VolumePhase::*;
+    let stopped = || Seen::default();
+    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+        (
+            "a filled new claim completes when nothing is switched",
+            new_claim(volume(Restoring)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Completed,
+        ),
+        (
+            "a filled new claim goes on to the switch",
+            new_claim(volume(Restoring)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            switch(),
+            Want::Advance(None, Switching),
+        ),
+        (
+            "the switch waits for its stand-in to go first",
+            new_claim(volume(Restoring)),
+            seen(cleaned_up(), pvr(P::Completed)),
+            switch(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("removing the stand-in")),
+        ),
+        (
+            "switching waits for the workloads to stop",
+            new_claim(volume(Switching)),
+            with_consumers(stopped(), Consumers::Stopping),
+            switch(),
+            Want::Stay(None, Some("stopping the workloads to switch")),
+        ),
+        (
+            "switching waits for their pods to release the PVC",
+            new_claim(volume(Switching)),
+            with_users(stopped(), &["web-5d8f-x2"], None),
+            switch(),
+            Want::Stay(None, Some("to release PVC shop/data: web-5d8f-x2")),
+        ),
+        (
+            "a workload started again during the switch fails it",
+            new_claim(volume(Switching)),
+            with_users(
+                stopped(),
+                &["web-5d8f-x2"],
+                Some("Deployment shop/web was scaled to 2"),
+            ),
+            switch(),
+            Want::End(Failed, "was scaled to 2"),
+        ),
+        (
+            "a workload another restore holds fails the switch",
+            new_claim(volume(Switching)),
+            with_consumers(stopped(), Consumers::HeldBy("held by velero/r0".into())),
+            switch(),
+            Want::End(Failed, "no workload was switched"),
+        ),
+        (
+            "stopped and released: completed, the workloads come back switched",
+            new_claim(volume(Switching)),
+            stopped(),
+            switch(),
+            Want::Completed,
+        ),
+        (
+            "canceled while switching ends at once, nothing switched",
+            new_claim(volume(Switching)),
+            with_consumers(stopped(), Consumers::Stopping),
+            Rules {
+                switch: true,
+                ..canceled()
+            },
+            Want::End(Canceled, "PVC shop/data-r1-0123456789 holds the backup"),
+        ),
+        (
+            "a switch out of time fails",
+            new_claim(old(Switching)),
+            with_users(stopped(), &["web-5d8f-x2"], None),
+            switch(),
+            Want::End(Failed, "spec.volumeTimeout"),
+        ),
+    ];
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, at(NOW)), want);
     }
 }

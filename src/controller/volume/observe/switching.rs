@@ -1,0 +1,49 @@
+//! What a pass sees of a volume in Switching: the workloads to switch onto its new
+//! claim, and their pods that still mount the PVC. The PVC's other consumers keep it
+//! and are not looked at.
+
+use kube::ResourceExt;
+
+use crate::api::{DataRestoreStatus, VolumeStatus};
+use crate::controller::volume::decide::Seen;
+use crate::controller::{Context, Result};
+use crate::observe;
+use crate::plan::Owner;
+
+use super::{consumers, restarted, split};
+
+pub async fn seen(
+    ctx: &Context,
+    uid: &str,
+    status: &DataRestoreStatus,
+    volume: &VolumeStatus,
+) -> Result<Seen> {
+    let (ns, claim) = split(&volume.pvc);
+    let records: Vec<_> = status
+        .consumers
+        .iter()
+        .filter(|c| c.switch_to.is_some() && c.pvcs.contains(&volume.pvc))
+        .collect();
+    let mounting = observe::pods_mounting(ctx.reads(), ns, &[claim]).await?;
+    let owners = observe::top_owners(ctx.reads(), ns, &mounting).await?;
+    let mut foreign_pods = Vec::new();
+    let mut live_since = Vec::new();
+    for (pod, owner) in mounting.iter().zip(owners) {
+        let Owner::Known(kind, name) = owner else {
+            continue;
+        };
+        if !records.iter().any(|r| r.kind == kind && r.name == name) {
+            continue;
+        }
+        if pod.metadata.deletion_timestamp.is_none() {
+            live_since.push(pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        }
+        foreign_pods.push(pod.name_any());
+    }
+    Ok(Seen {
+        consumers: consumers(status, &volume.pvc, true),
+        foreign_pods,
+        restarted: restarted(ctx, uid, records.into_iter(), &live_since).await?,
+        ..Default::default()
+    })
+}
