@@ -610,6 +610,45 @@ fn cases(ns: &str) -> Vec<Case> {
             ),
         },
         Case {
+            name: "switch-in-place",
+            spec: with(spec("b1", &["data"]), json!({"switchWorkloads": true})),
+            direct: failed(
+                "spec.switchWorkloads",
+                "workloads are switched only onto the new claims of a restore into new claims",
+            ),
+            cli: cli(
+                &["--from-backup", "b1", "--pvc", &data, "--switch-workloads"],
+                1,
+                "--switch-workloads",
+                "workloads are switched only onto the new claims of a restore into new claims, and --target is in-place; add --target new-claim, or leave out --switch-workloads",
+            ),
+        },
+        Case {
+            name: "switch-label-on-a-workload-without-the-claim",
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"target": "NewClaim", "switchWorkloads": true}),
+            ),
+            direct: failed(
+                "spec.switchWorkloads",
+                "carries the label refill.dev/switch-claim=solo, but its pod template does not name PVC solo among its volumes",
+            ),
+            cli: cli(
+                &[
+                    "--from-backup",
+                    "b1",
+                    "--pvc",
+                    &p("solo"),
+                    "--target",
+                    "new-claim",
+                    "--switch-workloads",
+                ],
+                1,
+                "--switch-workloads: Deployment",
+                "carries the label refill.dev/switch-claim=solo, but its pod template does not name PVC solo among its volumes",
+            ),
+        },
+        Case {
             name: "bare-pod-under-scale-down",
             spec: spec("b1", &["extra"]),
             direct: failed(
@@ -938,6 +977,19 @@ async fn setup(s: &Scene) -> Result<()> {
     s.unbound_claim("unbound").await?;
     s.deployment("web", 1, &["data"]).await?;
     s.bare_pod("bare", &["extra"]).await?;
+    // Labelled to be switched off a claim its template does not mount (a label put on
+    // the wrong workload).
+    let mut stray = fixture::pod_template("stray", &["extra"]);
+    stray["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+    fixture::deployment_of(&s.client, &s.ns, "stray", 0, stray).await?;
+    s.env
+        .api::<k8s_openapi::api::apps::v1::Deployment>()
+        .patch(
+            "stray",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {labels::SWITCH_CLAIM: "solo"}}})),
+        )
+        .await?;
 
     let volume = |pvc: &'static str| s.backed_up(pvc, "app-0", &[("f", b"backed up")]);
     let b1: Vec<BackedUpVolume> = ["data", "extra", "unbound", "solo", "gone", "halfway"]

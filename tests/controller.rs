@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -361,6 +361,226 @@ async fn consumers_none_restores_beside_the_running_app_and_warns() -> Result<()
     .await
 }
 
+/// The local volume the claim `claim` will get when refill makes it (a new claim), on
+/// `node` and kept for that claim alone: another test's claim of the class could take
+/// it. Returns the PV's name and its directory.
+async fn spare_volume(s: &Scene, node: &str, claim: &str) -> Result<(String, PathBuf)> {
+    let spare = s.scratch.join("pv").join("spare");
+    let pv = format!("{}-spare", s.ns);
+    fixture::local_pv(&s.client, &pv, node, &spare, &s.env.ns.labels()).await?;
+    let reserve = json!({"spec": {"claimRef": {"namespace": &s.ns, "name": claim}}});
+    Api::<PersistentVolume>::all(s.client.clone())
+        .patch(&pv, &PatchParams::default(), &Patch::Merge(reserve))
+        .await?;
+    Ok((pv, spare))
+}
+
+/// Labels the Deployment to be switched off `claim` (spec.switchWorkloads).
+async fn label_to_switch(s: &Scene, deployment: &str, claim: &str) -> Result<()> {
+    let label = json!({"metadata": {"labels": {labels::SWITCH_CLAIM: claim}}});
+    Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+        .patch(deployment, &PatchParams::default(), &Patch::Merge(label))
+        .await?;
+    Ok(())
+}
+
+/// The claims a Deployment's pod template names.
+fn template_claims(deployment: &Deployment) -> Vec<String> {
+    deployment
+        .spec
+        .iter()
+        .flat_map(|s| s.template.spec.iter())
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn switch_workloads_moves_the_labelled_deployment_onto_the_filled_new_claim() -> Result<()>
+{
+    run_test("dr-switch", |env| async move {
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-b", 2, b"live and newer", b"good").await?;
+        label_to_switch(&s, "web", "data").await?;
+        let claims = Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), &s.ns);
+        let data = claims.get("data").await?;
+        let new_name = labels::new_claim_name("data", "r1");
+        let (_, spare) = spare_volume(&s, "node-b", &new_name).await?;
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let spec = DataRestoreSpec {
+            target: RestoreTarget::NewClaim,
+            switch_workloads: true,
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r1", spec).await?;
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+        ensure!(
+            fixture::read(&spare, "f")? == b"good"
+                && fixture::read(&dir, "f")? == b"live and newer",
+            "the backup is not in the new claim alone"
+        );
+        ensure!(
+            claims.get("data").await?.metadata.resource_version == data.metadata.resource_version,
+            "the claim was written"
+        );
+        // Back with its replicas, its template naming the new claim, and the way back.
+        let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .get("web")
+            .await?;
+        ensure!(
+            template_claims(&web) == [new_name.clone()]
+                && web.spec.as_ref().and_then(|s| s.replicas) == Some(2),
+            "{:#?}",
+            web.spec
+        );
+        let annotations = web.annotations();
+        ensure!(
+            annotations.get(labels::SWITCHED_FROM).map(String::as_str) == Some("data")
+                && annotations.get(labels::SWITCHED_BY) == Some(&format!("{}/r1", s.ns))
+                && !annotations.contains_key(labels::QUIESCED_BY)
+                && !annotations.contains_key(labels::ORIGINAL_REPLICAS),
+            "{annotations:#?}"
+        );
+        let pods = s.ready_pods("web", 2).await?;
+        for pod in &pods {
+            let mounted: Vec<&str> = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .filter_map(|v| v.persistent_volume_claim.as_ref())
+                .map(|c| c.claim_name.as_str())
+                .collect();
+            ensure!(
+                mounted == [new_name.as_str()],
+                "{} mounts {mounted:?}",
+                pod.name_any()
+            );
+        }
+        let record = &status.consumers[..];
+        ensure!(
+            record.len() == 1
+                && record[0].state == ConsumerState::Switched
+                && record[0].switch_to.as_deref() == Some(new_name.as_str()),
+            "{record:#?}"
+        );
+        // It ran while the new claim was filled: stopped only after the node agent
+        // had written it.
+        let pvr = s.pvrs().await?;
+        let written = pvr[0]
+            .status
+            .as_ref()
+            .and_then(|st| st.completion_timestamp.clone())
+            .context("the PodVolumeRestore has no completion time")?;
+        let stopped = record[0].stopped_at.clone().context("never stopped")?;
+        ensure!(
+            stopped.0 >= written.0,
+            "stopped at {stopped:?}, before the new claim was filled at {written:?}"
+        );
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), &s.ns)
+                .list(&ListParams::default())
+                .await?;
+        let note = format!(
+            "switched Deployment {}/web from PVC data to PVC {new_name} and scaled it back to 2",
+            s.ns
+        );
+        ensure!(
+            events.items.iter().any(|e| {
+                e.reason.as_deref() == Some("SwitchedConsumer") && e.note.as_deref() == Some(&*note)
+            }),
+            "no SwitchedConsumer Event saying: {note}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_switch_canceled_before_it_is_written_brings_the_workload_back_on_its_claim()
+-> Result<()> {
+    run_test("dr-switch-cancel", |env| async move {
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-b", 1, b"live", b"good").await?;
+        label_to_switch(&s, "web", "data").await?;
+        let new_name = labels::new_claim_name("data", "r1");
+        let (_, spare) = spare_volume(&s, "node-b", &new_name).await?;
+        // The app's pod holds the claim after it is told to go, as one that takes long
+        // to stop would: the switch waits for it.
+        let pods = Api::<Pod>::namespaced(s.client.clone(), &s.ns);
+        let pod = s.ready_pods("web", 1).await?.remove(0).name_any();
+        let hold = json!({"metadata": {"finalizers": ["refill.test/hold"]}});
+        pods.patch(&pod, &PatchParams::default(), &Patch::Merge(hold))
+            .await?;
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let spec = DataRestoreSpec {
+            target: RestoreTarget::NewClaim,
+            switch_workloads: true,
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r1", spec).await?;
+        let waiting = s.wait_volume("r1", VolumePhase::Switching).await?;
+        wait_for("the switch to wait for the app's pod", TIMEOUT, || async {
+            let dr = s.env.api::<DataRestore>().get("r1").await?;
+            let message = dr.status.unwrap_or_default().volumes[0].message.clone();
+            Ok(message
+                .is_some_and(|m| m.contains(&format!("release PVC {}/data: {pod}", s.ns)))
+                .then_some(()))
+        })
+        .await
+        .with_context(|| format!("{:#?}", waiting.status))?;
+        s.env
+            .api::<DataRestore>()
+            .patch(
+                "r1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await?;
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Canceled, "{status:#?}");
+        ensure!(
+            status.volumes[0]
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("no workload was switched onto it")),
+            "{:#?}",
+            status.volumes[0]
+        );
+        // Back on its own claim, as it was; the new claim keeps the backup.
+        let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .get("web")
+            .await?;
+        ensure!(
+            template_claims(&web) == ["data"]
+                && web.spec.as_ref().and_then(|s| s.replicas) == Some(1)
+                && !web.annotations().contains_key(labels::SWITCHED_FROM)
+                && !web.annotations().contains_key(labels::QUIESCED_BY),
+            "{:#?}",
+            web.metadata
+        );
+        ensure!(
+            status.consumers[0].state == ConsumerState::Resumed,
+            "{:#?}",
+            status.consumers
+        );
+        ensure!(fixture::read(&spare, "f")? == b"good");
+        let release = json!({"metadata": {"finalizers": null}});
+        pods.patch(&pod, &PatchParams::default(), &Patch::Merge(release))
+            .await?;
+        s.ready_pods("web", 1).await?;
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn new_claim_gets_the_backup_and_leaves_the_claim_and_its_app_alone() -> Result<()> {
     run_test("dr-new-claim", |env| async move {
@@ -369,16 +589,8 @@ async fn new_claim_gets_the_backup_and_leaves_the_claim_and_its_app_alone() -> R
         let deployments = Api::<Deployment>::namespaced(s.client.clone(), &s.ns);
         let claims = Api::<PersistentVolumeClaim>::namespaced(s.client.clone(), &s.ns);
         let (web, data) = (deployments.get("web").await?, claims.get("data").await?);
-        // The volume the new claim will get, on the node of the claim's own volume and
-        // kept for that claim alone (another test's claim of the class could take it).
         let new_name = labels::new_claim_name("data", "r1");
-        let spare = s.scratch.join("pv").join("spare");
-        let pv = format!("{}-spare", s.ns);
-        fixture::local_pv(&s.client, &pv, "node-b", &spare, &s.env.ns.labels()).await?;
-        let reserve = json!({"spec": {"claimRef": {"namespace": &s.ns, "name": &new_name}}});
-        Api::<PersistentVolume>::all(s.client.clone())
-            .patch(&pv, &PatchParams::default(), &Patch::Merge(reserve))
-            .await?;
+        let (pv, spare) = spare_volume(&s, "node-b", &new_name).await?;
 
         let _controller = s.controller().await?;
         let _agent = s.node_agent();

@@ -2,6 +2,9 @@
 // since the image has no shell or busybox:
 //
 //	testbox write FILE TEXT   writes TEXT to FILE (parents created), then exits
+//	testbox check FILE SHA256 exits 0 if FILE's bytes have that SHA-256 (hex), 1
+//	                          otherwise: an exec probe that the pod itself reads
+//	                          the data a test expects
 //	testbox tree DIR MIB      unless DIR/.tree exists, fills DIR with MIB MiB of
 //	                          files in nested directories, with a symlink and
 //	                          chosen modes and owners, the same on every run
@@ -14,6 +17,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
@@ -33,7 +37,7 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(2, "usage: testbox write FILE TEXT | tree DIR MIB | sleep | api PATH | -p DIR -a create|delete")
+		fail(2, "usage: testbox write FILE TEXT | check FILE SHA256 | tree DIR MIB | sleep | api PATH | -p DIR -a create|delete")
 	}
 	var err error
 	switch os.Args[1] {
@@ -42,6 +46,11 @@ func main() {
 			fail(2, "usage: testbox write FILE TEXT")
 		}
 		err = write(os.Args[2], os.Args[3])
+	case "check":
+		if len(os.Args) != 4 {
+			fail(2, "usage: testbox check FILE SHA256")
+		}
+		err = check(os.Args[2], os.Args[3])
 	case "tree":
 		if len(os.Args) != 4 {
 			fail(2, "usage: testbox tree DIR MIB")
@@ -79,6 +88,19 @@ func write(file, text string) error {
 		return err
 	}
 	fmt.Printf("wrote %d bytes to %s\n", len(text), file)
+	return nil
+}
+
+func check(file, want string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	have := fmt.Sprintf("%x", sha256.Sum256(data))
+	if have != strings.ToLower(want) {
+		return fmt.Errorf("%s has SHA-256 %s, not %s", file, have, want)
+	}
+	fmt.Printf("%s has SHA-256 %s\n", file, have)
 	return nil
 }
 
