@@ -397,8 +397,7 @@ fn template_claims(deployment: &Deployment) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn switch_workloads_moves_the_labelled_deployment_onto_the_filled_new_claim() -> Result<()>
-{
+async fn switch_workloads_moves_the_labelled_deployment_onto_the_filled_new_claim() -> Result<()> {
     run_test("dr-switch", |env| async move {
         let s = scene(env).await?;
         let dir = web_with_backup(&s, "node-b", 2, b"live and newer", b"good").await?;
@@ -501,8 +500,8 @@ async fn switch_workloads_moves_the_labelled_deployment_onto_the_filled_new_clai
 }
 
 #[tokio::test]
-async fn a_switch_canceled_before_it_is_written_brings_the_workload_back_on_its_claim()
--> Result<()> {
+async fn a_switch_canceled_before_it_is_written_brings_the_workload_back_on_its_claim() -> Result<()>
+{
     run_test("dr-switch-cancel", |env| async move {
         let s = scene(env).await?;
         web_with_backup(&s, "node-b", 1, b"live", b"good").await?;

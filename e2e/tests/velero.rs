@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodSpec};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{
-    ConsumerPolicy, DataRestore, DataRestoreRequest, DataRestoreSpec, PathRestore, Phase,
-    PodVolumePhase, PodVolumeRestore,
+    ConsumerKind, ConsumerPolicy, ConsumerState, DataRestore, DataRestoreRequest, DataRestoreSpec,
+    PathRestore, Phase, PodVolumePhase, PodVolumeRestore, RestoreTarget,
 };
 use refill::labels;
 use refill_e2e::velero::{self, Entry, VELERO_NAMESPACE};
@@ -445,6 +445,164 @@ async fn a_path_restore_puts_back_only_the_chosen_files_with_their_metadata() ->
         forget(&client, &ns, &backup).await
     })
     .await
+}
+
+/// A new claim filled beside the PVC, and the app moved onto it: the Deployment
+/// labelled `refill.dev/switch-claim=data` runs on its damaged claim while Velero's node
+/// agent fills the new one, then comes back once on the new claim, where its pod reads
+/// the backup's data. The PVC keeps its files, damage included, untouched.
+#[tokio::test]
+async fn a_new_claim_restore_switches_the_labelled_deployment_onto_the_restored_data() -> Result<()>
+{
+    run_test("velero-switch", |env| async move {
+        controller(&env).await?;
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        let (_, dir) = deploy_app(&client, &ns, 2).await?;
+        // The app's init container writes the same tree into any empty claim, so the
+        // pod's proof of reading the backup is a file only the backup holds.
+        std::fs::write(dir.join("backed-up"), format!("{ns} before its backup\n"))?;
+        let want = velero::tree(&dir)?;
+        let sum = want["backed-up"].content.clone();
+        // The pod is Ready only while it reads those bytes: the kubelet runs the
+        // probe in the app's container, through the claim its pod mounts.
+        let deployments = env.api::<Deployment>();
+        let probe = json!({
+            "exec": { "command": ["/testbox", "check", "/data/backed-up", sum] },
+            "periodSeconds": 1, "failureThreshold": 1,
+        });
+        deployments
+            .patch(
+                "app",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({
+                    "metadata": { "labels": BTreeMap::from([(labels::SWITCH_CLAIM, "data")]) },
+                    "spec": { "template": { "spec": { "containers": [
+                        { "name": "app", "readinessProbe": probe },
+                    ]}}},
+                })),
+            )
+            .await?;
+        let pods = env.api::<Pod>();
+        wait_for("the app's one pod probed and Ready", TIMEOUT, || async {
+            let all = pods
+                .list(&ListParams::default().labels("app=app"))
+                .await?
+                .items;
+            let probed = |p: &Pod| {
+                p.spec
+                    .as_ref()
+                    .is_some_and(|s| s.containers.iter().any(|c| c.readiness_probe.is_some()))
+            };
+            Ok(
+                (all.len() == 1 && probed(&all[0]) && refill_e2e::is_pod_ready(&all[0]))
+                    .then_some(()),
+            )
+        })
+        .await?;
+
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        damage(&dir)?;
+        std::fs::write(dir.join("backed-up"), b"damaged\n")?;
+        // The probe tells: the app's pod on the damaged claim is no longer Ready.
+        fixture::wait_ready_pods(&client, &ns, "app", 0, TIMEOUT).await?;
+        let damaged = velero::tree(&dir)?;
+        ensure!(
+            same_tree(&want, &dir).is_err(),
+            "the damage changed nothing"
+        );
+        let claims = env.api::<PersistentVolumeClaim>();
+        let claim_version = claims.get("data").await?.resource_version();
+
+        let spec = DataRestoreSpec {
+            backup_name: Some(backup.clone()),
+            pvcs: vec![format!("{ns}/data")],
+            target: RestoreTarget::NewClaim,
+            switch_workloads: true,
+            ..Default::default()
+        };
+        fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
+        let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?;
+        let status = done.status.clone().unwrap_or_default();
+        ensure!(status.phase == Phase::Completed, "{status:#?}");
+        let new_claim = labels::new_claim_name("data", &ns);
+        ensure!(
+            status.volumes[0].target_pvc.as_deref() == Some(new_claim.as_str()),
+            "{:#?}",
+            status.volumes[0]
+        );
+
+        // The PVC and its files are as the damage left them.
+        let diff = velero::tree_diff(&damaged, &velero::tree(&dir)?);
+        ensure!(
+            diff.is_empty(),
+            "the PVC's files changed:\n{}",
+            diff.join("\n")
+        );
+        ensure!(
+            claims.get("data").await?.resource_version() == claim_version,
+            "the PVC was written to"
+        );
+        // The new claim holds the backup.
+        same_tree(&want, &velero::claim_dir(&client, &ns, &new_claim).await?)?;
+
+        // The Deployment is back, on the new claim, with the way back noted.
+        let app = deployments.get("app").await?;
+        let spec = app.spec.clone().unwrap_or_default();
+        let named = claims_of(spec.template.spec.as_ref());
+        ensure!(named == [new_claim.clone()], "the template names {named:?}");
+        ensure!(spec.replicas == Some(1), "replicas {:?}", spec.replicas);
+        let annotations = app.annotations();
+        ensure!(
+            annotations.get(labels::SWITCHED_FROM).map(String::as_str) == Some("data")
+                && annotations.get(labels::SWITCHED_BY)
+                    == Some(&format!("{VELERO_NAMESPACE}/{ns}")),
+            "{annotations:#?}"
+        );
+        ensure!(
+            [
+                labels::QUIESCED_BY,
+                labels::QUIESCED_BY_RESTORE,
+                labels::ORIGINAL_REPLICAS
+            ]
+            .iter()
+            .all(|key| !annotations.contains_key(*key)),
+            "marks of the stop left: {annotations:#?}"
+        );
+        ensure!(
+            matches!(
+                status.consumers.as_slice(),
+                [c] if c.kind == ConsumerKind::Deployment
+                    && c.name == "app"
+                    && c.state == ConsumerState::Switched
+                    && c.switch_to.as_deref() == Some(new_claim.as_str())
+            ),
+            "{:#?}",
+            status.consumers
+        );
+
+        // Its Ready pod mounts the new claim: the probe read the backup's bytes there.
+        let ready = fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        let mounted = claims_of(ready[0].spec.as_ref());
+        ensure!(
+            mounted == [new_claim.clone()],
+            "the Ready pod {} mounts {mounted:?}",
+            ready[0].name_any()
+        );
+
+        nothing_left_behind(&client, &ns, &done).await?;
+        forget(&client, &ns, &backup).await
+    })
+    .await
+}
+
+/// The claims a pod (or a pod template) names among its volumes.
+fn claims_of(spec: Option<&PodSpec>) -> Vec<String> {
+    spec.iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| Some(v.persistent_volume_claim.as_ref()?.claim_name.clone()))
+        .collect()
 }
 
 #[tokio::test]

@@ -92,8 +92,12 @@ pub fn observations(before: &DataRestoreStatus, after: &DataRestoreStatus) -> Ve
             .iter()
             .find(|c| c.key() == consumer.key())
             .map(|c| c.state);
-        if consumer.state == ConsumerState::Resumed
-            && was != Some(ConsumerState::Resumed)
+        let back = matches!(
+            consumer.state,
+            ConsumerState::Resumed | ConsumerState::Switched
+        );
+        if back
+            && was != Some(consumer.state)
             && let Some(downtime) =
                 between(consumer.stopped_at.as_ref(), consumer.resumed_at.as_ref())
         {

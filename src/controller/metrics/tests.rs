@@ -79,6 +79,23 @@ fn a_pass_that_ends_the_restore_shows_its_result_duration_volumes_and_downtime()
 }
 
 #[test]
+fn a_workload_back_on_a_new_claim_ends_its_downtime_too() {
+    let mut switched = ended();
+    switched.consumers[0].state = ConsumerState::Switched;
+    let downtimes: Vec<Observation> = observations(&restoring(), &switched)
+        .into_iter()
+        .filter(|o| matches!(o, Observation::ConsumerResumed { .. }))
+        .collect();
+    assert_eq!(
+        downtimes,
+        [Observation::ConsumerResumed {
+            downtime: Duration::from_secs(40)
+        }]
+    );
+    assert!(observations(&switched, &switched).is_empty());
+}
+
+#[test]
 fn a_transition_counts_once_however_often_the_status_is_written_again() {
     assert!(observations(&ended(), &ended()).is_empty());
     assert!(observations(&restoring(), &restoring()).is_empty());
