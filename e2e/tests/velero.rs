@@ -449,8 +449,8 @@ async fn a_path_restore_puts_back_only_the_chosen_files_with_their_metadata() ->
 
 /// A new claim filled beside the PVC, and the app moved onto it: the Deployment
 /// labelled `refill.dev/switch-claim=data` runs on its damaged claim while Velero's node
-/// agent fills the new one, then comes back once on the new claim, where its pod reads
-/// the backup's data. The PVC keeps its files, damage included, untouched.
+/// agent fills the new one, then comes back on the new claim in one write, and its pod
+/// reads the backup's data there. The PVC keeps its files, damage included, untouched.
 #[tokio::test]
 async fn a_new_claim_restore_switches_the_labelled_deployment_onto_the_restored_data() -> Result<()>
 {
@@ -469,7 +469,8 @@ async fn a_new_claim_restore_switches_the_labelled_deployment_onto_the_restored_
         let deployments = env.api::<Deployment>();
         let probe = json!({
             "exec": { "command": ["/testbox", "check", "/data/backed-up", sum] },
-            "periodSeconds": 1, "failureThreshold": 1,
+            // A busy two-core machine may be slow to start a process in the container.
+            "periodSeconds": 2, "timeoutSeconds": 10, "failureThreshold": 1,
         });
         deployments
             .patch(

@@ -12,28 +12,20 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::CopySummary;
+
 pub use select::{Matcher, Selection, pattern_error};
 
-/// What a copy did.
+/// What a copy did: the counts the restore's status keeps, and the paths skipped.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// Regular files written.
-    pub files_written: u64,
-    /// Bytes of those files.
-    pub bytes_written: u64,
-    /// Symlinks and hard links made.
-    pub links: u64,
-    /// Directories created or given the snapshot's metadata.
-    pub directories: u64,
-    /// Entries that already were as the snapshot holds them.
-    pub unchanged: u64,
-    /// Entries deleted (mirror).
-    pub deleted: u64,
-    /// Entries of kinds not copied (fifos, sockets, devices), by path.
+    /// What was written, left and deleted, as the status reports it.
+    #[serde(flatten)]
+    pub counts: CopySummary,
+    /// Entries of kinds not copied (fifos, sockets, devices), by path; the count is
+    /// in `counts` (the list may be cut short in a report).
     pub skipped: Vec<String>,
-    /// How many were skipped (the list may be cut short in a report).
-    pub skipped_count: u64,
 }
 
 /// A file system operation that failed, and on what.
@@ -59,7 +51,7 @@ pub fn copy(
     let mut copy = tree::Copy::new(source, dest, selection, mirror);
     copy.walk(Path::new(""))?;
     let mut summary = copy.summary;
-    summary.skipped_count = summary.skipped.len() as u64;
+    summary.counts.skipped_count = summary.skipped.len() as u64;
     Ok(summary)
 }
 

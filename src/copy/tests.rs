@@ -60,8 +60,8 @@ fn corrupted_and_deleted_files_come_back_and_newer_files_elsewhere_stay() {
     }
     assert_eq!(read(l, "logs/app.log"), b"newer log, kept");
     assert_eq!(read(l, "notes.txt"), b"written since the backup");
-    assert_eq!(summary.files_written, 3, "{summary:?}");
-    assert_eq!(summary.bytes_written, 18);
+    assert_eq!(summary.counts.files_written, 3, "{summary:?}");
+    assert_eq!(summary.counts.bytes_written, 18);
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn files_already_right_are_left_but_same_size_corruption_is_found() {
     );
     assert_eq!(read(l, "d/rotted"), b"0123456789");
     assert_eq!(
-        (summary.unchanged, summary.files_written),
+        (summary.counts.unchanged, summary.counts.files_written),
         (1, 1),
         "{summary:?}"
     );
@@ -167,7 +167,7 @@ fn mirror_deletes_only_under_chosen_paths_and_never_what_is_excluded() {
 
     let (include, exclude) = (["db"], ["db/keep", "**/cache"]);
     let without = copy(b, l, &selection(&include, &exclude), false).unwrap();
-    assert_eq!(without.deleted, 0);
+    assert_eq!(without.counts.deleted, 0);
     assert!(l.join("db/stray").exists(), "only mirror deletes");
 
     let summary = copy(b, l, &selection(&include, &exclude), true).unwrap();
@@ -179,7 +179,7 @@ fn mirror_deletes_only_under_chosen_paths_and_never_what_is_excluded() {
         l.join("db/straydir2/cache/x").exists(),
         "excluded, though under a directory the backup lacks"
     );
-    assert!(summary.deleted >= 2, "{summary:?}");
+    assert!(summary.counts.deleted >= 2, "{summary:?}");
 }
 
 #[test]
@@ -204,14 +204,16 @@ fn a_symlink_in_the_live_tree_is_replaced_never_written_through() {
 fn a_report_fits_a_termination_log() {
     let summary = Summary {
         skipped: (0..500).map(|i| format!("dev/fifo-{i}")).collect(),
-        skipped_count: 500,
-        ..Default::default()
+        counts: crate::api::CopySummary {
+            skipped_count: 500,
+            ..Default::default()
+        },
     };
     let report = report(&summary);
     assert!(report.len() < 4096, "{}", report.len());
     let back: Summary = serde_json::from_str(&report).unwrap();
     assert_eq!(
-        (back.skipped.len(), back.skipped_count),
+        (back.skipped.len(), back.counts.skipped_count),
         (REPORT_LIMIT, 500)
     );
 }

@@ -69,7 +69,7 @@ impl<'a> Copy<'a> {
                 self.walk(&child)?;
                 if created {
                     self.metadata(&child, &meta, false)?;
-                    self.summary.directories += 1;
+                    self.summary.counts.directories += 1;
                 }
             }
         }
@@ -112,7 +112,7 @@ impl<'a> Copy<'a> {
             self.walk(rel)?;
             // Last: writing the children changed the directory's times.
             self.metadata(rel, meta, false)?;
-            self.summary.directories += 1;
+            self.summary.counts.directories += 1;
         } else if file_type.is_file() {
             self.file(rel, meta)?;
         } else if file_type.is_symlink() {
@@ -149,12 +149,12 @@ impl<'a> Copy<'a> {
                     .map_err(at("lstat", &first))?
                     .ino();
                 if existing.as_ref().is_some_and(|e| e.ino() == first_ino) {
-                    self.summary.unchanged += 1;
+                    self.summary.counts.unchanged += 1;
                     return Ok(());
                 }
                 clear(&to, existing.as_ref())?;
                 fs::hard_link(&first, &to).map_err(at("link", &to))?;
-                self.summary.links += 1;
+                self.summary.counts.links += 1;
                 return Ok(());
             }
             self.linked.insert(key, to.clone());
@@ -163,7 +163,7 @@ impl<'a> Copy<'a> {
             && existing.is_file()
             && same_file(&from, meta, &to, existing)?
         {
-            self.summary.unchanged += 1;
+            self.summary.counts.unchanged += 1;
             return Ok(());
         }
         // Written beside it and renamed over it: a reader never sees half a file, and a
@@ -178,8 +178,8 @@ impl<'a> Copy<'a> {
             fs::remove_dir_all(&to).map_err(at("remove", &to))?;
         }
         fs::rename(&temp, &to).map_err(at("rename to", &to))?;
-        self.summary.files_written += 1;
-        self.summary.bytes_written += meta.len();
+        self.summary.counts.files_written += 1;
+        self.summary.counts.bytes_written += meta.len();
         Ok(())
     }
 
@@ -194,13 +194,13 @@ impl<'a> Copy<'a> {
             && FileTime::from_last_modification_time(e)
                 == FileTime::from_last_modification_time(meta)
         {
-            self.summary.unchanged += 1;
+            self.summary.counts.unchanged += 1;
             return Ok(());
         }
         clear(&to, existing.as_ref())?;
         symlink(&target, &to).map_err(at("symlink", &to))?;
         self.metadata(rel, meta, true)?;
-        self.summary.links += 1;
+        self.summary.counts.links += 1;
         Ok(())
     }
 
@@ -226,7 +226,7 @@ impl<'a> Copy<'a> {
             } else {
                 fs::remove_file(&to).map_err(at("remove", &to))?;
             }
-            self.summary.deleted += 1;
+            self.summary.counts.deleted += 1;
         } else if meta.is_dir() && self.selection.may_contain_chosen(rel) {
             for name in entries(&to)? {
                 self.prune(&rel.join(name))?;
