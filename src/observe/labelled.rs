@@ -4,7 +4,7 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
 use crate::labels;
-use crate::plan::{Labelled, is_top_workload, template_spec};
+use crate::plan::{Labelled, is_top_workload, template_claim_names};
 
 use super::{TEMPLATE_KINDS, replicas};
 
@@ -31,23 +31,21 @@ pub async fn labelled_workloads(client: &Client, namespace: &str) -> kube::Resul
                 .as_ref()
                 .and_then(|a| a.get(labels::SWITCHED_FROM))
                 .cloned();
-            let mut json = obj.data.clone();
+            let replicas = kind.is_scalable().then(|| replicas(&obj));
+            let mut json = obj.data;
             json["metadata"]["ownerReferences"] =
                 serde_json::to_value(&obj.metadata.owner_references).unwrap_or_default();
-            let mounts_by_name = template_spec(kind, &json)
-                .and_then(|spec| spec.volumes)
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.persistent_volume_claim)
-                .any(|c| c.claim_name == claim);
+            // By name only: a StatefulSet's claims from volumeClaimTemplates cannot be
+            // switched.
+            let mounts_by_name = template_claim_names(kind, &json).contains(&Some(&*claim));
             Labelled {
                 kind,
                 namespace: namespace.to_string(),
                 name,
-                claim,
                 mounts_by_name,
                 owned: !is_top_workload(kind, &json),
-                replicas: kind.is_scalable().then(|| replicas(&obj)),
+                claim,
+                replicas,
                 switched_from,
             }
         });

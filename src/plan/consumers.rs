@@ -72,6 +72,17 @@ pub fn template_spec(kind: ConsumerKind, workload: &serde_json::Value) -> Option
     serde_json::from_value(pod_template(kind, workload)["spec"].clone()).ok()
 }
 
+/// The claim each volume of a workload's pod template names, by the volume's index
+/// (None for a volume of another kind), given the workload as JSON.
+pub fn template_claim_names(kind: ConsumerKind, workload: &serde_json::Value) -> Vec<Option<&str>> {
+    pod_template(kind, workload)["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .collect()
+}
+
 /// The claims a workload's pod template mounts, given the workload as JSON. A
 /// StatefulSet's volumeClaimTemplates name claims `<template>-<set>-<ordinal>`.
 pub fn template_mounts(
@@ -80,13 +91,7 @@ pub fn template_mounts(
     workload: &serde_json::Value,
     claim: &str,
 ) -> bool {
-    let template = pod_template(kind, workload);
-    let named = template["spec"]["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
-        .any(|c| c == claim);
+    let named = template_claim_names(kind, workload).contains(&Some(claim));
     let from_claim_template = kind == ConsumerKind::StatefulSet
         && workload["spec"]["volumeClaimTemplates"]
             .as_array()

@@ -21,8 +21,8 @@ use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup, Restore
 
 pub use backup::{BackupChoice, resolve_backup};
 pub use consumers::{
-    ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_mounts,
-    template_spec, top_owner,
+    ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_claim_names,
+    template_mounts, template_spec, top_owner,
 };
 pub use placement::{beside_original, beside_running_consumers, placement};
 pub use selector::{label_selector_matches, parse_pvc_key};

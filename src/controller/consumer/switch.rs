@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::api::ConsumerRecord;
 use crate::labels;
 use crate::observe::replicas;
+use crate::plan::template_claim_names;
 
 use super::strategy::annotation;
 
@@ -33,16 +34,6 @@ pub struct Switch {
     pub scaled_to: Option<i32>,
 }
 
-/// The names of the claims of a scalable workload's pod template volumes, by index.
-fn template_claims(obj: &DynamicObject) -> Vec<Option<&str>> {
-    obj.data["spec"]["template"]["spec"]["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
-        .collect()
-}
-
 /// The switch of `record`'s workload, as read (`obj`), from the claim `from` onto
 /// `record.switch_to`; None when its template no longer names `from` (someone changed
 /// it while it was stopped), so that it is brought back without a switch.
@@ -55,7 +46,7 @@ pub fn switch_patch(
     restore: &str,
 ) -> Option<Switch> {
     let to = record.switch_to.as_deref()?;
-    let slots: Vec<usize> = template_claims(obj)
+    let slots: Vec<usize> = template_claim_names(record.kind, &obj.data)
         .iter()
         .enumerate()
         .filter(|(_, claim)| **claim == Some(from))
@@ -107,7 +98,7 @@ pub fn switched_already(record: &ConsumerRecord, obj: &DynamicObject, restore: &
         return false;
     };
     annotation(obj, labels::SWITCHED_BY) == Some(restore)
-        && template_claims(obj).contains(&Some(to))
+        && template_claim_names(record.kind, &obj.data).contains(&Some(to))
 }
 
 #[cfg(test)]
