@@ -44,9 +44,12 @@ pub fn consumer_step(
     };
     // A workload to switch runs on while its new claim is filled: it is stopped only
     // once the data is there, which keeps its downtime to the switch itself.
-    let needs_stop = volumes.iter().any(|v| match switching {
-        true => v.phase == VolumePhase::Switching,
-        false => v.phase.is_active(),
+    let needs_stop = volumes.iter().any(|v| {
+        if switching {
+            v.phase == VolumePhase::Switching
+        } else {
+            v.phase.is_active()
+        }
     });
     match record.state {
         ConsumerState::Running if !all_ended && needs_stop => ConsumerStep::Mark,

@@ -307,19 +307,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             }
         }
         VolumePhase::Switching => match stop {
-            // The new claim holds the backup and nothing writes to it any more; the
-            // workloads come back on the PVC, unswitched.
-            Some(stop) => Step {
-                effect: None,
-                change: Change::End {
-                    outcome: stop.outcome,
-                    message: format!(
-                        "{}; PVC {} holds the backup, and no workload was switched onto it",
-                        stop.why,
-                        volume.written_claim()
-                    ),
-                },
-            },
+            Some(stop) => unswitched(volume, stop.outcome, &stop.why),
             None => switching(volume, seen),
         },
         VolumePhase::Copying => {
@@ -604,20 +592,27 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     }
 }
 
+/// A switch given up: the new claim holds the backup and nothing writes to it any more,
+/// so the volume ends at once; its workloads come back on the PVC, unswitched.
+fn unswitched(volume: &VolumeStatus, outcome: VolumePhase, why: &str) -> Step {
+    Step {
+        effect: None,
+        change: Change::End {
+            outcome,
+            message: format!(
+                "{why}; PVC {} holds the backup, and no workload was switched onto it",
+                volume.written_claim()
+            ),
+        },
+    }
+}
+
 /// The new claim holds the backup; the workloads to switch onto it are stopped and
 /// waited for (`seen` tells of them alone: the PVC's other consumers keep it).
 fn switching(volume: &VolumeStatus, seen: &Seen) -> Step {
     let pvc = &volume.pvc;
     let into = volume.written_claim();
-    let end = |message: String| Step {
-        effect: None,
-        change: Change::End {
-            outcome: VolumePhase::Failed,
-            message: format!(
-                "{message}; PVC {into} holds the backup, and no workload was switched onto it"
-            ),
-        },
-    };
+    let end = |message: String| unswitched(volume, VolumePhase::Failed, &message);
     match &seen.consumers {
         Consumers::HeldBy(message) => return end(message.clone()),
         Consumers::Stopping => {

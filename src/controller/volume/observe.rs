@@ -296,15 +296,14 @@ pub async fn seen(
             | VolumePhase::Restoring
             | VolumePhase::Copying
     );
-    let restarted = match watching {
-        true => {
-            let records = status
-                .consumers
-                .iter()
-                .filter(|c| c.pvcs.iter().any(|p| p == pvc));
-            restarted(ctx, uid, records, &live_since).await?
-        }
-        false => None,
+    let restarted = if watching {
+        let records = status
+            .consumers
+            .iter()
+            .filter(|c| c.pvcs.iter().any(|p| p == pvc));
+        restarted(ctx, uid, records, &live_since).await?
+    } else {
+        None
     };
 
     // The PVC itself: a claim made beside it does not exist before its stand-in, and
