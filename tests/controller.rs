@@ -580,6 +580,111 @@ async fn a_switch_canceled_before_it_is_written_brings_the_workload_back_on_its_
     .await
 }
 
+/// An admission policy that refuses any Deployment of the namespace whose template
+/// names a claim other than `data`: the switch itself is refused, not the scaling.
+async fn refuse_switches(s: &Scene) -> Result<String> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let name = format!("{}-stays-on-data", s.ns);
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["deployments"]}]},
+            "validations": [{
+                "expression": "!object.spec.template.spec.volumes.exists(v, has(v.persistentVolumeClaim) && v.persistentVolumeClaim.claimName != 'data')",
+                "message": "this app stays on its claim",
+            }],
+        }
+    }))?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}}}},
+    }))?;
+    Api::<ValidatingAdmissionPolicy>::all(s.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(s.client.clone())
+        .create(&PostParams::default(), &binding)
+        .await?;
+    // In force once a dry run of such a change is refused.
+    let deployments = Api::<Deployment>::namespaced(s.client.clone(), &s.ns);
+    wait_for("the admission policy in force", TIMEOUT, || async {
+        let moved = json!({"spec": {"template": {"spec": {"volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "elsewhere"}}]}}}});
+        let refused = deployments
+            .patch(
+                "web",
+                &PatchParams::default().dry_run(),
+                &Patch::Strategic(moved),
+            )
+            .await
+            .is_err();
+        Ok(refused.then_some(()))
+    })
+    .await?;
+    Ok(name)
+}
+
+#[tokio::test]
+async fn a_switch_the_cluster_refuses_brings_the_workload_back_on_its_claim() -> Result<()> {
+    run_test("dr-switch-refused", |env| async move {
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-b", 2, b"live", b"good").await?;
+        label_to_switch(&s, "web", "data").await?;
+        let new_name = labels::new_claim_name("data", "r1");
+        let (_, spare) = spare_volume(&s, "node-b", &new_name).await?;
+        let policy = refuse_switches(&s).await?;
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let spec = DataRestoreSpec {
+            target: RestoreTarget::NewClaim,
+            switch_workloads: true,
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r1", spec).await?;
+        let dr = s.finished("r1").await;
+        // The policy is the cluster's: it goes before anything can fail.
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        Api::<ValidatingAdmissionPolicyBinding>::all(s.client.clone())
+            .delete(&policy, &Default::default())
+            .await?;
+        Api::<ValidatingAdmissionPolicy>::all(s.client.clone())
+            .delete(&policy, &Default::default())
+            .await?;
+        let dr = dr?;
+        let status = dr.status.clone().unwrap();
+        // The data is in the new claim; the app is back, at its count, on its claim.
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+        ensure!(fixture::read(&spare, "f")? == b"good");
+        let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .get("web")
+            .await?;
+        ensure!(
+            template_claims(&web) == ["data"]
+                && web.spec.as_ref().and_then(|s| s.replicas) == Some(2)
+                && !web.annotations().contains_key(labels::QUIESCED_BY)
+                && !web.annotations().contains_key(labels::SWITCHED_FROM),
+            "{:#?}",
+            web.metadata
+        );
+        ensure!(
+            status.consumers[0].state == ConsumerState::Resumed,
+            "{:#?}",
+            status.consumers
+        );
+        s.ready_pods("web", 2).await?;
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn new_claim_gets_the_backup_and_leaves_the_claim_and_its_app_alone() -> Result<()> {
     run_test("dr-new-claim", |env| async move {

@@ -14,7 +14,7 @@ use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
 use crate::controller::status::now;
 use crate::labels;
 
-use super::error::has_status;
+use super::error::{Category, category_of, has_status};
 
 pub use settle::settle_consumers;
 pub use step::{ConsumerStep, consumer_step};
@@ -219,8 +219,22 @@ pub async fn switch(
         .await
     {
         Ok(_) => Ok(switched(record, change.scaled_to)),
-        Err(e) if has_status(&e, 409) || has_status(&e, 422) => Ok(None),
         Err(e) if has_status(&e, 404) => resume(client, uid, record).await.map(Some),
+        Err(e) if category_of(&e) != Category::Transient => {
+            // Someone changed it since it was read (a failed test): read it again next
+            // pass. Unchanged, the switch itself is refused (an admission policy on its
+            // template, say): it comes back on the PVC rather than stay stopped.
+            let now = api.get_opt(&record.name).await?;
+            let version = |o: &DynamicObject| o.metadata.resource_version.clone();
+            if now.is_some_and(|now| version(&now) != version(&obj)) {
+                return Ok(None);
+            }
+            tracing::warn!(
+                workload = %describe(record),
+                "the switch was refused, bringing it back on its claim: {e}"
+            );
+            resume(client, uid, record).await.map(Some)
+        }
         Err(e) => Err(e),
     }
 }
