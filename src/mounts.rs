@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
@@ -148,6 +148,34 @@ fn trimmed(mut pod: Pod) -> Pod {
         phase: s.phase,
         ..Default::default()
     });
+    // A pod a workload controls is read for its claims, node, owners and what its
+    // stand-in copies (security contexts, tolerations); the rest of its spec was most
+    // of what the index held, a thousand pods over. A bare pod stays whole: it is
+    // deleted to stop it, and its manifest is what brings it back.
+    let controlled = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true));
+    if controlled {
+        pod.spec = pod.spec.map(|s| PodSpec {
+            volumes: s.volumes,
+            node_name: s.node_name,
+            security_context: s.security_context,
+            tolerations: s.tolerations,
+            containers: s
+                .containers
+                .into_iter()
+                .map(|c| Container {
+                    name: c.name,
+                    security_context: c.security_context,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+    }
     pod
 }
 
@@ -203,6 +231,61 @@ mod tests {
         }
         mounts.apply(&Event::InitDone);
         mounts
+    }
+
+    #[test]
+    fn a_controlled_pod_keeps_what_decisions_read_and_a_bare_pod_stays_whole() {
+        use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext, Toleration};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let full = |controlled: bool| {
+            let mut p = pod("a", "web", &["data"]);
+            if controlled {
+                p.metadata.owner_references = Some(vec![OwnerReference {
+                    kind: "ReplicaSet".into(),
+                    name: "web-1".into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]);
+            }
+            let spec = p.spec.as_mut().unwrap();
+            spec.node_name = Some("n1".into());
+            spec.security_context = Some(PodSecurityContext {
+                fs_group: Some(1000),
+                ..Default::default()
+            });
+            spec.tolerations = Some(vec![Toleration {
+                key: Some("dedicated".into()),
+                ..Default::default()
+            }]);
+            spec.containers = vec![Container {
+                name: "app".into(),
+                image: Some("shop:1".into()),
+                security_context: Some(SecurityContext {
+                    run_as_user: Some(7),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }];
+            p
+        };
+        let kept = trimmed(full(true));
+        let spec = kept.spec.as_ref().unwrap();
+        let original = full(true).spec.unwrap();
+        assert_eq!(spec.volumes, original.volumes);
+        assert_eq!(spec.node_name, original.node_name);
+        assert_eq!(spec.security_context, original.security_context);
+        assert_eq!(spec.tolerations, original.tolerations);
+        assert_eq!(spec.containers[0].name, "app");
+        assert_eq!(
+            spec.containers[0].security_context,
+            original.containers[0].security_context
+        );
+        assert_eq!(spec.containers[0].image, None, "not read, not kept");
+        assert!(mounts_claim(&kept, "data"));
+        assert_eq!(kept.metadata.managed_fields, None);
+
+        let bare = trimmed(full(false));
+        assert_eq!(bare.spec, full(false).spec, "its manifest brings it back");
     }
 
     #[test]

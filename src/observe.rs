@@ -91,8 +91,10 @@ pub struct Workloads {
     by_namespace: BTreeMap<String, Vec<(ConsumerKind, String, serde_json::Value)>>,
 }
 
-/// Objects a cluster-wide list returns per page, which bounds what is held at once.
-const PAGE: u32 = 250;
+/// Objects a cluster-wide list returns per page, which bounds what is held at once: a
+/// page of workloads parsed as JSON takes some 40 KiB an object, and the seven kinds of
+/// workloads are listed side by side.
+const PAGE: u32 = 100;
 
 impl<'a> Reads<'a> {
     /// Every read goes to the API server (the CLI).
@@ -130,7 +132,7 @@ impl<'a> Reads<'a> {
     ) -> kube::Result<BTreeMap<String, Vec<PersistentVolumeClaim>>> {
         let mut found: BTreeMap<String, Vec<PersistentVolumeClaim>> = BTreeMap::new();
         let api = Api::<PersistentVolumeClaim>::all(self.client.clone());
-        for_each_listed(&api, |mut pvc: PersistentVolumeClaim| {
+        for_each_listed(&api, "", |mut pvc: PersistentVolumeClaim| {
             let namespace = pvc.metadata.namespace.clone().unwrap_or_default();
             if wanted.contains(&namespace) {
                 pvc.metadata.managed_fields = None;
@@ -407,7 +409,7 @@ pub async fn workloads_mounting(
     let lists = TEMPLATE_KINDS.map(|kind| async move {
         let api: Api<DynamicObject> = Api::all_with(reads.client.clone(), &kind.api_resource());
         let mut kept = Vec::new();
-        for_each_listed(&api, |obj: DynamicObject| {
+        for_each_listed(&api, "", |obj: DynamicObject| {
             let namespace = obj.metadata.namespace.clone().unwrap_or_default();
             let Some(wanted) = claims.get(&namespace) else {
                 return;
@@ -474,13 +476,21 @@ fn slim(kind: ConsumerKind, obj: DynamicObject) -> serde_json::Value {
     json
 }
 
-/// Hands every object `api` lists to `each`, a page at a time: a cluster-wide list
-/// holds no more than a page of objects at once, and `each` keeps what it needs.
-async fn for_each_listed<K>(api: &Api<K>, mut each: impl FnMut(K)) -> kube::Result<()>
+/// Hands every object `api` lists (with these labels; "" for all) to `each`, a page at
+/// a time: a list of many objects holds no more than a page of them at once, and `each`
+/// keeps what it needs.
+pub(crate) async fn for_each_listed<K>(
+    api: &Api<K>,
+    labels: &str,
+    mut each: impl FnMut(K),
+) -> kube::Result<()>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut params = ListParams::default().limit(PAGE);
+    if !labels.is_empty() {
+        params = params.labels(labels);
+    }
     loop {
         let page = api.list(&params).await?;
         page.items.into_iter().for_each(&mut each);

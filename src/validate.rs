@@ -63,19 +63,22 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
         labels::BACKUP_NAME,
         labels::label_value(&backup_name)
     );
-    let pvbs: Vec<PodVolumeBackup> = Api::<PodVolumeBackup>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
+    // Paged, and kept without who-wrote-which-field (most of a PodVolumeBackup's size):
+    // a backup of a thousand PVCs is read whole here.
+    let mut pvbs: Vec<PodVolumeBackup> = Vec::new();
+    let api = Api::<PodVolumeBackup>::namespaced(client.clone(), &namespace);
+    observe::for_each_listed(&api, &selector, |mut pvb: PodVolumeBackup| {
         // A backup deleted and taken again under the same name leaves PVBs of both.
-        .filter(
-            |p| match (p.labels().get(labels::BACKUP_UID), backup.uid()) {
-                (Some(label), Some(uid)) => *label == uid,
-                _ => true,
-            },
-        )
-        .collect();
+        let same = match (pvb.labels().get(labels::BACKUP_UID), backup.uid()) {
+            (Some(label), Some(uid)) => *label == uid,
+            _ => true,
+        };
+        if same {
+            pvb.metadata.managed_fields = None;
+            pvbs.push(pvb);
+        }
+    })
+    .await?;
 
     // Only namespaces the backup holds PVCs of can contribute volumes.
     let mut pvcs = BTreeMap::new();
@@ -127,14 +130,16 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     ) else {
         return Ok(facts);
     };
+    let selected: Vec<String> = selected.into_iter().map(|(key, _)| key).collect();
 
     let mut claims_by_ns: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut pv_names = BTreeSet::new();
     let mut classes = BTreeSet::new();
-    for (key, _) in &selected {
-        let spec = facts.pvcs[key].spec.clone().unwrap_or_default();
-        pv_names.extend(spec.volume_name);
-        classes.extend(spec.storage_class_name.filter(|c| !c.is_empty()));
+    for key in &selected {
+        if let Some(spec) = &facts.pvcs[key].spec {
+            pv_names.extend(spec.volume_name.clone());
+            classes.extend(spec.storage_class_name.clone().filter(|c| !c.is_empty()));
+        }
         let (ns, name) = key
             .split_once('/')
             .expect("selected keys are namespace/name");
@@ -182,7 +187,7 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     if dr.spec.switch_workloads {
         let namespaces: BTreeSet<String> = selected
             .iter()
-            .filter_map(|(key, _)| key.split_once('/').map(|(ns, _)| ns.to_string()))
+            .filter_map(|key| key.split_once('/').map(|(ns, _)| ns.to_string()))
             .collect();
         let labelled = side_by_side(namespaces, |ns| async move {
             Ok(observe::labelled_workloads(client, &ns).await?)
@@ -206,7 +211,12 @@ where
     K::DynamicType: Default,
 {
     let found = side_by_side(names, |name| async move {
-        Ok(Api::<K>::all(client.clone()).get_opt(&name).await?)
+        let found = Api::<K>::all(client.clone()).get_opt(&name).await?;
+        // Kept for the whole validation: without who-wrote-which-field, most of them.
+        Ok(found.map(|mut object| {
+            object.meta_mut().managed_fields = None;
+            object
+        }))
     })
     .await?;
     Ok(found
