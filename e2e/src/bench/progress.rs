@@ -27,8 +27,8 @@ pub struct ProgressOutcome {
     pub wall: Duration,
     pub requests: Requests,
     /// While every volume was copying: from a second after the last PodVolumeRestore
-    /// was created to the first stand-in's deletion (a volume done). Only progress
-    /// changes then.
+    /// was created to the first one's completion (or the first stand-in's deletion, if
+    /// sooner). Only progress changes then.
     pub steady_seconds: f64,
     pub steady: Requests,
 }
@@ -77,10 +77,15 @@ pub(super) async fn progress_check(
             .copied()
             .context("no PodVolumeRestore was created")?;
         let steady_from = last_created + Duration::from_secs(1);
-        let steady_to = audit::times(&mine, "delete", "pods")
+        // A volume's data being in is a phase change, written at once; the volume
+        // ends (its stand-in deleted) only after restore-wait finished, a moment later.
+        let first_deleted = audit::times(&mine, "delete", "pods")
             .into_iter()
             .find(|t| *t > steady_from)
             .unwrap_or(to);
+        let steady_to = first_completion(admin, &scene.velero_ns)
+            .await?
+            .map_or(first_deleted, |t| t.min(first_deleted));
         let steady = audit::count(&mine, steady_from, steady_to);
         let steady_seconds = steady_to
             .duration_since(steady_from)
@@ -108,4 +113,18 @@ pub(super) async fn progress_check(
         eprintln!("[bench] cleanup of run {} failed: {e:#}", scene.run_id);
     }
     result
+}
+
+/// When the first PodVolumeRestore of `namespace` completed. The API keeps whole
+/// seconds, so this is up to a second early: the window it ends is, if anything, short.
+async fn first_completion(admin: &Client, namespace: &str) -> Result<Option<SystemTime>> {
+    let restores: kube::Api<refill::api::PodVolumeRestore> =
+        kube::Api::namespaced(admin.clone(), namespace);
+    let listed = restores.list(&Default::default()).await?;
+    Ok(listed
+        .items
+        .iter()
+        .filter_map(|r| r.status.as_ref()?.completion_timestamp.as_ref())
+        .map(|t| SystemTime::from(t.0))
+        .min())
 }
