@@ -67,10 +67,11 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     // a backup of a thousand PVCs is read whole here.
     let mut pvbs: Vec<PodVolumeBackup> = Vec::new();
     let api = Api::<PodVolumeBackup>::namespaced(client.clone(), &namespace);
+    let backup_uid = backup.uid();
     observe::for_each_listed(&api, &selector, |mut pvb: PodVolumeBackup| {
         // A backup deleted and taken again under the same name leaves PVBs of both.
-        let same = match (pvb.labels().get(labels::BACKUP_UID), backup.uid()) {
-            (Some(label), Some(uid)) => *label == uid,
+        let same = match (pvb.labels().get(labels::BACKUP_UID), &backup_uid) {
+            (Some(label), Some(uid)) => label == uid,
             _ => true,
         };
         if same {
