@@ -1547,7 +1547,10 @@ fn holds(dr: &DataRestore) -> bool {
             || s.volumes.iter().any(|v| {
                 matches!(
                     v.phase,
-                    VolumePhase::StartingStandIn | VolumePhase::Restoring | VolumePhase::Aborting
+                    VolumePhase::StartingStandIn
+                        | VolumePhase::Restoring
+                        | VolumePhase::RemovingStandIn
+                        | VolumePhase::Aborting
                 )
             })
     })

@@ -297,6 +297,10 @@ pub enum VolumePhase {
     StartingStandIn,
     /// `restore-wait` runs; the node agent moves the data.
     Restoring,
+    /// The data is in: `restore-wait` cleans up and the stand-in pod is removed. The
+    /// volume no longer counts against spec.parallel (unless paths are copied next),
+    /// but its consumers stay stopped until the stand-in is gone.
+    RemovingStandIn,
     /// With paths: the snapshot is in the scratch claim and the stand-in gone; refill's
     /// copier pod copies the chosen paths into the PVC.
     Copying,
@@ -332,6 +336,7 @@ impl VolumePhase {
             VolumePhase::Quiescing
                 | VolumePhase::StartingStandIn
                 | VolumePhase::Restoring
+                | VolumePhase::RemovingStandIn
                 | VolumePhase::Copying
                 | VolumePhase::Switching
                 | VolumePhase::Aborting

@@ -66,7 +66,8 @@ pub struct VolumePluginRestoreSpec {
 #[serde(rename_all = "camelCase")]
 pub struct VolumePluginRestoreStatus {
     /// The volume's phase in the DataRestore (Pending, Quiescing, StartingStandIn,
-    /// Restoring, Aborting, Completed, Failed or Canceled).
+    /// Restoring, RemovingStandIn, Copying, Switching, Aborting, Completed, Failed or
+    /// Canceled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// `namespace/name` of the PVC.

@@ -17,7 +17,7 @@ use kube::ResourceExt;
 
 use crate::api::{
     ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
-    Phase, VolumePhase,
+    Phase, VolumePhase, VolumeStatus,
 };
 use crate::controller::concurrent::for_each_concurrently;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
@@ -49,15 +49,23 @@ fn duration_or(value: Option<&str>, default: &str) -> (Duration, String) {
     (parsed, text.to_string())
 }
 
+/// Whether a volume holds one of the spec.parallel slots: from the stop of its consumers
+/// until no data moves for it any more (its node agent, or its copier). Removing a
+/// stand-in and switching workloads move none, and wait for others' pods, so they do
+/// not hold back the next volumes; a path restore's stand-in is followed by its copier.
+fn holds_slot(volume: &VolumeStatus) -> bool {
+    match volume.phase {
+        VolumePhase::RemovingStandIn => volume.paths.is_some(),
+        VolumePhase::Switching => false,
+        phase => phase.is_active(),
+    }
+}
+
 /// How many Pending volumes may start now.
 pub fn free_slots(status: &DataRestoreStatus, parallel: Option<u32>) -> usize {
     let parallel = parallel.unwrap_or(DEFAULT_PARALLEL).max(1) as usize;
-    let active = status
-        .volumes
-        .iter()
-        .filter(|v| v.phase.is_active())
-        .count();
-    parallel.saturating_sub(active)
+    let busy = status.volumes.iter().filter(|v| holds_slot(v)).count();
+    parallel.saturating_sub(busy)
 }
 
 /// Why the whole restore stops now, if it does.
@@ -463,7 +471,6 @@ pub async fn work(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::VolumeStatus;
 
     #[test]
     fn tolerations_every_pod_gets_are_not_kept() {
@@ -523,6 +530,29 @@ mod tests {
             "an aborting volume holds its slot"
         );
         assert_eq!(free_slots(&status, Some(0)), 0);
+    }
+
+    #[test]
+    fn a_volume_whose_data_is_in_frees_its_slot_unless_a_copy_follows() {
+        let volume = |phase, paths: bool| VolumeStatus {
+            phase,
+            paths: paths.then(Default::default),
+            ..Default::default()
+        };
+        let status = |volumes| DataRestoreStatus {
+            volumes,
+            ..Default::default()
+        };
+        let removing = status(vec![
+            volume(VolumePhase::RemovingStandIn, false),
+            volume(VolumePhase::Switching, false),
+            volume(VolumePhase::Pending, false),
+        ]);
+        assert_eq!(free_slots(&removing, Some(1)), 1);
+        let copy_next = status(vec![volume(VolumePhase::RemovingStandIn, true)]);
+        assert_eq!(free_slots(&copy_next, Some(1)), 0);
+        let copying = status(vec![volume(VolumePhase::Copying, true)]);
+        assert_eq!(free_slots(&copying, Some(1)), 0);
     }
 
     #[test]

@@ -58,6 +58,12 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             volume.message = None;
             volume.warning = None;
         }
+        Change::DataIn { message } => {
+            volume.phase = VolumePhase::RemovingStandIn;
+            volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
+            volume.message = message;
+            volume.warning = None;
+        }
         Change::Copied(summary) => {
             volume.message = Some(format!(
                 "copied: {}; removing the copier pod",
@@ -165,6 +171,32 @@ mod tests {
             bytes_done: 4,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn data_in_shows_every_byte_written_and_what_the_volume_waits_for() {
+        let now = Timestamp::from_second(100).unwrap();
+        let mut v = volume(VolumePhase::Restoring);
+        v.warning = Some("slow".into());
+        let applied = apply(
+            &mut v,
+            Change::DataIn {
+                message: Some("restored; removing the stand-in pod".into()),
+            },
+            now,
+        );
+        assert_eq!(v.phase, VolumePhase::RemovingStandIn);
+        assert_eq!((v.bytes_done, v.total_bytes), (10, 10));
+        assert_eq!(
+            v.message.as_deref(),
+            Some("restored; removing the stand-in pod")
+        );
+        assert!(v.warning.is_none() && v.completion_time.is_none());
+        assert_eq!(
+            applied,
+            Applied::default(),
+            "no event: the volume has not ended"
+        );
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! The life of one volume as a pure function: from what the pass saw, what happens next.
 //!
 //! ```text
-//! Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─┬──────────────▶ Completed
-//!    │           │               │                │       ├─▶ Copying ─┤ (paths)
-//!    │           │               │                │       └─▶ Switching ┘ (switchWorkloads)
-//!    │           └──────(a writer may exist)──────┴────────────┴─▶ Aborting ─▶ Failed | Canceled
-//!    └──(nothing started; or Switching)─────────────────────────────────────▶ Failed | Canceled
+//! Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─▶ RemovingStandIn ─┬──────────────▶ Completed
+//!    │           │               │                │              │          ├─▶ Copying ─┤ (paths)
+//!    │           │               │                │              │          └─▶ Switching ┘ (switchWorkloads)
+//!    │           └──────(a writer may exist)──────┴──────────────┴──────────────┴─▶ Aborting ─▶ Failed | Canceled
+//!    └──(nothing started; or Switching)─────────────────────────────────────────────────────▶ Failed | Canceled
 //! ```
+//!
+//! Once the node agent is done (RemovingStandIn), `restore-wait` cleans up and the
+//! stand-in goes; the volume's slot of spec.parallel is free by then, but its
+//! consumers wait until the stand-in is gone.
 //!
 //! A path restore's node agent fills a scratch claim, not the PVC; refill's copier pod
 //! then copies the chosen paths into the PVC (Copying), and is the writer to wait for.
@@ -181,6 +185,10 @@ pub enum Change {
     },
     /// On to the next phase of the way that works.
     Advance(VolumePhase),
+    /// The node agent is done: on to RemovingStandIn, with what it waits for.
+    DataIn {
+        message: Option<String>,
+    },
     /// The copier reported what it did; its pod is removed next.
     Copied(CopySummary),
     Completed,
@@ -295,7 +303,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                     .as_ref()
                     .is_some_and(|p| p.phase == PodVolumePhase::Completed)
             {
-                return completing(volume, seen, rules);
+                return data_in(volume, seen, rules);
             }
             if let Some(problem) = lost_hold(pvc, seen, rules.online) {
                 return failed(problem);
@@ -306,6 +314,10 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                 restoring(volume, seen, rules, now)
             }
         }
+        VolumePhase::RemovingStandIn => match stop {
+            Some(stop) => abort(stop.outcome, stop.why),
+            None => removing_stand_in(volume, seen, rules),
+        },
         VolumePhase::Switching => match stop {
             Some(stop) => unswitched(volume, stop.outcome, &stop.why),
             None => switching(volume, seen),
@@ -471,7 +483,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
     let name = &pvr.name;
     let detail = pvr.message.as_deref().unwrap_or("no message");
     match pvr.phase {
-        PodVolumePhase::Completed => completing(volume, seen, rules),
+        PodVolumePhase::Completed => data_in(volume, seen, rules),
         PodVolumePhase::Failed => failed(format!("PodVolumeRestore {name} failed: {detail}")),
         PodVolumePhase::Canceled => failed(format!(
             "PodVolumeRestore {name} was canceled, not by refill: {detail}"
@@ -505,12 +517,26 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
     }
 }
 
-/// The data is in. The volume ends once restore-wait has cleaned up (it removes the
+/// The node agent is done. The volume moves to RemovingStandIn, and with that frees its
+/// slot of spec.parallel: what is left (restore-wait's cleanup, the pod's deletion)
+/// moves no data. When the stand-in is already gone it goes straight on.
+fn data_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
+    let step = removing_stand_in(volume, seen, rules);
+    match step.change {
+        Change::Stay { message, .. } => Step {
+            effect: step.effect,
+            change: Change::DataIn { message },
+        },
+        _ => step,
+    }
+}
+
+/// The data is in. The volume goes on once restore-wait has cleaned up (it removes the
 /// `.velero` folders it waited for) and the stand-in is gone: only then may consumers
 /// come back, so nothing of the restore touches the volume under them. A path
 /// restore's data is in the scratch claim: its paths are copied next. A new claim's
 /// workloads are switched onto it next, when asked.
-fn completing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
+fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     if let StandIn::Ours {
         name,
         restore_wait_done: false,

@@ -47,10 +47,13 @@ pub struct Confirm {
 /// What to read again, from the volume's phase and what the stores hold. Pure.
 pub fn confirm(phase: VolumePhase, stand_in: bool, pvr: Option<&PodVolumeRestore>) -> Confirm {
     // From StartingStandIn on, the stand-in was made: its absence fails the volume
-    // (Restoring) or ends it (Aborting).
+    // (Restoring), lets its consumers come back (RemovingStandIn) or ends it (Aborting).
     let stand_in_expected = matches!(
         phase,
-        VolumePhase::StartingStandIn | VolumePhase::Restoring | VolumePhase::Aborting
+        VolumePhase::StartingStandIn
+            | VolumePhase::Restoring
+            | VolumePhase::RemovingStandIn
+            | VolumePhase::Aborting
     );
     let pvr_ended = pvr.is_some_and(|p| p.phase().is_terminal());
     Confirm {
@@ -568,6 +571,14 @@ mod tests {
             ),
             (VolumePhase::Restoring, true, None, c(false, true)),
             (VolumePhase::Restoring, true, Some(&done), c(false, false)),
+            // The stand-in's absence lets the consumers come back: confirmed.
+            (
+                VolumePhase::RemovingStandIn,
+                false,
+                Some(&done),
+                c(true, false),
+            ),
+            (VolumePhase::RemovingStandIn, true, None, c(false, false)),
             (VolumePhase::Aborting, true, Some(&running), c(false, false)),
             (VolumePhase::Aborting, false, Some(&running), c(true, true)),
             (VolumePhase::Aborting, false, None, c(true, true)),

@@ -233,6 +233,8 @@ enum Want {
     Stay(Option<Effect>, Option<&'static str>),
     StayWarning(&'static str),
     Advance(Option<Effect>, VolumePhase),
+    /// On to RemovingStandIn, with this effect and message.
+    DataIn(Option<Effect>, &'static str),
     Completed,
     Abort(VolumePhase, &'static str),
     End(VolumePhase, &'static str),
@@ -253,6 +255,9 @@ fn check(name: &str, step: &Step, want: &Want) {
             step.effect.is_none() && warning.as_deref().is_some_and(|w| w.contains(fragment))
         }
         (Want::Advance(effect, phase), Change::Advance(p)) => step.effect == *effect && p == phase,
+        (Want::DataIn(effect, fragment), Change::DataIn { message }) => {
+            step.effect == *effect && message.as_deref().is_some_and(|m| m.contains(fragment))
+        }
         (Want::Completed, Change::Completed) => step.effect.is_none(),
         (Want::Copied(effect), Change::Copied(summary)) => {
             step.effect == *effect && summary.files_written == 2
@@ -562,28 +567,64 @@ fn every_transition() {
             volume(Restoring),
             seen(ours(), pvr(P::Completed)),
             rules(),
+            Want::DataIn(None, "waiting for restore-wait"),
+        ),
+        (
+            "restoring: done, restore-wait finished: the stand-in goes at once",
+            volume(Restoring),
+            seen(cleaned_up(), pvr(P::Completed)),
+            rules(),
+            Want::DataIn(Some(Effect::DeleteStandIn), "removing the stand-in"),
+        ),
+        (
+            "restoring: completed (the stand-in went already)",
+            volume(Restoring),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Completed,
+        ),
+        // RemovingStandIn: the data is in; consumers wait for the stand-in to go.
+        (
+            "removing: restore-wait still cleaning up",
+            volume(RemovingStandIn),
+            seen(ours(), pvr(P::Completed)),
+            rules(),
             Want::Stay(None, Some("waiting for restore-wait")),
         ),
         (
-            "restoring: done, the stand-in goes",
-            volume(Restoring),
+            "removing: the stand-in goes",
+            volume(RemovingStandIn),
             seen(cleaned_up(), pvr(P::Completed)),
             rules(),
             Want::Stay(Some(Effect::DeleteStandIn), Some("removing the stand-in")),
         ),
         (
-            "restoring: done, waiting for the stand-in to go",
-            volume(Restoring),
+            "removing: waiting for the stand-in to go",
+            volume(RemovingStandIn),
             seen(terminating(), pvr(P::Completed)),
             rules(),
             Want::Stay(None, Some("restored")),
         ),
         (
-            "restoring: completed",
-            volume(Restoring),
+            "removing: completed once the stand-in is gone",
+            volume(RemovingStandIn),
             seen(StandIn::Absent, pvr(P::Completed)),
             rules(),
             Want::Completed,
+        ),
+        (
+            "removing: a cancel removes the stand-in through Aborting",
+            volume(RemovingStandIn),
+            seen(ours(), pvr(P::Completed)),
+            canceled(),
+            Want::Abort(Canceled, "canceled"),
+        ),
+        (
+            "removing too long: restore-wait never finished",
+            old(RemovingStandIn),
+            seen(ours(), pvr(P::Completed)),
+            rules(),
+            Want::Abort(Failed, "did not finish within 1h"),
         ),
         (
             "restoring: done even if a consumer came back meanwhile",
@@ -658,7 +699,14 @@ fn every_transition() {
             paths(volume(Restoring)),
             seen(cleaned_up(), pvr(P::Completed)),
             rules(),
-            Want::Stay(Some(Effect::DeleteStandIn), Some("removing the stand-in")),
+            Want::DataIn(Some(Effect::DeleteStandIn), "removing the stand-in"),
+        ),
+        (
+            "a path restore's stand-in gone: on to copying",
+            paths(volume(RemovingStandIn)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Advance(None, Copying),
         ),
         (
             "copying starts the copier",
@@ -1023,7 +1071,14 @@ fn every_switching_transition() {
             new_claim(volume(Restoring)),
             seen(cleaned_up(), pvr(P::Completed)),
             switch(),
-            Want::Stay(Some(Effect::DeleteStandIn), Some("removing the stand-in")),
+            Want::DataIn(Some(Effect::DeleteStandIn), "removing the stand-in"),
+        ),
+        (
+            "the switch follows the stand-in's removal",
+            new_claim(volume(RemovingStandIn)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            switch(),
+            Want::Advance(None, Switching),
         ),
         (
             "switching waits for the workloads to stop",
