@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
@@ -21,6 +22,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::api::{PodVolumeRestore, VolumePluginRestore};
+use crate::controller::restore_helper;
 use crate::labels;
 use crate::observe;
 
@@ -122,7 +124,7 @@ pub struct StandInWriter(Writer<Pod>);
 
 impl StandInWriter {
     pub fn apply(&mut self, event: &Event<Pod>) {
-        let kept = |pod: &Pod| observe::is_stand_in(pod).then(|| pod.clone());
+        let kept = |pod: &Pod| observe::is_stand_in(pod).then(|| slim(pod));
         let event = match event {
             Event::Init => Some(Event::Init),
             Event::InitDone => Some(Event::InitDone),
@@ -133,6 +135,45 @@ impl StandInWriter {
         if let Some(event) = event {
             self.0.apply_watcher_event(&event);
         }
+    }
+}
+
+/// What a pass reads of a stand-in ([`super::volume::observe::stand_in_of`], the
+/// PodVolumeRestore's pod reference, the node it runs on, the precondition of its
+/// deletion): a restore of a thousand claims keeps a thousand of them, and the
+/// containers, volumes and affinity they were made with are most of each.
+fn slim(pod: &Pod) -> Pod {
+    let meta = &pod.metadata;
+    let status = pod.status.as_ref().map(|status| PodStatus {
+        phase: status.phase.clone(),
+        message: status.message.clone(),
+        reason: status.reason.clone(),
+        conditions: status.conditions.clone(),
+        init_container_statuses: status.init_container_statuses.as_ref().map(|statuses| {
+            statuses
+                .iter()
+                .filter(|c| c.name == restore_helper::CONTAINER_NAME)
+                .cloned()
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+    Pod {
+        metadata: ObjectMeta {
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+            labels: meta.labels.clone(),
+            creation_timestamp: meta.creation_timestamp.clone(),
+            deletion_timestamp: meta.deletion_timestamp.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: pod.spec.as_ref().map(|spec| PodSpec {
+            node_name: spec.node_name.clone(),
+            ..PodSpec::default()
+        }),
+        status,
     }
 }
 
@@ -278,6 +319,64 @@ mod tests {
         );
         writers.stand_ins_health.note::<Pod>(&Ok(Event::InitDone));
         assert!(stores.view(&client, "velero", "one").await.is_ok());
+    }
+
+    #[test]
+    fn a_slim_stand_in_reads_as_the_whole_one() {
+        use crate::controller::volume::observe::stand_in_of;
+        use k8s_openapi::api::core::v1::{
+            Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+            ContainerStatus, PodCondition,
+        };
+        let mut whole = pod("refill-data", Some("one"));
+        whole.metadata.uid = Some("pod-uid".into());
+        whole.metadata.annotations = Some([("big".to_string(), "x".repeat(4096))].into());
+        whole.spec = Some(PodSpec {
+            node_name: Some("node-a".into()),
+            containers: vec![Container {
+                name: "pause".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let status = |state: ContainerState| PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            init_container_statuses: Some(vec![ContainerStatus {
+                name: restore_helper::CONTAINER_NAME.into(),
+                state: Some(state),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let running = ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(100).unwrap(),
+                )),
+            }),
+            ..Default::default()
+        };
+        let ended = |exit_code| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code,
+                reason: Some("Error".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        for state in [running, ended(0), ended(1)] {
+            whole.status = Some(status(state));
+            let kept = slim(&whole);
+            assert_eq!(stand_in_of(&kept), stand_in_of(&whole));
+            assert_eq!(kept.uid(), whole.uid());
+            assert_eq!(kept.spec.unwrap().node_name.as_deref(), Some("node-a"));
+            assert!(kept.metadata.annotations.is_none());
+        }
     }
 
     #[tokio::test]
