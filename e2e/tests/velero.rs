@@ -918,7 +918,9 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         );
 
         // Refused: another namespace's claim; a backup that does not hold this one.
-        // Nothing of the app is touched by a refusal.
+        // Nothing of the app is touched by a refusal. (Its Deployment's controller
+        // writes its status a moment after the pod is Ready: that is waited for first.)
+        fixture::wait_settled(&admin, &ns, "app", 1, TIMEOUT).await?;
         let deployments = Api::<Deployment>::namespaced(admin.clone(), &ns);
         let untouched = deployments.get("app").await?.resource_version();
         let refusals = [
