@@ -70,6 +70,13 @@ pub const SWITCHED_FROM: &str = "refill.dev/switched-from";
 /// On a switched workload: `namespace/name` of the DataRestore that switched it.
 pub const SWITCHED_BY: &str = "refill.dev/switched-by";
 
+/// On a GitOps object paused for restores: the UIDs of the DataRestores that hold the
+/// pause, comma-separated. The last one to let go puts the object back as it was.
+pub const PAUSED_BY: &str = "refill.dev/paused-by";
+/// Beside [`PAUSED_BY`]: what the object was before the first of them paused it, as JSON
+/// (Flux: spec.suspend; Argo CD: the skip-reconcile annotation; null: unset).
+pub const PAUSED_FROM: &str = "refill.dev/paused-from";
+
 /// On a DataRestore made for a team's DataRestoreRequest: the request's UID, and
 /// (annotation) its `namespace/name`.
 pub const REQUEST_UID: &str = "refill.dev/request-uid";

@@ -7,6 +7,7 @@ pub mod connect;
 pub mod controller;
 pub mod copy;
 pub mod crds;
+pub mod gitops;
 pub mod labels;
 mod mounts;
 mod observe;

@@ -12,13 +12,14 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
-use crate::api::ConsumerKind;
+use crate::api::{ConsumerKind, GitOpsSpec};
+use crate::gitops;
 use crate::labels;
 use crate::mounts::Mounts;
 use crate::plan::{
     ConsumerRef, Owner, is_top_workload, mounts_claim, template_mounts, template_spec, top_owner,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 pub use labelled::labelled_workloads;
 
@@ -165,9 +166,26 @@ pub async fn consumers(
     namespace: &str,
     claims: &[&str],
     own_uid: &str,
+    git_ops: &GitOpsSpec,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
     let pods = pods_mounting(reads, namespace, claims).await?;
-    consumers_in(reads, namespace, &pods, claims, own_uid, Replicas::Read).await
+    let found = Found {
+        pods: &pods,
+        claims,
+        own_uid,
+        git_ops,
+    };
+    consumers_in(reads, namespace, found, Replicas::Read).await
+}
+
+/// What [`consumers_in`] looks among: pods already read, the claims asked about, the
+/// restore asking (its stand-ins are no consumers) and how it finds GitOps objects.
+#[derive(Clone, Copy)]
+pub struct Found<'a> {
+    pub pods: &'a [Arc<Pod>],
+    pub claims: &'a [&'a str],
+    pub own_uid: &'a str,
+    pub git_ops: &'a GitOpsSpec,
 }
 
 /// The pods of `namespace` that mount any of `claims`: from the controller's index when
@@ -205,11 +223,15 @@ pub enum Replicas {
 pub async fn consumers_in(
     reads: Reads<'_>,
     namespace: &str,
-    pods: &[Arc<Pod>],
-    claims: &[&str],
-    own_uid: &str,
+    found: Found<'_>,
     read_replicas: Replicas,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
+    let Found {
+        pods,
+        claims,
+        own_uid,
+        git_ops,
+    } = found;
     let mut owner_cache = OwnersMet::new();
     let mut replica_cache: BTreeMap<(ConsumerKind, String), Option<i32>> = BTreeMap::new();
     let mut out: BTreeMap<String, Vec<ConsumerRef>> = BTreeMap::new();
@@ -250,7 +272,19 @@ pub async fn consumers_in(
             }
             _ => None,
         };
+        // A bare pod is its own workload: the GitOps marks are on it.
+        let managed_by = match &owner {
+            Owner::Known(ConsumerKind::Pod, _) => managers_of(&pod.metadata, git_ops),
+            _ => Vec::new(),
+        };
         push_refs(&mut out, namespace, pod, &mounted, owner, replicas);
+        if !managed_by.is_empty() {
+            for refs in out.values_mut() {
+                for r in refs.iter_mut().filter(|r| r.pod == pod.metadata.name) {
+                    r.managed_by = managed_by.clone();
+                }
+            }
+        }
     }
     // Workloads whose pod template mounts a claim are consumers too, with no pod running
     // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
@@ -265,6 +299,14 @@ pub async fn consumers_in(
     for (kind, name, workload) in listed {
         if !is_top_workload(kind, &workload) {
             continue;
+        }
+        let managed_by = managers_in_json(&workload["metadata"], git_ops);
+        // Its pods, found above, are managed as it is.
+        if !managed_by.is_empty() {
+            let owner = Owner::Known(kind, name.clone());
+            for r in out.values_mut().flatten().filter(|r| r.owner == owner) {
+                r.managed_by = managed_by.clone();
+            }
         }
         for claim in claims {
             if !template_mounts(kind, &name, &workload, claim) {
@@ -288,6 +330,7 @@ pub async fn consumers_in(
                 owner,
                 replicas,
                 template: template_spec(kind, &workload).map(Box::new),
+                managed_by: managed_by.clone(),
             });
         }
     }
@@ -353,6 +396,7 @@ fn push_refs(
                 owner: owner.clone(),
                 replicas,
                 template: None,
+                managed_by: Vec::new(),
             });
     }
 }
@@ -402,6 +446,7 @@ async fn workloads(
 pub async fn workloads_mounting(
     reads: Reads<'_>,
     claims: &BTreeMap<String, Vec<String>>,
+    git_ops: &GitOpsSpec,
 ) -> kube::Result<Option<Workloads>> {
     if !reads.cluster_wide(claims.len()) {
         return Ok(None);
@@ -415,7 +460,7 @@ pub async fn workloads_mounting(
                 return;
             };
             let name = obj.metadata.name.clone().unwrap_or_default();
-            let json = slim(kind, obj);
+            let json = slim(kind, obj, git_ops);
             if !wanted
                 .iter()
                 .any(|c| template_mounts(kind, &name, &json, c))
@@ -459,7 +504,7 @@ pub async fn workloads_mounting(
 
 /// What of a listed workload deciding about it needs (its name, owners, spec, and a
 /// Job's conditions), so that the workloads of a thousand namespaces are held cheaply.
-fn slim(kind: ConsumerKind, obj: DynamicObject) -> serde_json::Value {
+fn slim(kind: ConsumerKind, obj: DynamicObject, git_ops: &GitOpsSpec) -> serde_json::Value {
     let mut json = obj.data;
     let conditions = json["status"]["conditions"].take();
     json["status"] = match kind {
@@ -467,13 +512,46 @@ fn slim(kind: ConsumerKind, obj: DynamicObject) -> serde_json::Value {
         _ => serde_json::Value::Null,
     };
     let meta = obj.metadata;
+    let marks = |map: Option<BTreeMap<String, String>>| -> BTreeMap<String, String> {
+        map.into_iter()
+            .flatten()
+            .filter(|(k, _)| gitops::is_tracking_key(k, git_ops))
+            .collect()
+    };
     json["metadata"] = serde_json::json!({
         "name": meta.name,
         "namespace": meta.namespace,
         "uid": meta.uid,
         "ownerReferences": meta.owner_references.unwrap_or_default(),
     });
+    // Only the marks of GitOps tools, and only when there are some.
+    for (field, kept) in [
+        ("labels", marks(meta.labels)),
+        ("annotations", marks(meta.annotations)),
+    ] {
+        if !kept.is_empty() {
+            json["metadata"][field] = serde_json::json!(kept);
+        }
+    }
     json
+}
+
+/// The GitOps objects managing an object, from its metadata.
+fn managers_of(meta: &ObjectMeta, git_ops: &GitOpsSpec) -> Vec<gitops::GitOpsRef> {
+    let none = BTreeMap::new();
+    gitops::managers(
+        meta.labels.as_ref().unwrap_or(&none),
+        meta.annotations.as_ref().unwrap_or(&none),
+        git_ops,
+    )
+}
+
+/// [`managers_of`], from metadata as JSON.
+fn managers_in_json(meta: &serde_json::Value, git_ops: &GitOpsSpec) -> Vec<gitops::GitOpsRef> {
+    let map = |v: &serde_json::Value| -> BTreeMap<String, String> {
+        serde_json::from_value(v.clone()).unwrap_or_default()
+    };
+    gitops::managers(&map(&meta["labels"]), &map(&meta["annotations"]), git_ops)
 }
 
 /// Hands every object `api` lists (with these labels; "" for all) to `each`, a page at
@@ -606,7 +684,9 @@ mod tests {
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "v1", "kind": kind,
                 "metadata": {"name": "w", "namespace": "shop", "uid": "u1",
-                    "annotations": {"big": "x".repeat(1000)}, "labels": {"a": "b"},
+                    "annotations": {"big": "x".repeat(1000)},
+                    "labels": {"a": "b", gitops::KUSTOMIZATION_NAME: "shop",
+                        gitops::KUSTOMIZATION_NAMESPACE: "flux-system"},
                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob",
                         "name": "c", "uid": "u0", "controller": true}]},
                 "spec": {"replicas": 3, "template": {"spec": {"volumes": [
@@ -615,9 +695,19 @@ mod tests {
             }))
             .unwrap()
         };
-        let deployment = slim(ConsumerKind::Deployment, object("Deployment"));
+        let deployment = slim(
+            ConsumerKind::Deployment,
+            object("Deployment"),
+            &GitOpsSpec::default(),
+        );
         assert!(deployment["status"].is_null());
         assert!(deployment["metadata"]["annotations"].is_null());
+        assert!(deployment["metadata"]["labels"]["a"].is_null());
+        assert_eq!(
+            managers_in_json(&deployment["metadata"], &GitOpsSpec::default())[0].name,
+            "shop",
+            "a GitOps tool's marks are kept"
+        );
         assert_eq!(deployment["metadata"]["uid"], "u1");
         assert_eq!(deployment["spec"]["replicas"], 3);
         assert!(template_mounts(
@@ -630,7 +720,7 @@ mod tests {
             !is_top_workload(ConsumerKind::Deployment, &deployment),
             "owned"
         );
-        let job = slim(ConsumerKind::Job, object("Job"));
+        let job = slim(ConsumerKind::Job, object("Job"), &GitOpsSpec::default());
         assert_eq!(job["status"]["conditions"][0]["type"], "Complete");
     }
 

@@ -63,6 +63,7 @@ fn manifests() -> BTreeMap<String, Value> {
     let mut all = Vec::new();
     for file in [
         "rbac.yaml",
+        "rbac-gitops.yaml",
         "deployment.yaml",
         "metrics.yaml",
         "servicemonitor.yaml",
@@ -108,13 +109,14 @@ fn the_values_change_what_they_name() {
         "--set",
         "veleroNamespace=backups,replicas=3,image.tag=1.2.3,image.pullPolicy=Always",
         "--set",
-        "logFormat=json,tenantRoles=false,metrics.service=false",
+        "logFormat=json,tenantRoles=false,metrics.service=false,gitopsRoles=false",
         "--set",
         "extraArgs={--lease-duration=30s}",
     ]);
     assert!(chart.contains_key("Role backups/refill"));
     assert!(chart.contains_key("RoleBinding backups/refill"));
     assert!(!chart.contains_key("ClusterRole /refill-requests-edit"));
+    assert!(!chart.contains_key("ClusterRole /refill-gitops"));
     assert!(!chart.contains_key("Service refill-system/refill-metrics"));
     assert!(!chart.contains_key("ServiceMonitor refill-system/refill"));
     let deployment = &chart["Deployment refill-system/refill"];

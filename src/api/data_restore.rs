@@ -11,6 +11,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::gitops::{GitOpsRecord, GitOpsSpec};
 use super::paths::{CopySummary, PathRestore};
 
 /// The API group of refill's own kinds.
@@ -93,6 +94,11 @@ pub struct DataRestoreSpec {
     /// What to do with the stopped consumers when a volume fails.
     #[serde(default)]
     pub on_failure: FailurePolicy,
+    /// What to do with Flux Kustomizations, HelmReleases and Argo CD Applications that
+    /// manage the consumers: by default they are paused for the restore, since they
+    /// would scale a stopped consumer back up.
+    #[serde(default, rename = "gitOps", skip_serializing_if = "Option::is_none")]
+    pub git_ops: Option<GitOpsSpec>,
     /// How long one volume may take, from quiesce to done (e.g. `30m`; default `4h`,
     /// as Velero's own pod volume operations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +172,14 @@ impl DataRestoreSpec {
     /// The paths to put back of the PVC `pvc_key` (`namespace/name`), when only some are.
     pub fn paths_for(&self, pvc_key: &str) -> Option<&PathRestore> {
         self.pvc_paths.get(pvc_key).or(self.paths.as_ref())
+    }
+
+    /// spec.gitOps, or its defaults.
+    pub fn git_ops(&self) -> std::borrow::Cow<'_, GitOpsSpec> {
+        match &self.git_ops {
+            Some(spec) => std::borrow::Cow::Borrowed(spec),
+            None => std::borrow::Cow::Owned(GitOpsSpec::default()),
+        }
     }
 
     /// Files are overwritten under consumers that keep running (consumers: None, in
@@ -264,6 +278,9 @@ pub struct DataRestoreStatus {
     /// Every consumer refill stopped, with what brings it back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumers: Vec<ConsumerRecord>,
+    /// The GitOps objects that manage the consumers, and whether each was paused.
+    #[serde(default, rename = "gitOps", skip_serializing_if = "Vec::is_empty")]
+    pub git_ops: Vec<GitOpsRecord>,
     /// When the controller took the restore up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,

@@ -3,12 +3,14 @@
 
 pub mod data_restore;
 pub mod data_restore_request;
+pub mod gitops;
 pub mod paths;
 pub mod velero;
 pub mod volume_plugin_restore;
 
 pub use data_restore::*;
 pub use data_restore_request::*;
+pub use gitops::*;
 pub use paths::*;
 pub use velero::*;
 pub use volume_plugin_restore::*;

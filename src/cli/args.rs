@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
-use crate::api::{ConsumerPolicy, FailurePolicy, RestoreTarget};
+use crate::api::{ConsumerPolicy, FailurePolicy, GitOpsPolicy, RestoreTarget};
 
 /// The exit codes, for help texts (a macro so that `concat!` can use it).
 macro_rules! exit_codes {
@@ -148,6 +148,27 @@ impl From<OnFailureArg> for FailurePolicy {
     }
 }
 
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitOpsArg {
+    /// Suspend the Flux Kustomizations, HelmReleases and Argo CD Applications that
+    /// manage the consumers during the restore, and put them back afterwards.
+    Pause,
+    /// Leave them alone; one that scales a consumer back up fails its volumes.
+    Ignore,
+    /// Refuse to restore a PVC whose consumers one of them manages.
+    Refuse,
+}
+
+impl From<GitOpsArg> for GitOpsPolicy {
+    fn from(value: GitOpsArg) -> Self {
+        match value {
+            GitOpsArg::Pause => GitOpsPolicy::Pause,
+            GitOpsArg::Ignore => GitOpsPolicy::Ignore,
+            GitOpsArg::Refuse => GitOpsPolicy::Refuse,
+        }
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 #[command(group(ArgGroup::new("source").required(true).args(["from_backup", "from_schedule"])))]
 pub struct CreateArgs {
@@ -215,6 +236,19 @@ pub struct CreateArgs {
     /// What to do with stopped consumers when a volume fails [default: resume].
     #[arg(long, value_enum, value_name = "POLICY")]
     pub on_failure: Option<OnFailureArg>,
+
+    /// What to do with the GitOps objects (Flux, Argo CD) that manage the consumers
+    /// [default: pause].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub gitops: Option<GitOpsArg>,
+
+    /// Where Argo CD's Applications are [default: argocd].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub argocd_namespace: Option<String>,
+
+    /// The label Argo CD tracks resources with, when it uses label tracking.
+    #[arg(long, value_name = "KEY")]
+    pub argocd_instance_label: Option<String>,
 
     /// How many volumes to restore at once.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]

@@ -173,6 +173,14 @@ pub fn render(
         out += &table.render("  ");
     }
 
+    if !status.git_ops.is_empty() {
+        out += &format!(
+            "\nGitOps objects (policy {:?}):\n",
+            dr.spec.git_ops().policy
+        );
+        out += &format::gitops_table(&status.git_ops);
+    }
+
     for (title, items) in [("Errors", &status.errors), ("Warnings", &status.warnings)] {
         if !items.is_empty() {
             out += &format!("\n{title}:\n");

@@ -11,7 +11,7 @@ use super::args::OutputFormat;
 use super::client::Ctx;
 use super::create::refused;
 use super::errors::{CliError, Kind, Result, Target, is_not_found};
-use super::format::{Table, bytes, or_dash};
+use super::format::{Table, bytes, gitops_table, or_dash};
 use super::output;
 
 pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> Result<()> {
@@ -136,6 +136,14 @@ pub fn render(dr: &DataRestore, plan: &Plan) -> String {
         out += &consumer_table(plan);
     }
 
+    if !plan.git_ops.is_empty() {
+        out += &format!(
+            "\nGitOps objects managing them (policy {:?}):\n",
+            dr.spec.git_ops().policy
+        );
+        out += &gitops_table(&plan.git_ops);
+    }
+
     if !plan.warnings.is_empty() {
         out += "\nWarnings:\n";
         for w in &plan.warnings {
@@ -202,7 +210,9 @@ mod tests {
                 pvcs: vec!["shop/data-db-0".into()],
                 action: ConsumerAction::ScaleToZero,
                 switch_to: None,
+                managed_by: vec![],
             }],
+            git_ops: vec![],
             warnings: vec!["something to know".into()],
         };
         let text = render(&dr, &plan);
@@ -236,7 +246,9 @@ mod tests {
                 pvcs: vec!["shop/data".into()],
                 action: ConsumerAction::ScaleToZero,
                 switch_to: Some("data-r1-0123456789".into()),
+                managed_by: vec![],
             }],
+            git_ops: vec![],
             warnings: vec![],
         };
         let text = render(&dr, &plan);

@@ -147,6 +147,26 @@ impl Table {
     }
 }
 
+/// The GitOps objects of a restore, planned or under way, as a table.
+pub fn gitops_table(records: &[crate::api::GitOpsRecord]) -> String {
+    let mut table = Table::new(&["KIND", "NAME", "STATE", "MANAGES", "MESSAGE"]);
+    for r in records {
+        let state = match r.state {
+            // Before the restore starts, a found object is one about to be paused.
+            crate::api::GitOpsState::Found => "to pause".to_string(),
+            state => format!("{state:?}"),
+        };
+        table.row(vec![
+            r.kind.tool().to_string(),
+            format!("{}/{}", r.namespace, r.name),
+            state,
+            r.workloads.join(", "),
+            or_dash(r.message.as_deref()),
+        ]);
+    }
+    table.render("  ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

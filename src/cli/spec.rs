@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use kube::api::ObjectMeta;
 
-use crate::api::{DataRestore, DataRestoreSpec, PathRestore, RestoreHelperOverrides};
+use crate::api::{DataRestore, DataRestoreSpec, GitOpsSpec, PathRestore, RestoreHelperOverrides};
 use crate::plan::parse_pvc_key;
 
 use super::args::CreateArgs;
@@ -62,6 +62,7 @@ pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<Stri
         consumers: args.consumers.map(Into::into).unwrap_or_default(),
         acknowledge_running_consumers: args.acknowledge_running_consumers,
         on_failure: args.on_failure.map(Into::into).unwrap_or_default(),
+        git_ops: git_ops(args),
         volume_timeout: args.volume_timeout.clone(),
         timeout: args.timeout.clone(),
         parallel: args.parallel,
@@ -82,6 +83,22 @@ pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<Stri
         ..ObjectMeta::default()
     };
     Ok(dr)
+}
+
+/// spec.gitOps from the flags; None when none is given, so the spec says only what
+/// was asked.
+fn git_ops(args: &CreateArgs) -> Option<GitOpsSpec> {
+    if args.gitops.is_none()
+        && args.argocd_namespace.is_none()
+        && args.argocd_instance_label.is_none()
+    {
+        return None;
+    }
+    Some(GitOpsSpec {
+        policy: args.gitops.map(Into::into).unwrap_or_default(),
+        argo_cd_namespace: args.argocd_namespace.clone(),
+        argo_cd_instance_label: args.argocd_instance_label.clone(),
+    })
 }
 
 /// `ns/pvc=node1,node2` entries, merged per PVC.
@@ -154,6 +171,9 @@ mod tests {
             switch_workloads: false,
             paths: vec![],
             exclude: vec![],
+            gitops: None,
+            argocd_namespace: None,
+            argocd_instance_label: None,
             mirror: false,
             consumers: None,
             acknowledge_running_consumers: false,

@@ -6,6 +6,7 @@ mod consumer;
 mod context;
 mod copier;
 mod error;
+mod gitops;
 pub mod health;
 pub mod leader;
 pub mod metrics;

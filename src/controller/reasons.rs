@@ -16,3 +16,8 @@ pub const VOLUME_FAILED: &str = "VolumeFailed";
 pub const VOLUME_CANCELED: &str = "VolumeCanceled";
 pub const VOLUME_ABORTING: &str = "VolumeAborting";
 pub const VOLUME_WAITING: &str = "VolumeWaiting";
+/// A GitOps object managing consumers was paused for the restore (a Warning when it
+/// could not be).
+pub const GITOPS_PAUSED: &str = "GitOpsPaused";
+/// A GitOps object was let go: put back as it was, or left for another restore.
+pub const GITOPS_RESUMED: &str = "GitOpsResumed";

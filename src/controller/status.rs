@@ -183,6 +183,7 @@ pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bo
         summary,
         volumes,
         consumers,
+        git_ops,
         start_time,
         completion_time,
         errors,
@@ -194,6 +195,7 @@ pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bo
         && *backup_name == b.backup_name
         && *summary == b.summary
         && *consumers == b.consumers
+        && *git_ops == b.git_ops
         && *start_time == b.start_time
         && *completion_time == b.completion_time
         && *errors == b.errors

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{ConsumerKind, ConsumerPolicy};
+use crate::gitops::GitOpsRef;
 
 use super::{ConsumerAction, Invalid, PlannedConsumer};
 
@@ -40,6 +41,8 @@ pub struct ConsumerRef {
     /// The pod template's spec, when found from a template: with no pod running, the
     /// stand-in takes the identity and tolerations a pod of the workload would have.
     pub template: Option<Box<PodSpec>>,
+    /// The GitOps objects that manage the workload (or bare pod), from its marks.
+    pub managed_by: Vec<GitOpsRef>,
 }
 
 impl ConsumerRef {
@@ -263,9 +266,15 @@ pub fn consumer_actions(
                     pvcs: Vec::new(),
                     action: action(kind),
                     switch_to: None,
+                    managed_by: Vec::new(),
                 });
             if !entry.pvcs.contains(pvc) {
                 entry.pvcs.push(pvc.clone());
+            }
+            for manager in &consumer.managed_by {
+                if !entry.managed_by.contains(manager) {
+                    entry.managed_by.push(manager.clone());
+                }
             }
         }
     }
@@ -400,6 +409,7 @@ mod tests {
             owner,
             replicas,
             template: None,
+            managed_by: vec![],
         }
     }
 

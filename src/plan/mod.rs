@@ -5,6 +5,7 @@
 
 mod backup;
 mod consumers;
+pub mod gitops;
 mod placement;
 mod selector;
 mod spec;
@@ -17,7 +18,10 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use crate::api::{Backup, ConsumerKind, DataRestoreSpec, PodVolumeBackup, RestoreTarget};
+use crate::api::{
+    Backup, ConsumerKind, DataRestoreSpec, GitOpsRecord, PodVolumeBackup, RestoreTarget,
+};
+use crate::gitops::GitOpsRef;
 
 pub use backup::{BackupChoice, resolve_backup};
 pub use consumers::{
@@ -47,6 +51,8 @@ pub struct Facts {
     /// With spec.switchWorkloads: the workloads labelled to be switched, in the
     /// namespaces of the selected PVCs.
     pub labelled: Vec<Labelled>,
+    /// The GitOps objects the consumers name, as read (spec.gitOps.policy Pause).
+    pub git_ops: BTreeMap<GitOpsRef, gitops::Seen>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +60,8 @@ pub struct Plan {
     pub backup_name: String,
     pub volumes: Vec<PlannedVolume>,
     pub consumers: Vec<PlannedConsumer>,
+    /// The GitOps objects managing consumers, and what becomes of each.
+    pub git_ops: Vec<GitOpsRecord>,
     pub warnings: Vec<String>,
 }
 
@@ -129,6 +137,15 @@ pub struct PlannedConsumer {
     pub action: ConsumerAction,
     /// With spec.switchWorkloads: the new claim it comes back on.
     pub switch_to: Option<String>,
+    /// The GitOps objects that manage it.
+    pub managed_by: Vec<GitOpsRef>,
+}
+
+impl PlannedConsumer {
+    /// `Deployment shop/web`, as the status names consumers.
+    pub fn describe(&self) -> String {
+        format!("{:?} {}/{}", self.kind, self.namespace, self.name)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,12 +300,20 @@ pub fn plan(spec: &DataRestoreSpec, restore: &str, facts: &Facts) -> Result<Plan
         }
     };
     consumers.extend(switched.consumers);
+    let git_ops = gitops::decide(
+        &spec.git_ops(),
+        &gitops::managing(&consumers),
+        &facts.git_ops,
+    );
+    errors.extend(git_ops.errors);
+    warnings.extend(git_ops.warnings);
 
     if errors.is_empty() {
         Ok(Plan {
             backup_name,
             volumes,
             consumers,
+            git_ops: git_ops.records,
             warnings,
         })
     } else {
@@ -384,6 +409,7 @@ mod tests {
                 owner: Owner::Known(ConsumerKind::Deployment, "web".into()),
                 replicas: Some(1),
                 template: None,
+                managed_by: vec![],
             }],
         );
         let mut spec = spec();

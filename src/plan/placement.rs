@@ -308,6 +308,7 @@ mod tests {
             owner: Owner::Known(ConsumerKind::Deployment, "web".into()),
             replicas: Some(1),
             template: None,
+            managed_by: vec![],
         };
         let claim = |mode: &str| {
             let mut claim = pvc("fast", Some("pv-1"));

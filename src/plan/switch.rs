@@ -91,6 +91,7 @@ pub fn switches(
                     pvcs: vec![pvc.clone()],
                     action: ConsumerAction::ScaleToZero,
                     switch_to: Some(new_claim.clone()),
+                    managed_by: Vec::new(),
                 }),
             }
         }
@@ -183,6 +184,7 @@ mod tests {
             owner: Owner::Known(kind, name.into()),
             replicas: Some(1),
             template: None,
+            managed_by: vec![],
         }
     }
 

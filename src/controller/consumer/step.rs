@@ -1,6 +1,7 @@
 //! What to do with each consumer now, from the restore's records alone. Pure.
 
 use crate::api::{ConsumerState, DataRestoreStatus, FailurePolicy, VolumePhase, VolumeStatus};
+use crate::plan::gitops::waits_for_pause;
 
 /// What to do with a consumer now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,10 @@ pub fn consumer_step(
     match record.state {
         ConsumerState::Running if !all_ended && needs_stop => ConsumerStep::Mark,
         ConsumerState::Stopping | ConsumerState::Stopped if all_ended => come_back(),
+        // Stopped under a GitOps object not paused yet, it would be scaled back up.
+        ConsumerState::Stopping if waits_for_pause(&status.git_ops, &super::describe(record)) => {
+            ConsumerStep::Nothing
+        }
         ConsumerState::Stopping => ConsumerStep::Stop,
         _ => ConsumerStep::Nothing,
     }
@@ -142,6 +147,39 @@ mod tests {
             stopped_at: None,
             resumed_at: None,
         }
+    }
+
+    #[test]
+    fn a_consumer_is_stopped_only_once_its_gitops_object_is_paused() {
+        use crate::api::{GitOpsKind, GitOpsRecord, GitOpsState};
+        let mut s = status(&[("a", VolumePhase::Quiescing)], ConsumerState::Stopping);
+        s.git_ops = vec![GitOpsRecord {
+            kind: GitOpsKind::Kustomization,
+            namespace: "flux-system".into(),
+            name: "apps".into(),
+            workloads: vec!["StatefulSet ns/db".into()],
+            state: GitOpsState::Pausing,
+            original: None,
+            message: None,
+            paused_at: None,
+            resumed_at: None,
+        }];
+        assert_eq!(
+            consumer_step(&s, 0, FailurePolicy::Resume),
+            ConsumerStep::Nothing,
+            "scaled down now, the Kustomization would scale it back up"
+        );
+        s.git_ops[0].workloads = vec!["StatefulSet ns/other".into()];
+        assert_eq!(
+            consumer_step(&s, 0, FailurePolicy::Resume),
+            ConsumerStep::Stop
+        );
+        s.git_ops[0].workloads = vec!["StatefulSet ns/db".into()];
+        s.git_ops[0].state = GitOpsState::Paused;
+        assert_eq!(
+            consumer_step(&s, 0, FailurePolicy::Resume),
+            ConsumerStep::Stop
+        );
     }
 
     fn status(volumes: &[(&str, VolumePhase)], state: ConsumerState) -> DataRestoreStatus {

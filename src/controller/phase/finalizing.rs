@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use tracing::warn;
 
 use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase};
+use crate::controller::gitops;
 use crate::controller::status::{self, now};
 use crate::controller::{Context, Result};
 
@@ -31,8 +32,11 @@ pub async fn finalize(
     if !(all_ended && consumers_settled && no_stand_ins) {
         return Ok(Next::After(Duration::from_millis(500)));
     }
-    // Whoever waits for the restore to end reads final VolumePluginRestores.
+    // Only now that every consumer is back: a GitOps object let go earlier would
+    // reconcile a workload refill still holds stopped.
     let uid = dr.uid().unwrap_or_default();
+    gitops::release_all(dr, ctx, status, &uid).await?;
+    // Whoever waits for the restore to end reads final VolumePluginRestores.
     if !ctx.mirror.flush(&uid, MIRROR_FLUSH_LIMIT).await {
         warn!(restore = %dr.name_any(), "VolumePluginRestores not all written; ending without them");
     }

@@ -21,6 +21,7 @@ use crate::api::{
 };
 use crate::controller::concurrent::for_each_concurrently;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
+use crate::controller::gitops;
 use crate::controller::restore_helper;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
@@ -164,6 +165,8 @@ pub async fn record(
     if !starting.is_empty() {
         start_volumes(dr, ctx, status, &starting, seen).await?;
     }
+    // Likewise a GitOps object is marked Pausing before it is paused.
+    gitops::mark(status);
     // A consumer is marked Stopping before the stop is applied: whatever fails after,
     // the finish step looks at the object and brings it back if refill's mark is on it.
     for i in 0..status.consumers.len() {
@@ -196,6 +199,8 @@ async fn start_volumes(
     let mut looked = Vec::new();
     {
         let (volumes, uid) = (&status.volumes, &uid);
+        let git_ops = dr.spec.git_ops();
+        let git_ops = git_ops.as_ref();
         for_each_concurrently(
             0..namespaces.len(),
             |n| {
@@ -209,15 +214,13 @@ async fn start_volumes(
                     let found = match seen_for(seen, &keys) {
                         Some(found) => found,
                         None => {
-                            observe::consumers_in(
-                                ctx.reads(),
-                                ns,
-                                &pods,
-                                &claims,
-                                uid,
-                                Replicas::Skip,
-                            )
-                            .await?
+                            let found = observe::Found {
+                                pods: &pods,
+                                claims: &claims,
+                                own_uid: uid,
+                                git_ops,
+                            };
+                            observe::consumers_in(ctx.reads(), ns, found, Replicas::Skip).await?
                         }
                     };
                     Ok((pods, found))
@@ -235,7 +238,13 @@ async fn start_volumes(
             let key = status.volumes[i].pvc.clone();
             let refs = found.get(&key).cloned().unwrap_or_default();
             let single = BTreeMap::from([(key.clone(), refs.clone())]);
-            match plan::consumer_actions(dr.spec.consumer_policy(), &single) {
+            let planned =
+                plan::consumer_actions(dr.spec.consumer_policy(), &single).and_then(|planned| {
+                    plan::gitops::merge(&dr.spec.git_ops(), &mut status.git_ops, &planned)
+                        .map_err(plan::Invalid::one)?;
+                    Ok(planned)
+                });
+            match planned {
                 Err(invalid) => {
                     // Nothing was started for it: it ends at once.
                     let message = invalid.to_string();
@@ -402,6 +411,8 @@ pub async fn work(
             Ok(None)
         }
     };
+    // Consumers a GitOps object manages are stopped only once it is paused.
+    gitops::pause_marked(dr, ctx, status, &uid).await?;
     let (stopped, helper) = futures::join!(settle_consumers(dr, ctx, status, &uid), helper);
     let helper = helper?;
     let rules = rules(dr, &ctx.config, status, deleting, Timestamp::now());

@@ -113,6 +113,7 @@ pub async fn validate(
             resumed_at: None,
         })
         .collect();
+    status.git_ops = plan.git_ops.clone();
     status.phase = Phase::Restoring;
     let note = format!(
         "restoring {} volumes from backup {}",

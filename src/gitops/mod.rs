@@ -1,0 +1,190 @@
+//! GitOps objects (Flux Kustomizations and HelmReleases, Argo CD Applications) that
+//! manage a workload, found from the marks each tool leaves on what it applies. Pure.
+//!
+//! Such a tool puts a workload's `replicas` back within seconds of a scale-down, so a
+//! restore pauses it first ([`pause`]) and lets it go afterwards.
+
+pub mod pause;
+
+use std::collections::BTreeMap;
+
+use crate::api::{GitOpsKind, GitOpsSpec};
+
+/// Label Flux's kustomize-controller puts on everything it applies: the
+/// Kustomization's name.
+pub const KUSTOMIZATION_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
+/// Beside [`KUSTOMIZATION_NAME`]: the Kustomization's namespace.
+pub const KUSTOMIZATION_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
+/// Label Flux's helm-controller puts on everything a HelmRelease installs: its name.
+pub const HELM_RELEASE_NAME: &str = "helm.toolkit.fluxcd.io/name";
+/// Beside [`HELM_RELEASE_NAME`]: the HelmRelease's namespace.
+pub const HELM_RELEASE_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
+/// Argo CD's annotation tracking (its default since v3):
+/// `<application>:<group>/<kind>:<namespace>/<name>`, the application as `name` or,
+/// with Applications in any namespace, `namespace_name`.
+pub const ARGO_CD_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
+
+/// A GitOps object, by kind, namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GitOpsRef {
+    /// Which tool's object.
+    pub kind: GitOpsKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl GitOpsRef {
+    /// `Flux Kustomization flux-system/shop`, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} {}/{}", self.kind.tool(), self.namespace, self.name)
+    }
+}
+
+/// Whether a label or annotation key is one [`managers`] reads: a listed workload keeps
+/// only these of its metadata.
+pub fn is_tracking_key(key: &str, spec: &GitOpsSpec) -> bool {
+    matches!(
+        key,
+        KUSTOMIZATION_NAME
+            | KUSTOMIZATION_NAMESPACE
+            | HELM_RELEASE_NAME
+            | HELM_RELEASE_NAMESPACE
+            | ARGO_CD_TRACKING_ID
+    ) || spec.argo_cd_instance_label.as_deref() == Some(key)
+}
+
+/// The GitOps objects that manage an object with these labels and annotations.
+pub fn managers(
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    spec: &GitOpsSpec,
+) -> Vec<GitOpsRef> {
+    let mut found = Vec::new();
+    let flux = [
+        (
+            GitOpsKind::Kustomization,
+            KUSTOMIZATION_NAME,
+            KUSTOMIZATION_NAMESPACE,
+        ),
+        (
+            GitOpsKind::HelmRelease,
+            HELM_RELEASE_NAME,
+            HELM_RELEASE_NAMESPACE,
+        ),
+    ];
+    for (kind, name_key, namespace_key) in flux {
+        if let (Some(name), Some(namespace)) = (labels.get(name_key), labels.get(namespace_key))
+            && !name.is_empty()
+        {
+            found.push(GitOpsRef {
+                kind,
+                namespace: namespace.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+    let application = annotations
+        .get(ARGO_CD_TRACKING_ID)
+        .and_then(|id| id.split_once(':').map(|(app, _)| app))
+        .or_else(|| {
+            let label = spec.argo_cd_instance_label.as_deref()?;
+            labels.get(label).map(String::as_str)
+        })
+        .filter(|app| !app.is_empty());
+    if let Some(app) = application {
+        let (namespace, name) = match app.split_once('_') {
+            Some((namespace, name)) => (namespace, name),
+            None => (spec.argo_cd_namespace(), app),
+        };
+        found.push(GitOpsRef {
+            kind: GitOpsKind::Application,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        });
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn one(kind: GitOpsKind, namespace: &str, name: &str) -> Vec<GitOpsRef> {
+        vec![GitOpsRef {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }]
+    }
+
+    #[test]
+    fn each_tool_is_found_by_its_own_marks() {
+        let spec = GitOpsSpec::default();
+        let none = BTreeMap::new();
+        let kustomized = map(&[
+            (KUSTOMIZATION_NAME, "shop"),
+            (KUSTOMIZATION_NAMESPACE, "flux-system"),
+        ]);
+        assert_eq!(
+            managers(&kustomized, &none, &spec),
+            one(GitOpsKind::Kustomization, "flux-system", "shop")
+        );
+        let helm = map(&[(HELM_RELEASE_NAME, "db"), (HELM_RELEASE_NAMESPACE, "data")]);
+        assert_eq!(
+            managers(&helm, &none, &spec),
+            one(GitOpsKind::HelmRelease, "data", "db")
+        );
+        let tracked = map(&[(ARGO_CD_TRACKING_ID, "shop:apps/Deployment:shop/web")]);
+        assert_eq!(
+            managers(&none, &tracked, &spec),
+            one(GitOpsKind::Application, "argocd", "shop"),
+            "an Application without a namespace is in spec.gitOps.argoCDNamespace"
+        );
+        let any_namespace = map(&[(ARGO_CD_TRACKING_ID, "team-a_shop:apps/Deployment:shop/web")]);
+        assert_eq!(
+            managers(&none, &any_namespace, &spec),
+            one(GitOpsKind::Application, "team-a", "shop")
+        );
+        let elsewhere = GitOpsSpec {
+            argo_cd_namespace: Some("gitops".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            managers(&none, &tracked, &elsewhere),
+            one(GitOpsKind::Application, "gitops", "shop")
+        );
+    }
+
+    #[test]
+    fn half_marks_and_helm_instance_labels_are_no_manager() {
+        let spec = GitOpsSpec::default();
+        let none = BTreeMap::new();
+        let half = map(&[(KUSTOMIZATION_NAME, "shop")]);
+        assert!(managers(&half, &none, &spec).is_empty());
+        // Helm charts set it whether or not Argo CD is there.
+        let instance = map(&[("app.kubernetes.io/instance", "shop")]);
+        assert!(managers(&instance, &none, &spec).is_empty());
+        let label_tracking = GitOpsSpec {
+            argo_cd_instance_label: Some("app.kubernetes.io/instance".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            managers(&instance, &none, &label_tracking),
+            one(GitOpsKind::Application, "argocd", "shop")
+        );
+        assert!(is_tracking_key(
+            "app.kubernetes.io/instance",
+            &label_tracking
+        ));
+        assert!(!is_tracking_key("app.kubernetes.io/instance", &spec));
+    }
+}
