@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stops the local cluster started by up.sh: its real nodes (with their pods), the
-# control plane and kwok. Then checks that no process, mount, cgroup, network
+# control plane, kwok and the host processes beside them (the S3 server, Flux). Then checks that no process, mount, cgroup, network
 # device or namespace of it is left, and fails naming what is. The state
 # (certificates, etcd data, images, logs) stays for a fast next start unless
 # --purge is given.

@@ -9,7 +9,8 @@ cluster_dir="${REFILL_CLUSTER_DIR:-$HOME/.cache/refill/cluster}"
 cache_dir="${REFILL_CACHE:-$HOME/.cache/refill}"
 
 # Start order; down.sh stops them in reverse.
-components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok local-path-provisioner gofakes3)
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok local-path-provisioner gofakes3
+  source-controller kustomize-controller)
 
 # Ports away from the usual 2379/6443/10257/10259 so that a real cluster or
 # another tool on the same machine is never disturbed. A second cluster (its

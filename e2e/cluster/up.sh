@@ -16,6 +16,10 @@
 #                       the real nodes; 0 to leave them out. See velero.sh.
 #   REFILL_VELERO_VERSION  the Velero release to build and install (default
 #                       VELERO_VERSION of versions.env)
+#   REFILL_FLUX         1 (default where the S3 server is, i.e. with Velero): Flux's
+#                       source-controller and kustomize-controller on the host,
+#                       with their CRDs and Argo CD's Application CRD; 0 to leave
+#                       them out (and stop them). See flux.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
@@ -24,6 +28,8 @@ source "$here/lib.sh"
 source "$here/nodes.sh"
 # shellcheck source=SCRIPTDIR/velero.sh
 source "$here/velero.sh"
+# shellcheck source=SCRIPTDIR/flux.sh
+source "$here/flux.sh"
 
 node_count="${REFILL_NODES:-3}"
 if ! [[ "$node_count" =~ ^[0-9]+$ ]] || ((node_count < 1 || node_count > 26)); then
@@ -36,6 +42,9 @@ if ! [[ "$real_node_count" =~ ^[0-9]+$ ]] || ((real_node_count > 26)); then
 fi
 with_velero=false
 if ((real_node_count)) && [[ "${REFILL_VELERO:-1}" != 0 ]]; then with_velero=true; fi
+# Flux's tests serve their sources from Velero's S3 server.
+with_flux=false
+if $with_velero && [[ "${REFILL_FLUX:-1}" != 0 ]]; then with_flux=true; fi
 if ((real_node_count)) && ((EUID != 0)); then
   say "real nodes need root (namespaces, cgroups, mounts); run as root or with REFILL_REAL_NODES=0"
   exit 2
@@ -164,7 +173,10 @@ EOF
 # Starts a component in its own session, so it outlives this script and whatever
 # ran it (a test harness, a CI step). All of its descriptors point elsewhere:
 # an inherited pipe would keep the caller's output open, an inherited lock fd 9
-# would keep the lock taken for as long as the component lives.
+# would keep the lock taken for as long as the component lives. $argv0, if set,
+# is the process's argv[0] instead of the binary's path: down.sh finds a process
+# whose pid file went missing by the state directory in its command line, and a
+# component whose flags name no file there carries it in argv[0].
 launch() {
   local name="$1"; shift
   local log; log="$(log_file "$name")"
@@ -172,7 +184,8 @@ launch() {
   say "starting $name"
   rm -f "$(pid_file "$name")"
   # shellcheck disable=SC2016 # expanded by the inner shell
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$(pid_file "$name")" "$bin/$name" "$@" \
+  setsid bash -c 'echo $$ >"$1"; argv0="$2"; shift 2; exec -a "$argv0" "$@"' _ \
+    "$(pid_file "$name")" "${argv0:-$bin/$name}" "$bin/$name" "$@" \
     </dev/null >"$log" 2>&1 9>&- &
   # Until the exec has happened the pid file names a shell, not the component.
   local deadline=$((SECONDS + 10))
@@ -494,6 +507,7 @@ start_real_nodes() {
   say "$real_node_count real nodes Ready after $((SECONDS - started))s"
   start_local_path_provisioner
   if $with_velero; then install_velero; fi
+  if $with_flux; then start_flux; fi
 }
 
 # local-path-provisioner runs on the host (it only talks to the API server) and
@@ -574,6 +588,7 @@ ensure_nodes
 wait_until 90 kwok "$node_count Ready nodes with leases and without taints" nodes_ready
 wait_until 60 kube-controller-manager "the default ServiceAccount" default_service_account
 install_velero_crds
+$with_flux || stop_flux
 start_real_nodes
 
 elapsed_ms=$((($(date +%s%N) - started_at) / 1000000))

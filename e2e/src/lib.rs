@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod controller_process;
 pub mod demo;
 pub mod fixture;
+pub mod flux;
 pub mod in_cluster;
 pub mod node_agent;
 pub mod own_cluster;

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds Flux's source-controller and kustomize-controller from their Go modules
+# the way their Dockerfiles do (one static binary each, from the module's
+# main.go), for the local cluster's GitOps tests: up.sh runs them as host
+# processes (flux.sh). Keeps, beside the binaries, the CRDs of both modules and
+# Argo CD's Application CRD (from its module's source; Argo CD itself is not
+# built). Cached outside the repository, keyed by the versions in versions.env;
+# a second run returns at once. Prints the bin directory first, then each
+# directory of CRDs to install.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=SCRIPTDIR/versions.env
+source "$here/versions.env"
+
+cache="${REFILL_CACHE:-$HOME/.cache/refill}"
+bin="$cache/bin/flux-source-$FLUX_SOURCE_CONTROLLER_VERSION-kustomize-$FLUX_KUSTOMIZE_CONTROLLER_VERSION"
+# Argo CD's CRD has a version of its own: a new one must not rebuild Flux.
+argocd_crds="$bin/crds/argo-cd-$ARGOCD_VERSION"
+work="$cache/src"
+mkdir -p "$bin" "$work"
+export GOFLAGS=-buildvcs=false CGO_ENABLED=0
+
+log() { printf '[flux] %s\n' "$*" >&2; }
+
+# The module's own go.mod (with its replace directives) is the main module of
+# the build.
+# shellcheck source=SCRIPTDIR/modules.sh
+source "$here/modules.sh"
+
+# What the module proxy serves differs from what the repositories build with:
+#   - each go.mod points its api submodule at ./api, which a module's archive
+#     leaves out (it is a module of its own): the published api module, at the
+#     version go.mod requires, is used instead;
+#   - source-controller v1.9.6 asks for github.com/fluxcd/pkg/artifact v0.18.3,
+#     which the proxy refuses; v0.18.0, the release it serves of that minor,
+#     builds the same controller.
+adapt_go_mod() {
+  local dir="$1" name="$2"
+  if grep -q "^replace github.com/fluxcd/$name/api => ./api" "$dir/go.mod"; then
+    (cd "$dir" && go mod edit -dropreplace "github.com/fluxcd/$name/api")
+  fi
+  if grep -q 'github.com/fluxcd/pkg/artifact v0.18.3' "$dir/go.mod"; then
+    (cd "$dir" && go mod edit -replace github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.0)
+  fi
+}
+
+# build <module> <version> <name>: the binary <name> and the module's CRDs in
+# $bin/crds/<name>.
+build() {
+  local module="$1" version="$2" name="$3" dir
+  [[ -x "$bin/$name" && -d "$bin/crds/$name" ]] && return 0
+  dir="$(module_copy "$module" "$version" "$name")"
+  adapt_go_mod "$dir" "$name"
+  log "building $name $version (cold: several minutes on 2 cores)"
+  (cd "$dir" && go build -mod=mod -trimpath -ldflags "-s -w" -o "$bin/$name.tmp" .)
+  rm -rf "$bin/crds/$name.tmp"
+  mkdir -p "$bin/crds/$name.tmp"
+  cp "$dir"/config/crd/bases/*.yaml "$bin/crds/$name.tmp/"
+  rm -rf "$bin/crds/$name"
+  mv "$bin/crds/$name.tmp" "$bin/crds/$name"
+  mv "$bin/$name.tmp" "$bin/$name"
+}
+
+# Only the one file is kept: the module holds all of Argo CD's source. The go
+# command refuses to download a module whose go.mod names a newer Go than its
+# own; ARGOCD_GOTOOLCHAIN is the one it then takes from the module proxy, for
+# this download alone.
+argocd_application_crd() {
+  [[ -s "$argocd_crds/application-crd.yaml" ]] && return 0
+  local src
+  src="$(cd "$work" && GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" go mod download -json "github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION" |
+    sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')"
+  [[ -f "$src/manifests/crds/application-crd.yaml" ]] ||
+    { log "could not download github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION"; exit 1; }
+  mkdir -p "$argocd_crds"
+  cp "$src/manifests/crds/application-crd.yaml" "$argocd_crds/application-crd.yaml.tmp"
+  chmod u+w "$argocd_crds/application-crd.yaml.tmp"
+  mv "$argocd_crds/application-crd.yaml.tmp" "$argocd_crds/application-crd.yaml"
+}
+
+# up.sh and e2e/test may ask at the same time: one builds, the others wait.
+exec 9>"$bin/.lock"
+flock 9
+build github.com/fluxcd/source-controller "$FLUX_SOURCE_CONTROLLER_VERSION" source-controller
+build github.com/fluxcd/kustomize-controller "$FLUX_KUSTOMIZE_CONTROLLER_VERSION" kustomize-controller
+argocd_application_crd
+echo "$bin"
+echo "$bin/crds/source-controller"
+echo "$bin/crds/kustomize-controller"
+echo "$argocd_crds"
