@@ -1,0 +1,414 @@
+//! Restores of apps a GitOps tool owns, against the real Flux source-controller and
+//! kustomize-controller the local cluster runs (`e2e/cluster/flux.sh`): the app's
+//! Deployment comes from a Bucket in the cluster's S3 server through a Kustomization,
+//! and Flux puts it back as the Bucket has it whenever it reconciles, unless the
+//! Kustomization is suspended. Argo CD is not run here (see README, "The local
+//! cluster"); its Application is checked against its own CRD.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use refill::api::{
+    ConsumerState, DataRestore, GitOpsKind, GitOpsPolicy, GitOpsSpec, GitOpsState, Phase,
+    VolumePhase,
+};
+use refill::gitops::pause::{ARGO_CD_REFRESH, ARGO_CD_SKIP_RECONCILE, FLUX_REQUESTED_AT};
+use refill::labels::{PAUSED_BY, PAUSED_FROM};
+use refill_e2e::fixture::{self, Scene, phase, pod_template};
+use refill_e2e::flux::{self, FluxApp, Kind};
+use refill_e2e::{TestEnv, run_test, wait_for};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn scene(env: TestEnv) -> Result<Scene> {
+    Scene::new(env, TIMEOUT).await
+}
+
+/// The name of the Kustomization (and its Bucket) of a test's app.
+const APP: &str = "shop";
+
+/// Deployments of `replicas` pods, each on the claim of its name, as Flux applies them
+/// from the test's own bucket through the Kustomization [`APP`]; waits until it is
+/// Ready and the pods run.
+async fn flux_app(s: &Scene, deployments: &[(&str, i32)]) -> Result<()> {
+    let manifests: Vec<(String, String)> = deployments
+        .iter()
+        .map(|(name, replicas)| {
+            let deployment = json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": pod_template(name, &[name]),
+                },
+            });
+            // JSON is YAML, and the file name is what Flux's kustomize looks for.
+            (format!("{name}.yaml"), deployment.to_string())
+        })
+        .collect();
+    let files: Vec<(&str, &str)> = manifests
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let cluster_dir = &s.env.cluster.dir;
+    flux::upload_manifests(cluster_dir, &s.ns, &files).await?;
+    let app = FluxApp {
+        namespace: &s.ns,
+        name: APP,
+        bucket: &s.ns,
+        // Long: the tests ask for each reconcile they want, at the moment they want it.
+        interval: Duration::from_secs(600),
+    };
+    flux::create_app(&s.client, cluster_dir, &app).await?;
+    flux::wait_ready(&s.client, Kind::Bucket, &s.ns, APP, TIMEOUT).await?;
+    flux::wait_ready(&s.client, Kind::Kustomization, &s.ns, APP, TIMEOUT).await?;
+    for (name, replicas) in deployments {
+        s.ready_pods(name, *replicas as usize).await?;
+        fixture::wait_settled(&s.client, &s.ns, name, *replicas, s.timeout).await?;
+    }
+    Ok(())
+}
+
+async fn kustomization(s: &Scene) -> Result<DynamicObject> {
+    Ok(flux::flux_api(&s.client, Kind::Kustomization, &s.ns)
+        .get(APP)
+        .await?)
+}
+
+fn annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// Waits until the restore records its GitOps object in `state`.
+async fn wait_gitops(s: &Scene, restore: &str, state: GitOpsState) -> Result<DataRestore> {
+    let api: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
+    wait_for(
+        format!("{restore} to record its GitOps object {state:?}"),
+        s.timeout,
+        || async {
+            let dr = api.get(restore).await?;
+            let status = dr.status.clone().unwrap_or_default();
+            Ok((status.git_ops.first().map(|g| g.state) == Some(state)).then_some(dr))
+        },
+    )
+    .await
+}
+
+/// Asks Flux to reconcile now and waits until it handled the request; returns the
+/// request's token.
+async fn reconcile(s: &Scene) -> Result<String> {
+    let token = flux::request_reconcile(&s.client, Kind::Kustomization, &s.ns, APP).await?;
+    flux::wait_reconciled(
+        &s.client,
+        Kind::Kustomization,
+        &s.ns,
+        APP,
+        &token,
+        s.timeout,
+    )
+    .await?;
+    Ok(token)
+}
+
+#[tokio::test]
+async fn flux_is_paused_through_a_controller_restart_and_reconciles_the_app_after() -> Result<()> {
+    run_test("gitops-pause", |env| async move {
+        let s = scene(env).await?;
+        let dir = s.volume("web", "node-a", &[("f", b"broken")]).await?;
+        flux_app(&s, &[("web", 2)]).await?;
+        s.backup("b1", &[s.backed_up("web", "web-0", &[("f", b"good")])])
+            .await?;
+
+        // No node agent yet: the restore holds the app stopped in Restoring.
+        let controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["web"])).await?;
+        let dr = wait_gitops(&s, "r1", GitOpsState::Paused).await?;
+        let record = dr.status.unwrap().git_ops.remove(0);
+        ensure!(
+            record.kind == GitOpsKind::Kustomization
+                && record.name == APP
+                && record.workloads == [format!("Deployment {}/web", s.ns)]
+                && record.original.as_deref() == Some("null"),
+            "{record:#?}"
+        );
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        ensure!(s.replicas("web").await?.0 == 0, "the app is stopped");
+        let paused = kustomization(&s).await?;
+        ensure!(paused.data["spec"]["suspend"] == true, "{:?}", paused.data);
+        let uid = s.restore_uid("r1").await?;
+        ensure!(annotation(&paused, PAUSED_BY) == Some(uid.as_str()));
+        ensure!(annotation(&paused, PAUSED_FROM) == Some("null"));
+
+        // Flux, asked to reconcile, leaves the stopped app alone; so it does after
+        // refill itself is gone for a while.
+        reconcile(&s).await?;
+        controller.kill().await;
+        reconcile(&s).await?;
+        ensure!(
+            s.replicas("web").await?.0 == 0,
+            "a suspended Kustomization must not scale the app back up"
+        );
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+        ensure!(fixture::read(&dir, "f")? == b"good");
+        ensure!(
+            status.git_ops[0].state == GitOpsState::Resumed
+                && status.git_ops[0].paused_at.is_some(),
+            "{:#?}",
+            status.git_ops
+        );
+
+        // Put back as it was (suspend unset), its marks gone, and asked to reconcile:
+        // Flux handles that request and is Ready, with the app as the Bucket has it.
+        let back = kustomization(&s).await?;
+        ensure!(
+            back.data["spec"].get("suspend").is_none(),
+            "{:?}",
+            back.data["spec"]
+        );
+        ensure!(annotation(&back, PAUSED_BY).is_none() && annotation(&back, PAUSED_FROM).is_none());
+        let asked = annotation(&back, FLUX_REQUESTED_AT)
+            .expect("refill asks Flux to reconcile")
+            .to_string();
+        flux::wait_reconciled(
+            &s.client,
+            Kind::Kustomization,
+            &s.ns,
+            APP,
+            &asked,
+            s.timeout,
+        )
+        .await?;
+        ensure!(s.replicas("web").await? == (2, None));
+        s.ready_pods("web", 2).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn with_gitops_ignored_flux_scales_the_app_back_and_the_volume_fails_unwritten() -> Result<()>
+{
+    run_test("gitops-ignore", |env| async move {
+        let s = scene(env).await?;
+        let dir = s.volume("web", "node-a", &[("f", b"live")]).await?;
+        flux_app(&s, &[("web", 1)]).await?;
+        s.backup("b1", &[s.backed_up("web", "web-0", &[("f", b"old")])])
+            .await?;
+        let _controller = s.controller().await?;
+        let mut spec = s.spec("b1", &["web"]);
+        spec.git_ops = Some(GitOpsSpec {
+            policy: GitOpsPolicy::Ignore,
+            ..Default::default()
+        });
+        s.restore("r1", spec).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        ensure!(
+            kustomization(&s).await?.data["spec"]
+                .get("suspend")
+                .is_none()
+        );
+
+        // What Flux does every interval, now: the app goes back to its one replica.
+        reconcile(&s).await?;
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Failed, "{status:#?}");
+        let message = status.volumes[0].message.clone().unwrap_or_default();
+        ensure!(message.contains("kustomize-controller"), "{message}");
+        ensure!(
+            status.git_ops[0].state == GitOpsState::NotPaused,
+            "{:#?}",
+            status.git_ops
+        );
+        ensure!(
+            fixture::read(&dir, "f")? == b"live",
+            "nothing may be written under the app Flux started"
+        );
+        s.no_stand_ins().await?;
+        s.ready_pods("web", 1).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn two_restores_sharing_a_kustomization_never_unpause_it_under_each_other() -> Result<()> {
+    run_test("gitops-shared", |env| async move {
+        let s = scene(env).await?;
+        s.volume("web", "node-a", &[("f", b"x")]).await?;
+        s.volume("db", "node-b", &[("f", b"x")]).await?;
+        flux_app(&s, &[("web", 1), ("db", 1)]).await?;
+        s.backup(
+            "b1",
+            &[
+                s.backed_up("web", "web-0", &[("f", b"web")]),
+                s.backed_up("db", "db-0", &[("f", b"db")]),
+            ],
+        )
+        .await?;
+        let _controller = s.controller().await?;
+        s.restore("r-web", s.spec("b1", &["web"])).await?;
+        s.restore("r-db", s.spec("b1", &["db"])).await?;
+        wait_gitops(&s, "r-web", GitOpsState::Paused).await?;
+        wait_gitops(&s, "r-db", GitOpsState::Paused).await?;
+        let holders = |k: &DynamicObject| {
+            let mut h: Vec<String> = annotation(k, PAUSED_BY)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            h.sort();
+            h
+        };
+        let (web_uid, db_uid) = (s.restore_uid("r-web").await?, s.restore_uid("r-db").await?);
+        let mut both = vec![web_uid.clone(), db_uid.clone()];
+        both.sort();
+        ensure!(holders(&kustomization(&s).await?) == both);
+
+        // Only node-a has a node agent: r-web ends, r-db waits on node-b.
+        let mut only_a = s.node_agent_config();
+        only_a.nodes = Some(vec!["node-a".into()]);
+        let _agent_a = s.node_agent_with(only_a);
+        let dr = s.finished("r-web").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        let shared = kustomization(&s).await?;
+        ensure!(
+            shared.data["spec"]["suspend"] == true && holders(&shared) == [db_uid.clone()],
+            "r-web let go, r-db still holds it: {:?} {:?}",
+            shared.data["spec"],
+            shared.metadata.annotations
+        );
+        reconcile(&s).await?;
+        ensure!(s.replicas("db").await?.0 == 0, "db is still stopped");
+
+        let mut only_b = s.node_agent_config();
+        only_b.nodes = Some(vec!["node-b".into()]);
+        let _agent_b = s.node_agent_with(only_b);
+        let dr = s.finished("r-db").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        let back = kustomization(&s).await?;
+        ensure!(back.data["spec"].get("suspend").is_none() && holders(&back).is_empty());
+        flux::wait_ready(&s.client, Kind::Kustomization, &s.ns, APP, TIMEOUT).await?;
+        s.ready_pods("web", 1).await?;
+        s.ready_pods("db", 1).await?;
+        Ok(())
+    })
+    .await
+}
+
+fn application_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ))
+}
+
+/// Argo CD's Applications of the test's namespace, as its CRD serves them.
+fn applications(s: &Scene) -> Api<DynamicObject> {
+    Api::namespaced_with(s.client.clone(), &s.ns, &application_resource())
+}
+
+/// The resourceVersions of everything a restore could touch, the Application's too.
+async fn versions_with_application(s: &Scene) -> Result<BTreeMap<String, String>> {
+    let mut versions = s.versions().await?;
+    fixture::add_versions(&s.client, &s.ns, &application_resource(), &mut versions).await?;
+    Ok(versions)
+}
+
+#[tokio::test]
+async fn an_argo_cd_application_is_paused_by_annotation_and_refuse_touches_nothing() -> Result<()> {
+    run_test("gitops-argo", |env| async move {
+        let s = scene(env).await?;
+        s.volume("web", "node-a", &[("f", b"x")]).await?;
+        s.deployment("web", 1, &["web"]).await?;
+        // The Application lives in the app's namespace (Applications in any
+        // namespace), which its tracking id says as `<namespace>_<name>`.
+        let app = json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": APP, "namespace": s.ns},
+            "spec": {
+                "project": "default",
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": s.ns},
+                "source": {"repoURL": "https://git.invalid/shop.git", "path": ".", "targetRevision": "HEAD"},
+            },
+        });
+        applications(&s)
+            .create(&Default::default(), &serde_json::from_value(app)?)
+            .await?;
+        let tracking = format!("{}_{APP}:apps/Deployment:{}/web", s.ns, s.ns);
+        Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"argocd.argoproj.io/tracking-id": tracking}}})),
+            )
+            .await?;
+        fixture::wait_settled(&s.client, &s.ns, "web", 1, s.timeout).await?;
+        s.backup("b1", &[s.backed_up("web", "web-0", &[("f", b"good")])])
+            .await?;
+        let _controller = s.controller().await?;
+
+        // Refuse: the restore fails naming the field, and nothing is touched.
+        let before = versions_with_application(&s).await?;
+        let mut refuse = s.spec("b1", &["web"]);
+        refuse.git_ops = Some(GitOpsSpec {
+            policy: GitOpsPolicy::Refuse,
+            ..Default::default()
+        });
+        s.restore("refused", refuse).await?;
+        let dr = s.finished("refused").await?;
+        let errors = dr.status.clone().unwrap().errors;
+        ensure!(phase(&dr) == Phase::Failed, "{:#?}", dr.status);
+        ensure!(
+            errors.iter().any(|e| e.starts_with("spec.gitOps.policy:")
+                && e.contains(&format!("Argo CD Application {}/{APP}", s.ns))),
+            "{errors:?}"
+        );
+        let after = versions_with_application(&s).await?;
+        ensure!(before == after, "a refused restore changed {before:?} into {after:?}");
+        ensure!(annotation(&applications(&s).get(APP).await?, ARGO_CD_SKIP_RECONCILE).is_none());
+
+        let _agent = s.node_agent();
+        s.restore("r1", s.spec("b1", &["web"])).await?;
+        wait_gitops(&s, "r1", GitOpsState::Paused).await?;
+        let paused = applications(&s).get(APP).await?;
+        ensure!(
+            annotation(&paused, ARGO_CD_SKIP_RECONCILE) == Some("true"),
+            "{:?}",
+            paused.metadata.annotations
+        );
+        let dr = s.finished("r1").await?;
+        let status = dr.status.clone().unwrap();
+        ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+        ensure!(status.consumers[0].state == ConsumerState::Resumed);
+        let back = applications(&s).get(APP).await?;
+        ensure!(
+            annotation(&back, ARGO_CD_SKIP_RECONCILE).is_none()
+                && annotation(&back, PAUSED_BY).is_none()
+                && annotation(&back, ARGO_CD_REFRESH) == Some("normal"),
+            "{:?}",
+            back.metadata.annotations
+        );
+        ensure!(back.name_any() == APP);
+        Ok(())
+    })
+    .await
+}
