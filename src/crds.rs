@@ -4,13 +4,14 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{DataRestore, DataRestoreRequest, VolumePluginRestore};
+use crate::api::{DataRestore, DataRestoreRequest, DataRestoreSchedule, VolumePluginRestore};
 
 /// refill's own kinds: what `manifests/crds.yaml` holds.
 pub fn refill_crds() -> Vec<CustomResourceDefinition> {
     vec![
         DataRestore::crd(),
         DataRestoreRequest::crd(),
+        DataRestoreSchedule::crd(),
         VolumePluginRestore::crd(),
     ]
 }

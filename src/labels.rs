@@ -77,6 +77,9 @@ pub const PAUSED_BY: &str = "refill.dev/paused-by";
 /// (Flux: spec.suspend; Argo CD: the skip-reconcile annotation; null: unset).
 pub const PAUSED_FROM: &str = "refill.dev/paused-from";
 
+/// On a DataRestore a DataRestoreSchedule made: the schedule's UID.
+pub const SCHEDULE_UID: &str = "refill.dev/schedule-uid";
+
 /// On a DataRestore made for a team's DataRestoreRequest: the request's UID, and
 /// (annotation) its `namespace/name`.
 pub const REQUEST_UID: &str = "refill.dev/request-uid";
@@ -125,6 +128,12 @@ fn derived_name(prefix: &str, parts: &[&str]) -> String {
 pub fn stand_in_pod_name(pvc_key: &str) -> String {
     let claim = pvc_key.rsplit('/').next().unwrap_or(pvc_key);
     derived_name(&format!("refill-{claim}"), &[pvc_key])
+}
+
+/// The DataRestore of one run of a DataRestoreSchedule, from what the run is for (a
+/// backup, a cron time): a second attempt of the same run finds the first one's.
+pub fn schedule_run_name(schedule: &str, uid: &str, run: &str) -> String {
+    derived_name(schedule, &[uid, run])
 }
 
 /// The claim a `target: NewClaim` restore fills for the PVC `claim`: named after the

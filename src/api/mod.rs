@@ -3,6 +3,7 @@
 
 pub mod data_restore;
 pub mod data_restore_request;
+pub mod data_restore_schedule;
 pub mod gitops;
 pub mod paths;
 pub mod velero;
@@ -10,6 +11,7 @@ pub mod volume_plugin_restore;
 
 pub use data_restore::*;
 pub use data_restore_request::*;
+pub use data_restore_schedule::*;
 pub use gitops::*;
 pub use paths::*;
 pub use velero::*;

@@ -388,4 +388,18 @@ impl Backup {
     pub fn phase(&self) -> Option<BackupPhase> {
         self.status.as_ref().and_then(|s| s.phase)
     }
+
+    /// Whether Velero finished it without errors.
+    pub fn is_completed(&self) -> bool {
+        self.phase() == Some(BackupPhase::Completed)
+    }
+
+    /// When it ended (Velero's clock), else when it was made: the order of backups.
+    pub fn completed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.completion_timestamp.as_ref())
+            .or(self.metadata.creation_timestamp.as_ref())
+            .map(|t| t.0)
+    }
 }

@@ -17,8 +17,10 @@ mod reasons;
 mod reconcile;
 mod request;
 mod restore_helper;
+mod schedule;
 mod stand_in;
 mod status;
+mod status_write;
 mod stores;
 mod volume;
 
@@ -129,6 +131,7 @@ pub async fn run_with_readiness(
     info!(namespace, "refill controller started");
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
+    let schedules = schedule::run(ctx.clone());
     let mirror = ctx.mirror.clone().run(client.clone(), namespace.clone());
     let restores = Controller::new(restores, watcher::Config::default())
         .owns_stream(pvr_events)
@@ -162,9 +165,11 @@ pub async fn run_with_readiness(
     };
     match requests {
         Some(requests) => {
-            futures::join!(restores, requests);
+            futures::join!(restores, requests, schedules);
         }
-        None => restores.await,
+        None => {
+            futures::join!(restores, schedules);
+        }
     }
     info!("refill controller stopped");
     Ok(())

@@ -18,10 +18,10 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::api::{DataRestore, DataRestoreRequest, DataRestoreRequestStatus, PodVolumeBackup};
-use crate::labels::{self, FIELD_MANAGER, FINALIZER};
+use crate::api::{DataRestore, DataRestoreRequest, PodVolumeBackup};
+use crate::labels::{self, FINALIZER};
 
-use super::{Context, Error, Result};
+use super::{Context, Error, Result, status_write};
 
 /// Watches every namespace's requests, and the DataRestores made for them, until the
 /// process is asked to stop.
@@ -135,7 +135,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
         }
     };
     if status != previous {
-        write_status(&requests, &name, &status).await?;
+        status_write::apply_status(&requests, "DataRestoreRequest", &name, &status).await?;
     }
     Ok(Action::await_change())
 }
@@ -185,30 +185,6 @@ async fn set_finalizers(
     }
 }
 
-async fn write_status(
-    api: &Api<DataRestoreRequest>,
-    name: &str,
-    status: &DataRestoreRequestStatus,
-) -> Result<()> {
-    // Server-side apply, so that fields the status no longer has really go.
-    let body = json!({
-        "apiVersion": crate::api::API_VERSION,
-        "kind": "DataRestoreRequest",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await?;
-    Ok(())
-}
-
 fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, ctx: Arc<Context>) -> Action {
-    let uid = request.uid().unwrap_or_default();
-    ctx.config.metrics.reconcile_failed(error.category());
-    let delay = ctx.backoffs.next(&uid);
-    warn!(request = %request.name_any(), "will retry in {delay:?}: {error}");
-    Action::requeue(delay)
+    status_write::retry_later(&*request, "DataRestoreRequest", error, &ctx)
 }
