@@ -412,3 +412,94 @@ async fn an_argo_cd_application_is_paused_by_annotation_and_refuse_touches_nothi
     })
     .await
 }
+
+/// The README's "Standby cluster" section: its YAML block and the `kubectl` lines of
+/// the shell block right after it.
+fn readme_standby() -> Result<(String, Vec<String>)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))?;
+    let section = readme
+        .split("### Standby cluster")
+        .nth(1)
+        .and_then(|rest| rest.split("\n### ").next())
+        .ok_or_else(|| anyhow::anyhow!("README.md has no \"Standby cluster\" section"))?;
+    let block = |fence: &str| -> Option<String> {
+        let start = section.find(fence)? + fence.len();
+        let end = section[start..].find("```")?;
+        Some(section[start..start + end].to_string())
+    };
+    let yaml = block("```yaml\n").ok_or_else(|| anyhow::anyhow!("no yaml block"))?;
+    let shell = block("```sh\n").ok_or_else(|| anyhow::anyhow!("no sh block"))?;
+    let commands = shell
+        .lines()
+        .filter(|l| l.starts_with("kubectl "))
+        .map(String::from)
+        .collect();
+    Ok((yaml, commands))
+}
+
+#[tokio::test]
+async fn the_readme_standby_section_refreshes_a_flux_app_from_a_new_backup() -> Result<()> {
+    run_test("gitops-standby", |env| async move {
+        let s = scene(env).await?;
+        // The shop of the README is the test's namespace, which is Velero's too.
+        let dir = s
+            .volume("web", "node-a", &[("f", b"standby's stale data")])
+            .await?;
+        flux_app(&s, &[("web", 1)]).await?;
+        s.backup(
+            "nightly-1",
+            &[s.backed_up("web", "web-0", &[("f", b"primary's data")])],
+        )
+        .await?;
+        s.made_by_schedule("nightly-1", "nightly", "2026-12-01T02:00:00Z")
+            .await?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+
+        let (yaml, commands) = readme_standby()?;
+        let ours = |text: &str| {
+            text.replace("-n velero", &format!("-n {}", s.ns))
+                .replace("namespace: velero", &format!("namespace: {}", s.ns))
+                .replace("[shop]", &format!("[{}]", s.ns))
+        };
+        let file = s.scratch.join("standby.yaml");
+        std::fs::write(&file, ours(&yaml))?;
+        ensure!(commands.len() == 2, "{commands:?}");
+        for command in &commands {
+            let command = ours(command).replace("standby.yaml", &file.to_string_lossy());
+            let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+            let out = s.env.cluster.kubectl_command().args(&args).output().await?;
+            ensure!(
+                out.status.success(),
+                "{command}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+
+        // `kubectl wait` returned: the standby holds the primary's data, its app runs
+        // again, and Flux was paused for the refresh and reconciles again after it.
+        ensure!(fixture::read(&dir, "f")? == b"primary's data");
+        let restores = Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
+            .list(&Default::default())
+            .await?
+            .items;
+        ensure!(restores.len() == 1, "{} restores", restores.len());
+        let status = restores[0].status.clone().unwrap_or_default();
+        ensure!(
+            status.git_ops.len() == 1
+                && status.git_ops[0].state == GitOpsState::Resumed
+                && status.git_ops[0].paused_at.is_some(),
+            "{:#?}",
+            status.git_ops
+        );
+        let back = kustomization(&s).await?;
+        ensure!(
+            back.data["spec"].get("suspend").is_none() && annotation(&back, PAUSED_BY).is_none()
+        );
+        flux::wait_ready(&s.client, Kind::Kustomization, &s.ns, APP, TIMEOUT).await?;
+        ensure!(s.replicas("web").await? == (1, None));
+        s.ready_pods("web", 1).await?;
+        Ok(())
+    })
+    .await
+}

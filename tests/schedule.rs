@@ -8,10 +8,8 @@ use anyhow::{Result, ensure};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use refill::api::{
-    Backup, DataRestore, DataRestoreSchedule, DataRestoreScheduleSpec, DataRestoreScheduleStatus,
-    Phase,
+    DataRestore, DataRestoreSchedule, DataRestoreScheduleSpec, DataRestoreScheduleStatus, Phase,
 };
-use refill::labels;
 use refill_e2e::fixture::{self, Scene, phase};
 use refill_e2e::{TestEnv, run_test, wait_for};
 use serde_json::json;
@@ -28,20 +26,7 @@ async fn nightly(s: &Scene, name: &str, content: &str, at: &str) -> Result<()> {
     let mut volume = s.backed_up("data", "web-0", &[("f", content.as_bytes())]);
     volume.snapshot_id = format!("{}-{name}", s.ns);
     s.backup(name, &[volume]).await?;
-    // One write, as Velero's CRDs have no status subresource: the schedule never sees
-    // the backup labelled with another end time.
-    let made_by_schedule = json!({
-        "metadata": {"labels": {labels::SCHEDULE_NAME: "nightly"}},
-        "status": {"phase": "Completed", "completionTimestamp": at},
-    });
-    Api::<Backup>::namespaced(s.client.clone(), &s.ns)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(made_by_schedule),
-        )
-        .await?;
-    Ok(())
+    s.made_by_schedule(name, "nightly", at).await
 }
 
 /// A schedule restoring the claim `data` from each new backup of `nightly`.
