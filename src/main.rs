@@ -1,4 +1,4 @@
-//! The `refill` binary: the command line (`restore`, `backup`, `crds`, `completion`)
+//! The `refill` binary: the command line (`restore`, `schedule`, `backup`, `crds`, `completion`)
 //! and the controller (`controller`), each a thin layer over the `refill` library.
 
 use clap::{Parser, Subcommand};
@@ -22,6 +22,12 @@ enum Command {
     Restore {
         #[command(subcommand)]
         command: refill::cli::RestoreCommand,
+    },
+    /// Restore the same PVCs again and again: on each new backup of a Velero Schedule,
+    /// and/or at cron times.
+    Schedule {
+        #[command(subcommand)]
+        command: refill::cli::ScheduleCommand,
     },
     /// Look into Velero backups: which volumes refill can restore.
     Backup {
@@ -195,6 +201,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Crds => print!("{}", refill::crds::to_yaml(&refill::crds::refill_crds())?),
         Command::Restore { command } => {
             refill::cli::exit(refill::cli::restore(&cli.global, command).await)
+        }
+        Command::Schedule { command } => {
+            refill::cli::exit(refill::cli::schedule(&cli.global, command).await)
         }
         Command::Backup { command } => {
             refill::cli::exit(refill::cli::backup(&cli.global, command).await)

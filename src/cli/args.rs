@@ -175,6 +175,32 @@ pub struct CreateArgs {
     /// Name of the DataRestore.
     pub name: String,
 
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub restore: RestoreArgs,
+
+    /// Follow the restore until it ends; exit 0 only if it Completed.
+    #[arg(long)]
+    pub wait: bool,
+
+    /// Validate and print what would be done; change nothing.
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
+
+    /// Print the DataRestore as YAML or JSON (with --dry-run: the one that would be created).
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+
+    #[command(flatten)]
+    pub follow: FollowArgs,
+}
+
+/// The backup a restore restores: `restore create` needs one of them, a schedule's
+/// template only with --cron alone.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SourceArgs {
     /// The Velero Backup to restore from.
     #[arg(long, value_name = "BACKUP")]
     pub from_backup: Option<String>,
@@ -182,7 +208,12 @@ pub struct CreateArgs {
     /// A Velero Schedule: its newest Completed backup is used.
     #[arg(long, value_name = "SCHEDULE")]
     pub from_schedule: Option<String>,
+}
 
+/// What to restore and how: the flags of `restore create` that make a DataRestore's
+/// spec apart from its backup, shared with a schedule's template.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RestoreArgs {
     /// Restore every file-system-backed PVC of the backup in these namespaces.
     #[arg(long, value_delimiter = ',', value_name = "NS[,NS...]")]
     pub include_namespaces: Vec<String>,
@@ -269,21 +300,6 @@ pub struct CreateArgs {
     /// Image of the stand-in pod's idle container.
     #[arg(long, value_name = "IMAGE")]
     pub stand_in_image: Option<String>,
-
-    /// Follow the restore until it ends; exit 0 only if it Completed.
-    #[arg(long)]
-    pub wait: bool,
-
-    /// Validate and print what would be done; change nothing.
-    #[arg(long, conflicts_with = "wait")]
-    pub dry_run: bool,
-
-    /// Print the DataRestore as YAML or JSON (with --dry-run: the one that would be created).
-    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
-    pub output: Option<OutputFormat>,
-
-    #[command(flatten)]
-    pub follow: FollowArgs,
 }
 
 /// Settings for following a restore.
@@ -329,6 +345,98 @@ pub struct DeleteArgs {
     /// Wait until the controller has rolled back and the DataRestore is gone.
     #[arg(long)]
     pub wait: bool,
+}
+
+/// The `refill schedule` subcommands.
+#[derive(Subcommand, Debug, Clone)]
+pub enum ScheduleCommand {
+    /// Create a DataRestoreSchedule: restore the same PVCs on each new backup of a
+    /// Velero Schedule, and/or at cron times.
+    #[command(after_help = SCHEDULE_CREATE_HELP)]
+    Create(Box<ScheduleCreateArgs>),
+    /// List DataRestoreSchedules, newest first, or show one.
+    Get(ScheduleGetArgs),
+    /// Show one DataRestoreSchedule in detail: its spec, status and restores.
+    Describe(ScheduleDescribeArgs),
+    /// Start no new restore until unpaused; a running one goes on.
+    Pause(ScheduleNameArgs),
+    /// Let the schedule start restores again.
+    Unpause(ScheduleNameArgs),
+    /// Delete a DataRestoreSchedule and the restores it made.
+    Delete(ScheduleNameArgs),
+}
+
+const SCHEDULE_CREATE_HELP: &str = "Examples:
+  refill schedule create standby --follow-schedule nightly --include-namespaces shop
+  refill schedule create reset-demo --cron '0 3 * * *' --from-backup golden --pvc demo/data
+  refill schedule create refresh --follow-schedule nightly --cron '0 */6 * * *' --pvc shop/data-db-0 --dry-run
+
+With --follow-schedule, each run restores the backup it was started for: leave out
+--from-backup and --from-schedule. With --cron alone, name what each run restores.
+Cron times are in UTC.";
+
+#[derive(Args, Debug, Clone)]
+#[command(group(ArgGroup::new("source").args(["from_backup", "from_schedule"])))]
+#[command(group(ArgGroup::new("trigger").required(true).multiple(true).args(["follow_schedule", "cron"])))]
+pub struct ScheduleCreateArgs {
+    /// Name of the DataRestoreSchedule.
+    pub name: String,
+
+    /// Restore each new Completed backup of this Velero Schedule (its newest one at once).
+    #[arg(long, value_name = "VELERO_SCHEDULE")]
+    pub follow_schedule: Option<String>,
+
+    /// Restore at these times, a cron expression in UTC such as '0 3 * * *'.
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+
+    /// Create it paused: no restore starts until `refill schedule unpause`.
+    #[arg(long)]
+    pub paused: bool,
+
+    /// Completed restores to keep; older ones are deleted [default: 3].
+    #[arg(long, value_name = "N")]
+    pub keep_completed: Option<u32>,
+
+    /// Restores that ended otherwise to keep [default: 3].
+    #[arg(long, value_name = "N")]
+    pub keep_failed: Option<u32>,
+
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub restore: RestoreArgs,
+
+    /// Check and print the DataRestoreSchedule that would be created (YAML unless -o
+    /// says otherwise); change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Print the DataRestoreSchedule as YAML or JSON.
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ScheduleGetArgs {
+    /// Show only this DataRestoreSchedule.
+    pub name: Option<String>,
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ScheduleDescribeArgs {
+    pub name: String,
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ScheduleNameArgs {
+    /// The DataRestoreSchedule.
+    pub name: String,
 }
 
 /// The `refill backup` subcommands.

@@ -26,10 +26,7 @@ pub async fn run(ctx: &Ctx, command: &BackupCommand) -> Result<()> {
 async fn get(ctx: &Ctx, name: Option<&str>, format: Option<OutputFormat>) -> Result<()> {
     let api = ctx.api::<Backup>();
     let mut backups = match name {
-        Some(name) => {
-            let target = Target::one(Kind::Backup, name, &ctx.namespace);
-            vec![api.get(name).await.map_err(|e| ctx.error(&e, target))?]
-        }
+        Some(name) => vec![ctx.get(Kind::Backup, name).await?],
         None => {
             let target = Target::all(Kind::Backup, &ctx.namespace);
             api.list(&ListParams::default())
@@ -160,12 +157,7 @@ pub fn volume(pvb: &PodVolumeBackup) -> BackupVolume {
 }
 
 async fn describe(ctx: &Ctx, name: &str, format: Option<OutputFormat>) -> Result<()> {
-    let target = Target::one(Kind::Backup, name, &ctx.namespace);
-    let backup = ctx
-        .api::<Backup>()
-        .get(name)
-        .await
-        .map_err(|e| ctx.error(&e, target))?;
+    let backup: Backup = ctx.get(Kind::Backup, name).await?;
     let selector = format!("{}={}", labels::BACKUP_NAME, labels::label_value(name));
     let target = Target::all(Kind::PodVolumeBackup, &ctx.namespace);
     let pvbs = ctx

@@ -7,10 +7,27 @@ use kube::{Api, Client, Resource};
 use crate::connect::{self, ConnectError};
 
 use super::args::GlobalArgs;
-use super::errors::{CliError, Result, Target, kube_error, root_cause};
+use super::errors::{CliError, Kind, Result, Target, kube_error, root_cause};
 
 /// The user agent of the CLI's requests.
 pub const USER_AGENT: &str = concat!("refill-cli/", env!("CARGO_PKG_VERSION"));
+
+/// A kind in Velero's namespace that the CLI reads by name or lists.
+pub trait Namespaced:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
 
 /// What every command that talks to the cluster needs.
 #[derive(Clone)]
@@ -47,6 +64,14 @@ impl Ctx {
         <K as Resource>::DynamicType: Default,
     {
         Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// One object of a kind in Velero's namespace, or the error saying why not.
+    pub async fn get<K: Namespaced>(&self, kind: Kind, name: &str) -> Result<K> {
+        self.api::<K>()
+            .get(name)
+            .await
+            .map_err(|e| self.error(&e, Target::one(kind, name, &self.namespace)))
     }
 
     /// Words a kube error about `target`.

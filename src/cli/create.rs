@@ -8,18 +8,17 @@ use crate::plan::spec_errors;
 use crate::validate::{self, ValidateError};
 
 use super::args::{CreateArgs, OutputFormat, WaitArgs};
-use super::client::Ctx;
+use super::client::{Ctx, Namespaced};
 use super::errors::{CliError, Kind, Result, Target, is_not_found, not_found, root_cause};
 use super::{dry_run, output, progress, spec, wait};
 
 pub async fn create(ctx: &Ctx, args: &CreateArgs) -> Result<()> {
-    let dr = spec::build(args, &ctx.namespace)
-        .map_err(|errors| CliError::new(bulleted("the restore request is not valid", &errors)))?;
+    let dr = spec::build(args, &ctx.namespace).map_err(|errors| not_valid("restore", &errors))?;
     let errors = spec_errors(&dr.spec);
     if !errors.is_empty() {
         return Err(refused(&dr, &errors));
     }
-    let mut warnings = check_source(ctx, &dr).await?;
+    let mut warnings = check_source(ctx, &dr.spec).await?;
     if args.dry_run {
         return dry_run::run(ctx, &dr, args.output).await;
     }
@@ -86,36 +85,44 @@ async fn follow(
 /// A read that fails otherwise (say, RBAC forbids it to this user) proves nothing about
 /// the request: it becomes a warning, and the controller, which reads with its own
 /// rights, decides.
-async fn check_source(ctx: &Ctx, dr: &DataRestore) -> Result<Vec<String>> {
-    let ns = ctx.namespace.as_str();
+pub async fn check_source(ctx: &Ctx, spec: &DataRestoreSpec) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
-    if let Some(backup) = &dr.spec.backup_name {
-        let target = Target::one(Kind::Backup, backup, ns);
-        match ctx.api::<Backup>().get(backup).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {
-                return Err(CliError::new(format!(
-                    "--from-backup: {}",
-                    not_found(target)
-                )));
-            }
-            Err(e) => warnings.push(unchecked(ctx, &e)?),
-        }
+    if let Some(backup) = &spec.backup_name {
+        check_exists::<Backup>(ctx, Kind::Backup, backup, "--from-backup", &mut warnings).await?;
     }
-    if let Some(schedule) = &dr.spec.schedule_name {
-        let target = Target::one(Kind::Schedule, schedule, ns);
-        match ctx.api::<Schedule>().get(schedule).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {
-                return Err(CliError::new(format!(
-                    "--from-schedule: {}",
-                    not_found(target)
-                )));
-            }
-            Err(e) => warnings.push(unchecked(ctx, &e)?),
-        }
+    if let Some(schedule) = &spec.schedule_name {
+        check_exists::<Schedule>(
+            ctx,
+            Kind::Schedule,
+            schedule,
+            "--from-schedule",
+            &mut warnings,
+        )
+        .await?;
     }
     Ok(warnings)
+}
+
+/// The object `flag` names must exist in Velero's namespace: an error naming the flag
+/// if it does not, a warning in `warnings` if it could not be read.
+pub async fn check_exists<K: Namespaced>(
+    ctx: &Ctx,
+    kind: Kind,
+    name: &str,
+    flag: &str,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    match ctx.api::<K>().get(name).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Err(CliError::new(format!(
+            "{flag}: {}",
+            not_found(Target::one(kind, name, &ctx.namespace))
+        ))),
+        Err(e) => {
+            warnings.push(unchecked(ctx, &e)?);
+            Ok(())
+        }
+    }
 }
 
 /// Runs the controller's own validation before anything is written. A request it
@@ -256,6 +263,14 @@ pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
         text = text.replace(field.as_str(), flag);
     }
     text.replace("spec.selector", "--selector")
+}
+
+/// The error for flags that make no valid `what`, each mistake naming its flag.
+pub fn not_valid(what: &str, errors: &[String]) -> CliError {
+    CliError::new(bulleted(
+        &format!("the {what} request is not valid"),
+        errors,
+    ))
 }
 
 /// `title: only` for one item, a bulleted list for several.

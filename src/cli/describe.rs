@@ -21,12 +21,7 @@ const RECENT_EVENTS: usize = 20;
 
 pub async fn describe(ctx: &Ctx, args: &DescribeArgs) -> Result<()> {
     let name = &args.name;
-    let target = Target::one(Kind::DataRestore, name, &ctx.namespace);
-    let dr = ctx
-        .api::<DataRestore>()
-        .get(name)
-        .await
-        .map_err(|e| ctx.error(&e, target))?;
+    let dr: DataRestore = ctx.get(Kind::DataRestore, name).await?;
     if let Some(format) = args.output {
         print!("{}", output::render(&dr, format)?);
         return Ok(());
@@ -78,8 +73,8 @@ pub fn render(
 ) -> String {
     let details = plugin_restores.is_some();
     let status = dr.status.clone().unwrap_or_default();
-    let mut head = Table::new(&["", ""]);
-    let mut field = |k: &str, v: String| head.row(vec![format!("{k}:"), v]);
+    let mut head = Vec::new();
+    let mut field = |k: &'static str, v: String| head.push((k, v));
     field("Name", dr.name_any());
     field("Namespace", dr.namespace().unwrap_or_default());
     let mut backup = backup_of(dr);
@@ -116,13 +111,7 @@ pub fn render(
             "yes: the controller is rolling back before it goes".into(),
         );
     }
-    // Skip the empty header line of the key/value table.
-    let mut out: String = head
-        .render("")
-        .lines()
-        .skip(1)
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let mut out = format::fields(head);
 
     out += "\nVolumes:\n";
     if status.volumes.is_empty() {
@@ -197,21 +186,7 @@ pub fn render(
             out += &format!("  {line}\n");
         }
         out += "\nConditions:\n";
-        if status.conditions.is_empty() {
-            out += "  none\n";
-        } else {
-            let mut table = Table::new(&["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]);
-            for c in &status.conditions {
-                table.row(vec![
-                    c.type_.clone(),
-                    c.status.clone(),
-                    or_dash(Some(&c.reason)),
-                    age(Some(&c.last_transition_time), now),
-                    or_dash(Some(&c.message)),
-                ]);
-            }
-            out += &table.render("  ");
-        }
+        out += &format::conditions_table(&status.conditions, now);
         out += "\nVolume plugin restores:\n";
         match plugin_restores {
             Some(list) if !list.is_empty() => {
@@ -294,10 +269,7 @@ mod tests {
         ConsumerKind, ConsumerRecord, ConsumerState, DataRestoreSpec, DataRestoreStatus, Phase,
         VolumePhase, VolumeStatus,
     };
-
-    fn at(s: &str) -> Time {
-        Time(s.parse().unwrap())
-    }
+    use crate::cli::format::at;
 
     fn sample() -> DataRestore {
         let mut dr = DataRestore::new(

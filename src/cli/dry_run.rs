@@ -8,25 +8,14 @@ use crate::plan::{Placement, Plan};
 use crate::validate::{self, ValidateError};
 
 use super::args::OutputFormat;
-use super::client::Ctx;
+use super::client::{Ctx, Namespaced};
 use super::create::refused;
-use super::errors::{CliError, Kind, Result, Target, is_not_found};
+use super::errors::{Kind, Result, Target, already_exists, is_not_found};
 use super::format::{Table, bytes, gitops_table, or_dash};
 use super::output;
 
 pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> Result<()> {
-    let name = dr.name_any();
-    let target = Target::one(Kind::DataRestore, &name, &ctx.namespace);
-    match ctx.api::<DataRestore>().get(&name).await {
-        Ok(_) => {
-            return Err(CliError::new(format!(
-                "restore \"{name}\" already exists in namespace \"{}\"; pick another name, or delete it first with: refill restore delete {name}",
-                ctx.namespace
-            )));
-        }
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => return Err(ctx.error(&e, target)),
-    }
+    name_is_free::<DataRestore>(ctx, Kind::DataRestore, &dr.name_any()).await?;
     let plan = validate::plan(Reads::api(&ctx.client), dr)
         .await
         .map_err(|e| match e {
@@ -43,6 +32,16 @@ pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> R
         None => print!("{}", render(dr, &plan)),
     }
     Ok(())
+}
+
+/// A dry run of a create whose name is taken fails as the create would.
+pub async fn name_is_free<K: Namespaced>(ctx: &Ctx, kind: Kind, name: &str) -> Result<()> {
+    let target = Target::one(kind, name, &ctx.namespace);
+    match ctx.api::<K>().get(name).await {
+        Ok(_) => Err(already_exists(target)),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(ctx.error(&e, target)),
+    }
 }
 
 /// Where the stand-in pod may run, in words.

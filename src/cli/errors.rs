@@ -53,6 +53,7 @@ pub type Result<T, E = CliError> = std::result::Result<T, E>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     DataRestore,
+    DataRestoreSchedule,
     VolumePluginRestore,
     Backup,
     Schedule,
@@ -67,6 +68,7 @@ impl Kind {
     pub fn noun(self) -> &'static str {
         match self {
             Kind::DataRestore => "restore",
+            Kind::DataRestoreSchedule => "restore schedule",
             Kind::VolumePluginRestore => "volume plugin restore",
             Kind::Backup => "backup",
             Kind::Schedule => "schedule",
@@ -76,10 +78,20 @@ impl Kind {
         }
     }
 
+    /// The `refill` subcommand for this kind, for those refill creates.
+    pub fn verb(self) -> Option<&'static str> {
+        match self {
+            Kind::DataRestore => Some("restore"),
+            Kind::DataRestoreSchedule => Some("schedule"),
+            _ => None,
+        }
+    }
+
     /// What to run to find the existing objects of this kind.
     fn list_hint(self) -> Option<&'static str> {
         match self {
             Kind::DataRestore => Some("list restores with: refill restore get"),
+            Kind::DataRestoreSchedule => Some("list restore schedules with: refill schedule get"),
             Kind::Backup => Some("list backups with: refill backup get"),
             Kind::Schedule => {
                 Some("list schedules with: kubectl get schedules.velero.io -n <namespace>")
@@ -91,7 +103,7 @@ impl Kind {
     /// Why the API may not know the kind at all.
     fn missing_kind_hint(self) -> &'static str {
         match self {
-            Kind::DataRestore | Kind::VolumePluginRestore => {
+            Kind::DataRestore | Kind::DataRestoreSchedule | Kind::VolumePluginRestore => {
                 "refill's CustomResourceDefinitions are not installed; install them with: refill crds | kubectl apply -f -"
             }
             Kind::Backup | Kind::Schedule | Kind::PodVolumeBackup => {
@@ -149,6 +161,21 @@ pub fn not_found(target: Target<'_>) -> CliError {
     CliError::new(message)
 }
 
+/// `kind "name" already exists in namespace "ns"; <how to make room>`.
+pub fn already_exists(target: Target<'_>) -> CliError {
+    let name = target.name.unwrap_or_default();
+    let mut message = format!(
+        "{} \"{name}\" already exists in namespace \"{}\"",
+        target.kind.noun(),
+        target.namespace
+    );
+    if let Some(verb) = target.kind.verb() {
+        message +=
+            &format!("; pick another name, or delete it first with: refill {verb} delete {name}");
+    }
+    CliError::new(message)
+}
+
 /// Turns a kube error into a sentence about `target`; `server` is the API's URL.
 pub fn kube_error(err: &kube::Error, target: Target<'_>, server: &str) -> CliError {
     match err {
@@ -177,16 +204,7 @@ fn api_status(status: &kube::core::Status, target: Target<'_>, server: &str) -> 
             "the cluster at {server} does not know the {noun} kind: {}",
             target.kind.missing_kind_hint()
         )),
-        409 if status.reason == "AlreadyExists" => {
-            let name = target.name.unwrap_or_default();
-            let mut message = format!("{noun} \"{name}\" already exists in namespace \"{ns}\"");
-            if target.kind == Kind::DataRestore {
-                message += &format!(
-                    "; pick another name, or delete it first with: refill restore delete {name}"
-                );
-            }
-            CliError::new(message)
-        }
+        409 if status.reason == "AlreadyExists" => already_exists(target),
         403 => CliError::new(format!(
             "permission denied: {}; ask for access to {noun}s in namespace \"{ns}\", or use another --context",
             status.message
@@ -291,6 +309,21 @@ mod tests {
         assert_eq!(
             e.message,
             "restore \"r\" already exists in namespace \"velero\"; pick another name, or delete it first with: refill restore delete r"
+        );
+        let err = status(
+            409,
+            "AlreadyExists",
+            "datarestoreschedules.refill.dev \"s\" already exists",
+            "s",
+        );
+        let e = kube_error(
+            &err,
+            Target::one(Kind::DataRestoreSchedule, "s", "velero"),
+            SERVER,
+        );
+        assert_eq!(
+            e.message,
+            "restore schedule \"s\" already exists in namespace \"velero\"; pick another name, or delete it first with: refill schedule delete s"
         );
         let err = status(
             403,

@@ -1,6 +1,6 @@
 //! Pure formatting: sizes, ages, durations and plain-text tables.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 /// Bytes with binary units and one decimal: `512 B`, `1.2 MiB`, `3.0 GiB`.
@@ -93,12 +93,68 @@ pub fn when(time: Option<&Time>, now: Timestamp) -> String {
     }
 }
 
+/// How long until a time to come: `in 5h`; `due` once it has passed; `-` when unset.
+pub fn from_now(time: Option<&Time>, now: Timestamp) -> String {
+    match time {
+        Some(t) if t.0 > now => format!("in {}", human_duration(t.0.as_second() - now.as_second())),
+        Some(_) => "due".into(),
+        None => "-".into(),
+    }
+}
+
+/// `in 5h (2026-01-02T15:00:00Z)`, or `-` when unset.
+pub fn when_next(time: Option<&Time>, now: Timestamp) -> String {
+    match time {
+        Some(t) => format!("{} ({})", from_now(Some(t), now), t.0),
+        None => "-".into(),
+    }
+}
+
+/// `Key:   value` lines, the values aligned, as a describe starts.
+pub fn fields(rows: Vec<(&str, String)>) -> String {
+    let mut table = Table::new(&["", ""]);
+    for (key, value) in rows {
+        table.row(vec![format!("{key}:"), value]);
+    }
+    // Skip the empty header line.
+    table
+        .render("")
+        .lines()
+        .skip(1)
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// kstatus conditions as an indented table, or `none`.
+pub fn conditions_table(conditions: &[Condition], now: Timestamp) -> String {
+    if conditions.is_empty() {
+        return "  none\n".into();
+    }
+    let mut table = Table::new(&["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]);
+    for c in conditions {
+        table.row(vec![
+            c.type_.clone(),
+            c.status.clone(),
+            or_dash(Some(&c.reason)),
+            age(Some(&c.last_transition_time), now),
+            or_dash(Some(&c.message)),
+        ]);
+    }
+    table.render("  ")
+}
+
 /// `s` unless empty, else `-`, as kubectl fills empty cells.
 pub fn or_dash(s: Option<&str>) -> String {
     match s {
         Some(s) if !s.is_empty() => s.to_string(),
         _ => "-".into(),
     }
+}
+
+/// A time written as RFC 3339, for tests.
+#[cfg(test)]
+pub fn at(s: &str) -> Time {
+    Time(s.parse().unwrap())
 }
 
 /// A plain-text table in kubectl's style: upper-case headers, columns three spaces
@@ -209,6 +265,19 @@ mod tests {
         assert_eq!(when(Some(&t), now), "5h ago (2026-01-02T05:00:00Z)");
         let later = Time("2026-01-02T05:01:30Z".parse().unwrap());
         assert_eq!(between(Some(&t), Some(&later)).as_deref(), Some("90s"));
+        let next = Time("2026-01-02T15:00:00Z".parse().unwrap());
+        assert_eq!(from_now(Some(&next), now), "in 5h");
+        assert_eq!(from_now(Some(&t), now), "due");
+        assert_eq!(from_now(None, now), "-");
+        assert_eq!(when_next(Some(&next), now), "in 5h (2026-01-02T15:00:00Z)");
+    }
+
+    #[test]
+    fn fields_align_their_values() {
+        assert_eq!(
+            fields(vec![("Name", "a".into()), ("Last backup", "-".into())]),
+            "Name:          a\nLast backup:   -\n"
+        );
     }
 
     #[test]

@@ -6,33 +6,51 @@ use kube::api::ListParams;
 
 use crate::api::{DataRestore, VolumePhase};
 
-use super::args::GetArgs;
-use super::client::Ctx;
+use super::args::{GetArgs, OutputFormat};
+use super::client::{Ctx, Namespaced};
 use super::errors::{Kind, Result, Target};
 use super::format::{Table, age};
 use super::output;
 
 pub async fn get(ctx: &Ctx, args: &GetArgs) -> Result<()> {
-    let api = ctx.api::<DataRestore>();
-    let items = match &args.name {
+    show(
+        ctx,
+        Kind::DataRestore,
+        args.name.as_deref(),
+        args.output,
+        table,
+    )
+    .await
+}
+
+/// `get [NAME]` of a kind in Velero's namespace: one object or all of them, newest
+/// first, as `table` renders them or as YAML/JSON.
+pub async fn show<K: Namespaced + serde::Serialize>(
+    ctx: &Ctx,
+    kind: Kind,
+    name: Option<&str>,
+    format: Option<OutputFormat>,
+    table: fn(&[K], Timestamp) -> String,
+) -> Result<()> {
+    let api = ctx.api::<K>();
+    let items = match name {
         Some(name) => {
-            let target = Target::one(Kind::DataRestore, name, &ctx.namespace);
-            let dr = api.get(name).await.map_err(|e| ctx.error(&e, target))?;
-            if let Some(format) = args.output {
-                print!("{}", output::render(&dr, format)?);
+            let object: K = ctx.get(kind, name).await?;
+            if let Some(format) = format {
+                print!("{}", output::render(&object, format)?);
                 return Ok(());
             }
-            vec![dr]
+            vec![object]
         }
         None => {
-            let target = Target::all(Kind::DataRestore, &ctx.namespace);
+            let target = Target::all(kind, &ctx.namespace);
             let mut items = api
                 .list(&ListParams::default())
                 .await
                 .map_err(|e| ctx.error(&e, target))?
                 .items;
             newest_first(&mut items);
-            if let Some(format) = args.output {
+            if let Some(format) = format {
                 print!("{}", output::render(&output::list(&items), format)?);
                 return Ok(());
             }
@@ -40,7 +58,11 @@ pub async fn get(ctx: &Ctx, args: &GetArgs) -> Result<()> {
         }
     };
     if items.is_empty() {
-        eprintln!("No restores found in namespace \"{}\".", ctx.namespace);
+        eprintln!(
+            "No {}s found in namespace \"{}\".",
+            kind.noun(),
+            ctx.namespace
+        );
     } else {
         print!("{}", table(&items, Timestamp::now()));
     }
@@ -115,11 +137,7 @@ pub fn table(items: &[DataRestore], now: Timestamp) -> String {
 mod tests {
     use super::*;
     use crate::api::{DataRestoreSpec, DataRestoreStatus, Phase, VolumeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    fn at(s: &str) -> Time {
-        Time(s.parse().unwrap())
-    }
+    use crate::cli::format::at;
 
     #[test]
     fn table_shows_backup_phase_and_volume_counts() {

@@ -1,5 +1,6 @@
 //! The `refill` command line, apart from `crds` and `controller`: creating, following,
-//! listing and describing DataRestores, and looking into Velero backups.
+//! listing and describing DataRestores and DataRestoreSchedules, and looking into
+//! Velero backups.
 //!
 //! Exit codes (also in `refill --help`):
 //!
@@ -27,13 +28,14 @@ mod format;
 mod get;
 mod output;
 mod progress;
+mod schedule;
 mod selector;
 mod spec;
 mod wait;
 
 use std::io::Write;
 
-pub use args::{AFTER_HELP, BackupCommand, GlobalArgs, RestoreCommand};
+pub use args::{AFTER_HELP, BackupCommand, GlobalArgs, RestoreCommand, ScheduleCommand};
 pub use errors::{CliError, EXIT_ERROR, EXIT_OK};
 
 pub use client::USER_AGENT;
@@ -42,27 +44,35 @@ use client::Ctx;
 
 /// Runs `refill restore ...`; returns the exit code.
 pub async fn restore(global: &GlobalArgs, command: RestoreCommand) -> u8 {
-    report(
-        async {
-            let ctx = Ctx::connect(global).await?;
-            match &command {
-                RestoreCommand::Create(args) => create::create(&ctx, args).await,
-                RestoreCommand::Get(args) => get::get(&ctx, args).await,
-                RestoreCommand::Describe(args) => describe::describe(&ctx, args).await,
-                RestoreCommand::Wait(args) => create::wait(&ctx, args).await,
-                RestoreCommand::Delete(args) => delete::delete(&ctx, args).await,
-            }
-        }
-        .await,
-    )
+    connected(global, async |ctx| match &command {
+        RestoreCommand::Create(args) => create::create(ctx, args).await,
+        RestoreCommand::Get(args) => get::get(ctx, args).await,
+        RestoreCommand::Describe(args) => describe::describe(ctx, args).await,
+        RestoreCommand::Wait(args) => create::wait(ctx, args).await,
+        RestoreCommand::Delete(args) => delete::delete(ctx, args).await,
+    })
+    .await
+}
+
+/// Runs `refill schedule ...`; returns the exit code.
+pub async fn schedule(global: &GlobalArgs, command: ScheduleCommand) -> u8 {
+    connected(global, async |ctx| schedule::run(ctx, &command).await).await
 }
 
 /// Runs `refill backup ...`; returns the exit code.
 pub async fn backup(global: &GlobalArgs, command: BackupCommand) -> u8 {
+    connected(global, async |ctx| backup::run(ctx, &command).await).await
+}
+
+/// Connects to the cluster, runs `command`, and gives its exit code.
+async fn connected(
+    global: &GlobalArgs,
+    command: impl AsyncFnOnce(&Ctx) -> Result<(), CliError>,
+) -> u8 {
     report(
         async {
             let ctx = Ctx::connect(global).await?;
-            backup::run(&ctx, &command).await
+            command(&ctx).await
         }
         .await,
     )

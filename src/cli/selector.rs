@@ -40,6 +40,27 @@ pub fn parse(text: &str) -> Result<LabelSelector, String> {
     })
 }
 
+/// A selector written back as `parse` reads it: `app=db,tier in (a,b),!skip`.
+pub fn text(selector: &LabelSelector) -> String {
+    let mut parts: Vec<String> = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for e in selector.match_expressions.iter().flatten() {
+        let values = e.values.clone().unwrap_or_default().join(",");
+        parts.push(match e.operator.as_str() {
+            "In" => format!("{} in ({values})", e.key),
+            "NotIn" => format!("{} notin ({values})", e.key),
+            "Exists" => e.key.clone(),
+            "DoesNotExist" => format!("!{}", e.key),
+            other => format!("{} {other} ({values})", e.key),
+        });
+    }
+    parts.join(",")
+}
+
 enum Requirement {
     Equals(String, String),
     Expression(LabelSelectorRequirement),
@@ -232,6 +253,12 @@ mod tests {
                 ("app".into(), "NotIn".into(), s(&["old"])),
             ]
         );
+    }
+
+    #[test]
+    fn a_selector_is_written_back_as_it_is_read() {
+        let written = "app=db,tier in (a,b),env notin (dev),ready,!skip";
+        assert_eq!(text(&parse(written).unwrap()), written);
     }
 
     #[test]

@@ -1,17 +1,60 @@
-//! Turning `restore create` flags into a DataRestore, checking each on the way.
+//! Turning `restore create` and `schedule create` flags into a DataRestore or a
+//! DataRestoreSchedule, checking each on the way.
 
 use std::collections::BTreeMap;
 
 use kube::api::ObjectMeta;
 
-use crate::api::{DataRestore, DataRestoreSpec, GitOpsSpec, PathRestore, RestoreHelperOverrides};
+use crate::api::{
+    DataRestore, DataRestoreSchedule, DataRestoreScheduleSpec, DataRestoreSpec, GitOpsSpec,
+    PathRestore, RestoreHelperOverrides,
+};
 use crate::plan::parse_pvc_key;
 
-use super::args::CreateArgs;
+use super::args::{CreateArgs, RestoreArgs, ScheduleCreateArgs, SourceArgs};
 use super::selector;
 
 /// The DataRestore the flags describe, or every mistake found in them.
 pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<String>> {
+    let spec = restore_spec(&args.source, &args.restore)?;
+    let mut dr = DataRestore::new(&args.name, spec);
+    dr.metadata = metadata(&args.name, namespace);
+    Ok(dr)
+}
+
+/// The DataRestoreSchedule the flags describe, or every mistake found in the
+/// template's flags (the schedule's own are for the controller's checks).
+pub fn build_schedule(
+    args: &ScheduleCreateArgs,
+    namespace: &str,
+) -> Result<DataRestoreSchedule, Vec<String>> {
+    let spec = DataRestoreScheduleSpec {
+        template: restore_spec(&args.source, &args.restore)?,
+        velero_schedule: args.follow_schedule.clone(),
+        cron: args.cron.clone(),
+        paused: args.paused,
+        successful_history_limit: args.keep_completed,
+        failed_history_limit: args.keep_failed,
+    };
+    let mut schedule = DataRestoreSchedule::new(&args.name, spec);
+    schedule.metadata = metadata(&args.name, namespace);
+    Ok(schedule)
+}
+
+fn metadata(name: &str, namespace: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A DataRestore's spec from the flags that make one: what `restore create` creates
+/// and what a schedule's runs are made from.
+pub fn restore_spec(
+    source: &SourceArgs,
+    args: &RestoreArgs,
+) -> Result<DataRestoreSpec, Vec<String>> {
     let mut errors = Vec::new();
 
     for pvc in &args.pvcs {
@@ -44,9 +87,9 @@ pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<Stri
         return Err(errors);
     }
 
-    let spec = DataRestoreSpec {
-        backup_name: args.from_backup.clone(),
-        schedule_name: args.from_schedule.clone(),
+    Ok(DataRestoreSpec {
+        backup_name: source.from_backup.clone(),
+        schedule_name: source.from_schedule.clone(),
         included_namespaces,
         pvcs: dedup(&args.pvcs),
         selector,
@@ -75,19 +118,12 @@ pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<Stri
             }),
         stand_in_image: args.stand_in_image.clone(),
         cancel: false,
-    };
-    let mut dr = DataRestore::new(&args.name, spec);
-    dr.metadata = ObjectMeta {
-        name: Some(args.name.clone()),
-        namespace: Some(namespace.to_string()),
-        ..ObjectMeta::default()
-    };
-    Ok(dr)
+    })
 }
 
 /// spec.gitOps from the flags; None when none is given, so the spec says only what
 /// was asked.
-fn git_ops(args: &CreateArgs) -> Option<GitOpsSpec> {
+fn git_ops(args: &RestoreArgs) -> Option<GitOpsSpec> {
     if args.gitops.is_none()
         && args.argocd_namespace.is_none()
         && args.argocd_instance_label.is_none()
@@ -161,28 +197,11 @@ mod tests {
     fn args() -> CreateArgs {
         CreateArgs {
             name: "r1".into(),
-            from_backup: Some("nightly".into()),
-            from_schedule: None,
-            include_namespaces: vec![],
-            pvcs: vec![],
-            selector: None,
-            candidate_nodes: vec![],
-            target: None,
-            switch_workloads: false,
-            paths: vec![],
-            exclude: vec![],
-            gitops: None,
-            argocd_namespace: None,
-            argocd_instance_label: None,
-            mirror: false,
-            consumers: None,
-            acknowledge_running_consumers: false,
-            on_failure: None,
-            parallel: None,
-            timeout: None,
-            volume_timeout: None,
-            restore_helper_image: None,
-            stand_in_image: None,
+            source: SourceArgs {
+                from_backup: Some("nightly".into()),
+                from_schedule: None,
+            },
+            restore: RestoreArgs::default(),
             wait: false,
             dry_run: false,
             output: None,
@@ -192,25 +211,44 @@ mod tests {
         }
     }
 
+    fn schedule_args() -> ScheduleCreateArgs {
+        ScheduleCreateArgs {
+            name: "standby".into(),
+            follow_schedule: Some("nightly".into()),
+            cron: None,
+            paused: false,
+            keep_completed: None,
+            keep_failed: None,
+            source: SourceArgs::default(),
+            restore: RestoreArgs {
+                pvcs: vec!["shop/data-0".into()],
+                ..RestoreArgs::default()
+            },
+            dry_run: false,
+            output: None,
+        }
+    }
+
     #[test]
     fn flags_fill_the_spec() {
         let mut a = args();
-        a.pvcs = vec![
+        let r = &mut a.restore;
+        r.pvcs = vec![
             "shop/data-0".into(),
             "shop/data-0".into(),
             "shop/data-1".into(),
         ];
-        a.include_namespaces = vec!["a".into(), " b".into(), "".into()];
-        a.selector = Some("app=db".into());
-        a.candidate_nodes = vec![
+        r.include_namespaces = vec!["a".into(), " b".into(), "".into()];
+        r.selector = Some("app=db".into());
+        r.candidate_nodes = vec![
             "shop/data-0=node-a,node-b".into(),
             "shop/data-0=node-c".into(),
         ];
-        a.consumers = Some(ConsumersArg::Detach);
-        a.on_failure = Some(OnFailureArg::KeepStopped);
-        a.parallel = Some(2);
-        a.timeout = Some("2h".into());
-        a.restore_helper_image = Some("velero/velero:v1.17".into());
+        r.consumers = Some(ConsumersArg::Detach);
+        r.on_failure = Some(OnFailureArg::KeepStopped);
+        r.parallel = Some(2);
+        r.timeout = Some("2h".into());
+        r.restore_helper_image = Some("velero/velero:v1.17".into());
         let dr = build(&a, "velero").unwrap();
         assert_eq!(dr.metadata.name.as_deref(), Some("r1"));
         assert_eq!(dr.metadata.namespace.as_deref(), Some("velero"));
@@ -244,9 +282,9 @@ mod tests {
     #[test]
     fn every_mistake_is_reported() {
         let mut a = args();
-        a.pvcs = vec!["no-namespace".into()];
-        a.selector = Some("a in (".into());
-        a.candidate_nodes = vec!["shop/data-0".into(), "shop/data-1=".into()];
+        a.restore.pvcs = vec!["no-namespace".into()];
+        a.restore.selector = Some("a in (".into());
+        a.restore.candidate_nodes = vec!["shop/data-0".into(), "shop/data-1=".into()];
         let errors = build(&a, "velero").unwrap_err();
         assert_eq!(errors.len(), 4, "{errors:#?}");
         assert!(
@@ -261,5 +299,45 @@ mod tests {
             errors[2]
         );
         assert!(errors[3].contains("names no node"), "{}", errors[3]);
+    }
+
+    #[test]
+    fn schedule_flags_fill_the_schedule_and_its_template() {
+        let mut a = schedule_args();
+        a.cron = Some("0 3 * * *".into());
+        a.paused = true;
+        a.keep_completed = Some(5);
+        a.keep_failed = Some(1);
+        a.restore.consumers = Some(ConsumersArg::Detach);
+        let schedule = build_schedule(&a, "velero").unwrap();
+        assert_eq!(schedule.metadata.name.as_deref(), Some("standby"));
+        assert_eq!(schedule.metadata.namespace.as_deref(), Some("velero"));
+        let spec = schedule.spec;
+        assert_eq!(spec.velero_schedule.as_deref(), Some("nightly"));
+        assert_eq!(spec.cron.as_deref(), Some("0 3 * * *"));
+        assert!(spec.paused);
+        assert_eq!(spec.successful_history_limit, Some(5));
+        assert_eq!(spec.failed_history_limit, Some(1));
+        assert_eq!(spec.template.pvcs, vec!["shop/data-0"]);
+        assert_eq!(spec.template.consumers, ConsumerPolicy::Detach);
+        assert!(spec.template.backup_name.is_none() && spec.template.schedule_name.is_none());
+        assert!(crate::controller::schedule_spec_errors(&spec).is_empty());
+    }
+
+    #[test]
+    fn a_schedule_template_is_built_as_a_restore_is() {
+        let mut a = schedule_args();
+        a.source.from_backup = Some("nightly".into());
+        let mut r = args();
+        r.restore = a.restore.clone();
+        let template = build_schedule(&a, "velero").unwrap().spec.template;
+        let restore = build(&r, "velero").unwrap().spec;
+        assert_eq!(
+            serde_json::to_value(&template).unwrap(),
+            serde_json::to_value(&restore).unwrap()
+        );
+        a.restore.selector = Some("a in (".into());
+        let errors = build_schedule(&a, "velero").unwrap_err();
+        assert!(errors[0].starts_with("--selector:"), "{errors:?}");
     }
 }
