@@ -503,3 +503,56 @@ async fn the_readme_standby_section_refreshes_a_flux_app_from_a_new_backup() -> 
     })
     .await
 }
+
+#[tokio::test]
+async fn a_cancel_or_a_delete_while_paused_puts_the_kustomization_back() -> Result<()> {
+    run_test("gitops-cancel", |env| async move {
+        let s = scene(env).await?;
+        let dir = s.volume("web", "node-a", &[("f", b"live")]).await?;
+        flux_app(&s, &[("web", 1)]).await?;
+        s.backup("b1", &[s.backed_up("web", "web-0", &[("f", b"old")])])
+            .await?;
+        // No node agent: each restore is held in Restoring, its Kustomization paused.
+        let _controller = s.controller().await?;
+        let restores: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
+        for (name, how) in [("canceled", "cancel"), ("deleted", "delete")] {
+            s.restore(name, s.spec("b1", &["web"])).await?;
+            wait_gitops(&s, name, GitOpsState::Paused).await?;
+            s.wait_volume(name, VolumePhase::Restoring).await?;
+            ensure!(kustomization(&s).await?.data["spec"]["suspend"] == true);
+            if how == "cancel" {
+                let cancel = json!({"spec": {"cancel": true}});
+                restores
+                    .patch(name, &PatchParams::default(), &Patch::Merge(cancel))
+                    .await?;
+                let dr = s.finished(name).await?;
+                ensure!(phase(&dr) == Phase::Canceled, "{:#?}", dr.status);
+                let status = dr.status.unwrap();
+                ensure!(
+                    status.git_ops[0].state == GitOpsState::Resumed,
+                    "{:#?}",
+                    status.git_ops
+                );
+            } else {
+                restores.delete(name, &Default::default()).await?;
+                wait_for(format!("{name} gone"), s.timeout, || async {
+                    Ok(restores.get_opt(name).await?.is_none().then_some(()))
+                })
+                .await?;
+            }
+            let back = kustomization(&s).await?;
+            ensure!(
+                back.data["spec"].get("suspend").is_none()
+                    && annotation(&back, PAUSED_BY).is_none(),
+                "after {how}: {:?} {:?}",
+                back.data["spec"],
+                back.metadata.annotations
+            );
+            ensure!(s.replicas("web").await? == (1, None), "after {how}");
+            s.ready_pods("web", 1).await?;
+        }
+        ensure!(fixture::read(&dir, "f")? == b"live", "nothing was written");
+        Ok(())
+    })
+    .await
+}

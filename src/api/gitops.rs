@@ -102,7 +102,10 @@ pub enum GitOpsState {
     #[default]
     Found,
     /// Recorded before the pause is applied: from then on the end of the restore looks
-    /// at the object and puts it back if refill's mark is on it.
+    /// at the object and puts it back if refill's mark is on it. It stays Pausing until
+    /// Flux shows it saw the suspension (status.observedGeneration), as a reconcile
+    /// already under way goes on applying; its consumers are stopped only then (or
+    /// after 30 s, with a message).
     Pausing,
     /// Suspended by this restore (and maybe others: see the `refill.dev/paused-by`
     /// annotation on it); its consumers may be stopped.

@@ -1,6 +1,9 @@
 //! Pausing the GitOps objects that manage a restore's consumers, and letting them go:
 //! thin API calls around the pure patches of [`crate::gitops::pause`].
 
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 
@@ -11,6 +14,9 @@ use super::concurrent::for_each_concurrently;
 use super::error::{Category, category_of, has_status};
 use super::status::now;
 use super::{Context, Result, reasons};
+
+/// How long consumers wait for a GitOps tool to show it saw its pause.
+const CONFIRM_LIMIT: Duration = Duration::from_secs(30);
 
 fn api(client: &Client, record: &GitOpsRecord) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -112,14 +118,14 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
         return not_paused(record, format!("{what} is gone: nothing to pause"));
     };
     let object = as_json(object);
-    let original = match pause::pause(record.kind, &object, uid) {
-        Pause::Held { original } => original,
+    let (original, object) = match pause::pause(record.kind, &object, uid) {
+        Pause::Held { original } => (original, object),
         Pause::Apply { patch, original } => {
             match api
                 .patch(&record.name, &PatchParams::default(), &Patch::Merge(patch))
                 .await
             {
-                Ok(_) => {}
+                Ok(patched) => (original, as_json(patched)),
                 Err(e) if has_status(&e, 404) => {
                     return not_paused(record, format!("{what} is gone: nothing to pause"));
                 }
@@ -135,14 +141,28 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
                 }
                 Err(e) => return Err(e.into()),
             }
-            original
         }
     };
-    record.state = GitOpsState::Paused;
     record.original = Some(original);
-    record.message = None;
-    record.paused_at.get_or_insert_with(now);
-    Ok(Some((false, format!("paused {what} for the restore"))))
+    let asked = record.paused_at.get_or_insert_with(now).0;
+    if pause::in_force(record.kind, &object) {
+        record.state = GitOpsState::Paused;
+        record.message = None;
+        return Ok(Some((false, format!("paused {what} for the restore"))));
+    }
+    // Its consumers wait (they stay Stopping) until the tool has seen the pause, for a
+    // bounded while: past it, a reconcile that scales one back up fails its volume.
+    let waited = Timestamp::now().as_second() - asked.as_second();
+    if waited >= CONFIRM_LIMIT.as_secs() as i64 {
+        record.state = GitOpsState::Paused;
+        let why = format!(
+            "{what} is suspended but did not show within {CONFIRM_LIMIT:?} that it saw the suspension (status.observedGeneration); going on"
+        );
+        record.message = Some(why.clone());
+        return Ok(Some((true, why)));
+    }
+    record.message = Some(format!("waiting for {what} to take the suspension in"));
+    Ok(None)
 }
 
 /// Lets go of every object this restore paused, once its consumers are back: the last

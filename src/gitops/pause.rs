@@ -91,6 +91,26 @@ fn paused(kind: GitOpsKind, object: &Value) -> bool {
     }
 }
 
+/// Whether the tool has taken the pause in: setting `spec.suspend` does not stop a
+/// reconciliation Flux is in the middle of, which may still apply the replica count
+/// the restore just took away. Flux handles one object at a time and, suspended,
+/// records the generation it saw: once `status.observedGeneration` reaches the
+/// generation of the suspended spec, nothing started before the pause is running.
+/// Argo CD gives no such sign: its pause counts at once.
+pub fn in_force(kind: GitOpsKind, object: &Value) -> bool {
+    if !paused(kind, object) {
+        return false;
+    }
+    match kind {
+        GitOpsKind::Kustomization | GitOpsKind::HelmRelease => {
+            let seen = object["status"]["observedGeneration"].as_i64();
+            let generation = object["metadata"]["generation"].as_i64();
+            matches!((seen, generation), (Some(seen), Some(generation)) if seen >= generation)
+        }
+        GitOpsKind::Application => true,
+    }
+}
+
 /// A merge patch that sets the setting to `value` (null removes it), with these
 /// annotations, conditional on the version read.
 fn patch(kind: GitOpsKind, object: &Value, value: Value, mut annotations: Value) -> Value {
@@ -294,6 +314,28 @@ mod tests {
         };
         assert_eq!(original, "null", "the first record stays");
         assert_eq!(merged(object, &patch)["spec"]["suspend"], true);
+    }
+
+    #[test]
+    fn a_suspension_counts_once_flux_has_seen_its_generation() {
+        let mut object = kustomization(Some(true), json!({}));
+        object["metadata"]["generation"] = json!(4);
+        assert!(
+            !in_force(GitOpsKind::Kustomization, &object),
+            "never reconciled"
+        );
+        object["status"]["observedGeneration"] = json!(3);
+        assert!(
+            !in_force(GitOpsKind::Kustomization, &object),
+            "a reconcile of the spec before the pause may still apply"
+        );
+        object["status"]["observedGeneration"] = json!(4);
+        assert!(in_force(GitOpsKind::Kustomization, &object));
+        object["spec"]["suspend"] = json!(false);
+        assert!(
+            !in_force(GitOpsKind::Kustomization, &object),
+            "not suspended"
+        );
     }
 
     #[test]
