@@ -675,3 +675,98 @@ async fn without_a_controller_wait_says_so_instead_of_hanging() -> Result<()> {
     })
     .await
 }
+
+#[tokio::test]
+async fn schedule_verbs_create_list_pause_and_delete_and_refuse_a_wrong_cron() -> Result<()> {
+    run_test("cli-schedule", |env| async move {
+        let s = scene(env).await?;
+        let env = &s.env;
+        let pvc = format!("{}/data", s.ns);
+        let schedules = env.api::<refill::api::DataRestoreSchedule>();
+
+        // A wrong cron is named by its flag, and nothing is created.
+        let run = refill(
+            env,
+            &[
+                "schedule",
+                "create",
+                "standby",
+                "--follow-schedule",
+                "nightly",
+                "--cron",
+                "61 * * * *",
+                "--pvc",
+                &pvc,
+            ],
+        )
+        .await?;
+        assert_eq!(run.code, 1, "{run:#?}");
+        assert!(run.stderr.contains("--cron"), "{}", run.stderr);
+        assert!(
+            schedules
+                .list(&ListParams::default())
+                .await?
+                .items
+                .is_empty()
+        );
+
+        // Velero's CRD wants a template the Rust type does not carry.
+        let velero_schedule: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "velero.io/v1", "kind": "Schedule",
+            "metadata": {"name": "nightly", "namespace": s.ns},
+            "spec": {"schedule": "0 2 * * *", "template": {"includedNamespaces": ["shop"]}},
+        }))?;
+        let resource = ApiResource::erase::<refill::api::Schedule>(&());
+        kube::Api::<kube::api::DynamicObject>::namespaced_with(s.client.clone(), &s.ns, &resource)
+            .create(&Default::default(), &velero_schedule)
+            .await?;
+        let run = refill(
+            env,
+            &[
+                "schedule",
+                "create",
+                "standby",
+                "--follow-schedule",
+                "nightly",
+                "--pvc",
+                &pvc,
+                "--paused",
+            ],
+        )
+        .await?
+        .ok()?;
+        assert!(run.stdout.contains("\"standby\" created"), "{}", run.stdout);
+        let made = schedules.get("standby").await?;
+        assert_eq!(made.spec.velero_schedule.as_deref(), Some("nightly"));
+        assert_eq!(made.spec.template.pvcs, [pvc.clone()]);
+        assert!(made.spec.paused);
+
+        let listed = refill(env, &["schedule", "get"]).await?.ok()?;
+        assert!(
+            listed.stdout.contains("standby") && listed.stdout.contains("nightly"),
+            "{}",
+            listed.stdout
+        );
+        refill(env, &["schedule", "unpause", "standby"])
+            .await?
+            .ok()?;
+        assert!(!schedules.get("standby").await?.spec.paused);
+        refill(env, &["schedule", "pause", "standby"]).await?.ok()?;
+        assert!(schedules.get("standby").await?.spec.paused);
+        let described = refill(env, &["schedule", "describe", "standby"])
+            .await?
+            .ok()?;
+        assert!(described.stdout.contains("nightly"), "{}", described.stdout);
+        refill(env, &["schedule", "delete", "standby"])
+            .await?
+            .ok()?;
+        wait_for("schedule standby deleted", TIMEOUT, || async {
+            Ok(schedules.get_opt("standby").await?.is_none().then_some(()))
+        })
+        .await?;
+        let missing = refill(env, &["schedule", "describe", "standby"]).await?;
+        assert_eq!(missing.code, 1, "{missing:#?}");
+        Ok(())
+    })
+    .await
+}
