@@ -738,7 +738,7 @@ async fn schedule_verbs_create_list_pause_and_delete_and_refuse_a_wrong_cron() -
         assert!(run.stdout.contains("\"standby\" created"), "{}", run.stdout);
         let made = schedules.get("standby").await?;
         assert_eq!(made.spec.velero_schedule.as_deref(), Some("nightly"));
-        assert_eq!(made.spec.template.pvcs, [pvc.clone()]);
+        assert_eq!(made.spec.template.pvcs, [pvc]);
         assert!(made.spec.paused);
 
         let listed = refill(env, &["schedule", "get"]).await?.ok()?;
