@@ -386,6 +386,21 @@ async fn an_argo_cd_application_is_paused_by_annotation_and_refuse_touches_nothi
         ensure!(before == after, "a refused restore changed {before:?} into {after:?}");
         ensure!(annotation(&applications(&s).get(APP).await?, ARGO_CD_SKIP_RECONCILE).is_none());
 
+        // The CLI's dry run names the Application it would pause, and changes nothing.
+        let pvc = format!("{}/web", s.ns);
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_refill"));
+        let args = ["restore", "create", "r1", "--from-backup", "b1", "--pvc", &pvc, "--dry-run"];
+        let dry = fixture::run_refill(bin, &s.env.cluster.kubeconfig, &s.ns, args)
+            .await?
+            .ok()?;
+        ensure!(
+            dry.stdout.contains("GitOps objects managing them (policy Pause):")
+                && dry.stdout.contains(&format!("Argo CD Application   {}/{APP}   to pause", s.ns)),
+            "{}",
+            dry.stdout
+        );
+        ensure!(versions_with_application(&s).await? == after, "the dry run changed something");
+
         let _agent = s.node_agent();
         s.restore("r1", s.spec("b1", &["web"])).await?;
         wait_gitops(&s, "r1", GitOpsState::Paused).await?;
