@@ -198,3 +198,62 @@ async fn a_paused_schedule_starts_nothing_and_a_wrong_one_says_which_field() -> 
     })
     .await
 }
+
+#[tokio::test]
+async fn a_cron_schedule_restores_its_templates_backup_at_the_next_minute() -> Result<()> {
+    run_test("drs-cron", |env| async move {
+        let s = scene(env).await?;
+        let dir = s.volume("data", "node-a", &[("f", b"stale")]).await?;
+        s.backup(
+            "golden",
+            &[s.backed_up("data", "web-0", &[("f", b"golden")])],
+        )
+        .await?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let schedule = DataRestoreSchedule::new(
+            "standby",
+            DataRestoreScheduleSpec {
+                template: s.spec("golden", &["data"]),
+                cron: Some("* * * * *".into()),
+                ..Default::default()
+            },
+        );
+        let schedules: Api<DataRestoreSchedule> = Api::namespaced(s.client.clone(), &s.ns);
+        schedules.create(&PostParams::default(), &schedule).await?;
+        let waiting =
+            schedule_until(&s, "the next run known", |st| st.next_run_time.is_some()).await?;
+        ensure!(
+            restores(&s).await?.is_empty(),
+            "no cron time has come yet: {waiting:#?}"
+        );
+
+        // The next whole minute starts one restore of the template's backup.
+        let api: Api<DataRestoreSchedule> = Api::namespaced(s.client.clone(), &s.ns);
+        let done = wait_for("a cron run completed", Duration::from_secs(120), || async {
+            let status = api.get("standby").await?.status.unwrap_or_default();
+            Ok((status.last_result == Some(Phase::Completed)).then_some(status))
+        })
+        .await?;
+        schedules
+            .patch(
+                "standby",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": true}})),
+            )
+            .await?;
+        ensure!(fixture::read(&dir, "f")? == b"golden");
+        let made = restores(&s).await?;
+        ensure!(made[0].spec.backup_name.as_deref() == Some("golden"));
+        let ran_at = done.last_cron_time.as_ref().expect("the cron time taken").0;
+        ensure!(ran_at.as_second() % 60 == 0, "a whole minute: {ran_at}");
+        ensure!(
+            done.next_run_time
+                .as_ref()
+                .is_some_and(|next| next.0 > ran_at),
+            "{done:#?}"
+        );
+        Ok(())
+    })
+    .await
+}
