@@ -250,14 +250,12 @@ pub async fn consumers_in(
         // Another restore's stand-in: the claim is being restored by it.
         if is_stand_in(pod) {
             let restore = stand_in_restore(pod).unwrap_or_else(|| "(unknown)".into());
-            push_refs(
-                &mut out,
-                namespace,
-                pod,
-                &mounted,
-                Owner::StandIn { restore },
-                None,
-            );
+            let found = Mounting {
+                owner: Owner::StandIn { restore },
+                replicas: None,
+                managed_by: Vec::new(),
+            };
+            push_refs(&mut out, namespace, pod, &mounted, found);
             continue;
         }
         let owner = walk_owners(reads, namespace, pod, &mut owner_cache).await?;
@@ -272,19 +270,18 @@ pub async fn consumers_in(
             }
             _ => None,
         };
-        // A bare pod is its own workload: the GitOps marks are on it.
+        // A bare pod is its own workload: the GitOps marks are on it. A workload's
+        // are on the workload, read below.
         let managed_by = match &owner {
             Owner::Known(ConsumerKind::Pod, _) => managers_of(&pod.metadata, git_ops),
             _ => Vec::new(),
         };
-        push_refs(&mut out, namespace, pod, &mounted, owner, replicas);
-        if !managed_by.is_empty() {
-            for refs in out.values_mut() {
-                for r in refs.iter_mut().filter(|r| r.pod == pod.metadata.name) {
-                    r.managed_by = managed_by.clone();
-                }
-            }
-        }
+        let found = Mounting {
+            owner,
+            replicas,
+            managed_by,
+        };
+        push_refs(&mut out, namespace, pod, &mounted, found);
     }
     // Workloads whose pod template mounts a claim are consumers too, with no pod running
     // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
@@ -383,8 +380,7 @@ fn push_refs(
     namespace: &str,
     pod: &Pod,
     mounted: &[&&str],
-    owner: Owner,
-    replicas: Option<i32>,
+    found: Mounting,
 ) {
     for claim in mounted {
         out.entry(format!("{namespace}/{claim}"))
@@ -393,12 +389,20 @@ fn push_refs(
                 namespace: namespace.to_string(),
                 pod: pod.metadata.name.clone(),
                 node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-                owner: owner.clone(),
-                replicas,
+                owner: found.owner.clone(),
+                replicas: found.replicas,
                 template: None,
-                managed_by: Vec::new(),
+                managed_by: found.managed_by.clone(),
             });
     }
+}
+
+/// What a pod mounting claims was found to be: whose it is, that owner's replica
+/// count, and the GitOps objects that manage it.
+struct Mounting {
+    owner: Owner,
+    replicas: Option<i32>,
+    managed_by: Vec<gitops::GitOpsRef>,
 }
 
 /// The kinds whose pod templates can mount a claim.
@@ -426,9 +430,7 @@ async fn workloads(
                 .into_iter()
                 .map(|obj| {
                     let name = obj.metadata.name.clone().unwrap_or_default();
-                    let mut json = obj.data;
-                    json["metadata"] = serde_json::to_value(&obj.metadata).unwrap_or_default();
-                    (kind, name, json)
+                    (kind, name, object_json(obj))
                 })
                 .collect::<Vec<_>>(),
         )
@@ -538,20 +540,23 @@ fn slim(kind: ConsumerKind, obj: DynamicObject, git_ops: &GitOpsSpec) -> serde_j
 
 /// The GitOps objects managing an object, from its metadata.
 fn managers_of(meta: &ObjectMeta, git_ops: &GitOpsSpec) -> Vec<gitops::GitOpsRef> {
-    let none = BTreeMap::new();
+    fn lookup<'a>(map: &'a Option<BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
+        map.as_ref()?.get(key).map(String::as_str)
+    }
     gitops::managers(
-        meta.labels.as_ref().unwrap_or(&none),
-        meta.annotations.as_ref().unwrap_or(&none),
+        |k| lookup(&meta.labels, k),
+        |k| lookup(&meta.annotations, k),
         git_ops,
     )
 }
 
 /// [`managers_of`], from metadata as JSON.
 fn managers_in_json(meta: &serde_json::Value, git_ops: &GitOpsSpec) -> Vec<gitops::GitOpsRef> {
-    let map = |v: &serde_json::Value| -> BTreeMap<String, String> {
-        serde_json::from_value(v.clone()).unwrap_or_default()
-    };
-    gitops::managers(&map(&meta["labels"]), &map(&meta["annotations"]), git_ops)
+    gitops::managers(
+        |k| meta["labels"][k].as_str(),
+        |k| meta["annotations"][k].as_str(),
+        git_ops,
+    )
 }
 
 /// Hands every object `api` lists (with these labels; "" for all) to `each`, a page at
@@ -577,6 +582,13 @@ where
             None => return Ok(()),
         }
     }
+}
+
+/// A dynamic object as one JSON value, metadata included, as pure decisions read it.
+pub fn object_json(object: DynamicObject) -> serde_json::Value {
+    let mut json = object.data;
+    json["metadata"] = serde_json::to_value(&object.metadata).unwrap_or_default();
+    json
 }
 
 /// Whether the pod is a stand-in of any restore.

@@ -533,6 +533,12 @@ impl ConsumerKind {
         kube::api::ApiResource::from_gvk(&gvk)
     }
 
+    /// `Deployment shop/web`: how a workload is named in messages and in
+    /// status.gitOps[].workloads, which links a GitOps object to the consumers it manages.
+    pub fn describe(self, namespace: &str, name: &str) -> String {
+        format!("{self:?} {namespace}/{name}")
+    }
+
     /// Stopped by scaling it to zero replicas.
     pub fn is_scalable(self) -> bool {
         matches!(

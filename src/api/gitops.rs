@@ -85,6 +85,11 @@ impl GitOpsKind {
         kube::api::ApiResource::from_gvk_with_plural(&gvk, plural)
     }
 
+    /// `Flux Kustomization flux-system/shop`, for messages.
+    pub fn describe(self, namespace: &str, name: &str) -> String {
+        format!("{} {namespace}/{name}", self.tool())
+    }
+
     /// The tool, for messages: `Flux Kustomization`.
     pub fn tool(self) -> &'static str {
         match self {
@@ -156,6 +161,6 @@ pub struct GitOpsRecord {
 impl GitOpsRecord {
     /// `Flux Kustomization flux-system/shop`, for messages.
     pub fn describe(&self) -> String {
-        format!("{} {}/{}", self.kind.tool(), self.namespace, self.name)
+        self.kind.describe(&self.namespace, &self.name)
     }
 }

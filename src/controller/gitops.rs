@@ -9,6 +9,7 @@ use kube::{Api, Client};
 
 use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, GitOpsRecord, GitOpsState};
 use crate::gitops::pause::{self, Pause, Release};
+use crate::observe::object_json;
 
 use super::concurrent::for_each_concurrently;
 use super::error::{Category, category_of, has_status};
@@ -24,13 +25,6 @@ fn api(client: &Client, record: &GitOpsRecord) -> Api<DynamicObject> {
         &record.namespace,
         &record.kind.api_resource(),
     )
-}
-
-/// The object as JSON, metadata included, as the pure patches read it.
-fn as_json(object: DynamicObject) -> serde_json::Value {
-    let mut json = object.data;
-    json["metadata"] = serde_json::to_value(&object.metadata).unwrap_or_default();
-    json
 }
 
 /// Records found but not yet acted on are marked Pausing before anything is written,
@@ -117,7 +111,7 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
     let Some(object) = api.get_opt(&record.name).await? else {
         return not_paused(record, format!("{what} is gone: nothing to pause"));
     };
-    let object = as_json(object);
+    let object = object_json(object);
     let (original, object) = match pause::pause(record.kind, &object, uid) {
         Pause::Held { original } => (original, object),
         Pause::Apply { patch, original } => {
@@ -125,7 +119,7 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
                 .patch(&record.name, &PatchParams::default(), &Patch::Merge(patch))
                 .await
             {
-                Ok(patched) => (original, as_json(patched)),
+                Ok(patched) => (original, object_json(patched)),
                 Err(e) if has_status(&e, 404) => {
                     return not_paused(record, format!("{what} is gone: nothing to pause"));
                 }
@@ -232,8 +226,8 @@ async fn release_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> R
         resumed(record, Some(format!("{what} is gone")));
         return Ok(None);
     };
-    let object = as_json(object);
-    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let object = object_json(object);
+    let at = Timestamp::now().to_string();
     let (patch, note) = match pause::release(record.kind, &object, uid, &at) {
         Release::NotHeld => {
             // A pause recorded (Pausing) that never applied: it ran all along.

@@ -6,8 +6,6 @@
 
 pub mod pause;
 
-use std::collections::BTreeMap;
-
 use crate::api::{GitOpsKind, GitOpsSpec};
 
 /// Label Flux's kustomize-controller puts on everything it applies: the
@@ -38,7 +36,7 @@ pub struct GitOpsRef {
 impl GitOpsRef {
     /// `Flux Kustomization flux-system/shop`, for messages.
     pub fn describe(&self) -> String {
-        format!("{} {}/{}", self.kind.tool(), self.namespace, self.name)
+        self.kind.describe(&self.namespace, &self.name)
     }
 }
 
@@ -55,10 +53,12 @@ pub fn is_tracking_key(key: &str, spec: &GitOpsSpec) -> bool {
     ) || spec.argo_cd_instance_label.as_deref() == Some(key)
 }
 
-/// The GitOps objects that manage an object with these labels and annotations.
-pub fn managers(
-    labels: &BTreeMap<String, String>,
-    annotations: &BTreeMap<String, String>,
+/// The GitOps objects that manage an object, given how to read one of its labels and
+/// one of its annotations: it is asked about every workload a restore starts with, so
+/// it looks up the few keys it needs rather than copying the object's metadata.
+pub fn managers<'a>(
+    label: impl Fn(&str) -> Option<&'a str>,
+    annotation: impl Fn(&str) -> Option<&'a str>,
     spec: &GitOpsSpec,
 ) -> Vec<GitOpsRef> {
     let mut found = Vec::new();
@@ -75,23 +75,19 @@ pub fn managers(
         ),
     ];
     for (kind, name_key, namespace_key) in flux {
-        if let (Some(name), Some(namespace)) = (labels.get(name_key), labels.get(namespace_key))
+        if let (Some(name), Some(namespace)) = (label(name_key), label(namespace_key))
             && !name.is_empty()
         {
             found.push(GitOpsRef {
                 kind,
-                namespace: namespace.clone(),
-                name: name.clone(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
             });
         }
     }
-    let application = annotations
-        .get(ARGO_CD_TRACKING_ID)
+    let application = annotation(ARGO_CD_TRACKING_ID)
         .and_then(|id| id.split_once(':').map(|(app, _)| app))
-        .or_else(|| {
-            let label = spec.argo_cd_instance_label.as_deref()?;
-            labels.get(label).map(String::as_str)
-        })
+        .or_else(|| label(spec.argo_cd_instance_label.as_deref()?))
         .filter(|app| !app.is_empty());
     if let Some(app) = application {
         let (namespace, name) = match app.split_once('_') {
@@ -110,6 +106,20 @@ pub fn managers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    /// [`managers`] of an object with these labels and annotations.
+    fn of(
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        spec: &GitOpsSpec,
+    ) -> Vec<GitOpsRef> {
+        managers(
+            |k| labels.get(k).map(String::as_str),
+            |k| annotations.get(k).map(String::as_str),
+            spec,
+        )
+    }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -135,23 +145,23 @@ mod tests {
             (KUSTOMIZATION_NAMESPACE, "flux-system"),
         ]);
         assert_eq!(
-            managers(&kustomized, &none, &spec),
+            of(&kustomized, &none, &spec),
             one(GitOpsKind::Kustomization, "flux-system", "shop")
         );
         let helm = map(&[(HELM_RELEASE_NAME, "db"), (HELM_RELEASE_NAMESPACE, "data")]);
         assert_eq!(
-            managers(&helm, &none, &spec),
+            of(&helm, &none, &spec),
             one(GitOpsKind::HelmRelease, "data", "db")
         );
         let tracked = map(&[(ARGO_CD_TRACKING_ID, "shop:apps/Deployment:shop/web")]);
         assert_eq!(
-            managers(&none, &tracked, &spec),
+            of(&none, &tracked, &spec),
             one(GitOpsKind::Application, "argocd", "shop"),
             "an Application without a namespace is in spec.gitOps.argoCDNamespace"
         );
         let any_namespace = map(&[(ARGO_CD_TRACKING_ID, "team-a_shop:apps/Deployment:shop/web")]);
         assert_eq!(
-            managers(&none, &any_namespace, &spec),
+            of(&none, &any_namespace, &spec),
             one(GitOpsKind::Application, "team-a", "shop")
         );
         let elsewhere = GitOpsSpec {
@@ -159,7 +169,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            managers(&none, &tracked, &elsewhere),
+            of(&none, &tracked, &elsewhere),
             one(GitOpsKind::Application, "gitops", "shop")
         );
     }
@@ -169,16 +179,16 @@ mod tests {
         let spec = GitOpsSpec::default();
         let none = BTreeMap::new();
         let half = map(&[(KUSTOMIZATION_NAME, "shop")]);
-        assert!(managers(&half, &none, &spec).is_empty());
+        assert!(of(&half, &none, &spec).is_empty());
         // Helm charts set it whether or not Argo CD is there.
         let instance = map(&[("app.kubernetes.io/instance", "shop")]);
-        assert!(managers(&instance, &none, &spec).is_empty());
+        assert!(of(&instance, &none, &spec).is_empty());
         let label_tracking = GitOpsSpec {
             argo_cd_instance_label: Some("app.kubernetes.io/instance".into()),
             ..Default::default()
         };
         assert_eq!(
-            managers(&instance, &none, &label_tracking),
+            of(&instance, &none, &label_tracking),
             one(GitOpsKind::Application, "argocd", "shop")
         );
         assert!(is_tracking_key(

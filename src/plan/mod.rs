@@ -144,7 +144,7 @@ pub struct PlannedConsumer {
 impl PlannedConsumer {
     /// `Deployment shop/web`, as the status names consumers.
     pub fn describe(&self) -> String {
-        format!("{:?} {}/{}", self.kind, self.namespace, self.name)
+        self.kind.describe(&self.namespace, &self.name)
     }
 }
 

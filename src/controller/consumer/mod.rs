@@ -269,7 +269,7 @@ pub async fn interference(
 
 /// `Deployment shop/web`, for messages.
 pub fn describe(record: &ConsumerRecord) -> String {
-    format!("{:?} {}/{}", record.kind, record.namespace, record.name)
+    record.kind.describe(&record.namespace, &record.name)
 }
 
 /// The words for a stop that was applied.
