@@ -81,6 +81,21 @@ async fn kustomization(s: &Scene) -> Result<DynamicObject> {
         .await?)
 }
 
+/// The Kustomization, checked to be as it was before any restore paused it: not
+/// suspended, and none of refill's marks left on it.
+async fn put_back(s: &Scene) -> Result<DynamicObject> {
+    let back = kustomization(s).await?;
+    ensure!(
+        back.data["spec"].get("suspend").is_none()
+            && annotation(&back, PAUSED_BY).is_none()
+            && annotation(&back, PAUSED_FROM).is_none(),
+        "not put back: {:?} {:?}",
+        back.data["spec"],
+        back.metadata.annotations
+    );
+    Ok(back)
+}
+
 fn annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
     object
         .metadata
@@ -175,13 +190,7 @@ async fn flux_is_paused_through_a_controller_restart_and_reconciles_the_app_afte
 
         // Put back as it was (suspend unset), its marks gone, and asked to reconcile:
         // Flux handles that request and is Ready, with the app as the Bucket has it.
-        let back = kustomization(&s).await?;
-        ensure!(
-            back.data["spec"].get("suspend").is_none(),
-            "{:?}",
-            back.data["spec"]
-        );
-        ensure!(annotation(&back, PAUSED_BY).is_none() && annotation(&back, PAUSED_FROM).is_none());
+        let back = put_back(&s).await?;
         let asked = annotation(&back, FLUX_REQUESTED_AT)
             .expect("refill asks Flux to reconcile")
             .to_string();
@@ -303,8 +312,7 @@ async fn two_restores_sharing_a_kustomization_never_unpause_it_under_each_other(
         let _agent_b = s.node_agent_with(only_b);
         let dr = s.finished("r-db").await?;
         ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
-        let back = kustomization(&s).await?;
-        ensure!(back.data["spec"].get("suspend").is_none() && holders(&back).is_empty());
+        put_back(&s).await?;
         flux::wait_ready(&s.client, Kind::Kustomization, &s.ns, APP, TIMEOUT).await?;
         s.ready_pods("web", 1).await?;
         s.ready_pods("db", 1).await?;
@@ -507,10 +515,7 @@ async fn the_readme_standby_section_refreshes_a_flux_app_from_a_new_backup() -> 
             "{:#?}",
             status.git_ops
         );
-        let back = kustomization(&s).await?;
-        ensure!(
-            back.data["spec"].get("suspend").is_none() && annotation(&back, PAUSED_BY).is_none()
-        );
+        put_back(&s).await?;
         flux::wait_ready(&s.client, Kind::Kustomization, &s.ns, APP, TIMEOUT).await?;
         ensure!(s.replicas("web").await? == (1, None));
         s.ready_pods("web", 1).await?;
@@ -555,14 +560,9 @@ async fn a_cancel_or_a_delete_while_paused_puts_the_kustomization_back() -> Resu
                 })
                 .await?;
             }
-            let back = kustomization(&s).await?;
-            ensure!(
-                back.data["spec"].get("suspend").is_none()
-                    && annotation(&back, PAUSED_BY).is_none(),
-                "after {how}: {:?} {:?}",
-                back.data["spec"],
-                back.metadata.annotations
-            );
+            put_back(&s)
+                .await
+                .map_err(|e| e.context(format!("after {how}")))?;
             ensure!(s.replicas("web").await? == (1, None), "after {how}");
             s.ready_pods("web", 1).await?;
         }
