@@ -566,6 +566,14 @@ impl Scene {
             problems.push(format!("stand-in pods left: {names:?}"));
         }
 
+        // Read from the test's own watch, which after an API server restart may still
+        // be relisting: waited for as the stand-ins are, not read once.
+        let ended = self
+            .watch
+            .until("PodVolumeRestores to end", settle, |o| {
+                (!o.pvrs.state().iter().any(|p| running_pvr(p))).then_some(())
+            })
+            .await;
         let running: Vec<String> = self
             .watch
             .pvrs
@@ -574,7 +582,7 @@ impl Scene {
             .filter(|p| running_pvr(p))
             .map(|p| format!("{} ({:?})", p.name_any(), p.phase()))
             .collect();
-        if !running.is_empty() {
+        if ended.is_err() && !running.is_empty() {
             problems.push(format!(
                 "PodVolumeRestores left running, not canceled: {running:?}"
             ));
