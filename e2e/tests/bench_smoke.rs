@@ -1,7 +1,8 @@
 //! The benchmark at N = 3, so that it keeps working between full runs: refill (with
 //! `parallel: 3`, then at its default) and the kubectl script
 //! (`e2e/bench/kubectl-restore.sh`) each restore three PVCs, the floor scales the
-//! three Deployments down and back, and the benchmark checks every end state (files
+//! three Deployments down and back, the restore floor restores them with stand-ins of
+//! its own, and the benchmark checks every end state (files
 //! byte for byte, replicas back and Ready, no helper pod left); it exits non-zero
 //! otherwise. The progress check runs too, with two PVCs. Times are not asserted,
 //! only that each was taken.
@@ -75,6 +76,7 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
             == json!([
                 "refill",
                 "floor",
+                "restore floor",
                 "refill, default parallel",
                 "kubectl script"
             ]),
@@ -96,6 +98,21 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
         wall > 0.0 && steps[0] >= 0.0 && steps.windows(2).all(|w| w[0] <= w[1]) && steps[2] <= wall,
         "the floor's moments are out of order: {floor:#}"
     );
+    // The restore floor gave each volume its stand-in and PodVolumeRestore (five writes
+    // each); its files were checked with the end state above.
+    let restore_floor = &outcome["restore_floor"];
+    let moments: Vec<f64> = ["last_stand_in", "last_restored", "last_scaled_up"]
+        .iter()
+        .map(|k| restore_floor[k].as_f64().unwrap_or(-1.0))
+        .collect();
+    ensure!(
+        restore_floor["deployments"] == 3
+            && restore_floor["writes"] == 15
+            && moments[0] > 0.0
+            && moments.windows(2).all(|w| w[0] <= w[1])
+            && moments[2] <= seconds(&restore_floor["wall"]),
+        "the restore floor did not restore three volumes in order: {restore_floor:#}"
+    );
     ensure!(
         seconds(&outcome["setup"]) > 0.0 && outcome["load_average"].as_f64().is_some(),
         "setup time or load not recorded: {outcome:#}"
@@ -107,7 +124,9 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
     );
     let text = std::fs::read_to_string(&report)?;
     ensure!(
-        text.contains("| 3 |") && text.contains("refill / floor"),
+        text.contains("| 3 |")
+            && text.contains("refill / floor")
+            && text.contains("refill / restore floor"),
         "no table with the floor in the report:\n{text}"
     );
     let _ = std::fs::remove_file(&json);

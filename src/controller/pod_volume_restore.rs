@@ -24,6 +24,8 @@ fn owner(dr: &DataRestore) -> OwnerReference {
     owner
 }
 
+/// The PodVolumeRestore that asks the node agent to restore `pvb`'s snapshot into the
+/// volume of the stand-in `pod`, owned by `dr` (its first owner, as the node agent needs).
 pub fn pod_volume_restore(
     dr: &DataRestore,
     name: &str,
@@ -77,6 +79,7 @@ pub fn pod_volume_restore(
     }
 }
 
+/// The VolumePluginRestore that reports one volume's restore to users.
 pub fn volume_plugin_restore(
     dr: &DataRestore,
     name: &str,

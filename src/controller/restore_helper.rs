@@ -19,6 +19,7 @@ use crate::labels;
 /// The init container's name: Velero's node agent looks for a container of this name
 /// to know the pod waits for a restore.
 pub const CONTAINER_NAME: &str = "restore-wait";
+/// Velero's helper binary in its image, run when nothing names another.
 pub const DEFAULT_COMMAND: &str = "/velero-restore-helper";
 /// Used only when neither the DataRestore, Velero's ConfigMap nor a Velero Deployment
 /// names an image.
@@ -28,7 +29,9 @@ pub const FALLBACK_IMAGE: &str = "velero/velero:v1.17.0";
 /// the Velero server.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HelperSource {
+    /// The data of Velero's restore-helper ConfigMap (image, resources, security).
     pub config: BTreeMap<String, String>,
+    /// The Velero server's image, whose tag the helper image follows.
     pub velero_image: Option<String>,
 }
 

@@ -14,21 +14,32 @@ use crate::labels;
 
 /// The idle container's image when the DataRestore names none: it only has to run.
 pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// The stand-in's one container, which only holds the volume mounted.
 pub const IDLE_CONTAINER: &str = "idle";
 
+/// What a stand-in pod is made of.
 pub struct StandIn<'a> {
+    /// The pod's name.
     pub name: String,
+    /// The PVC's namespace, where the pod runs.
     pub namespace: &'a str,
+    /// The PVC the pod mounts.
     pub claim: &'a str,
+    /// The pod volume's name, as in the backup: the node agent finds the volume by it.
     pub volume: &'a str,
     /// `namespace/name` of the DataRestore.
     pub restore_key: String,
+    /// The DataRestore's UID.
     pub restore_uid: &'a str,
+    /// Nodes the pod may run on; empty: wherever the scheduler puts it.
     pub candidate_nodes: &'a [String],
+    /// The consumer's security contexts, so that the stand-in may write as it did.
     pub security: Option<&'a ConsumerSecurity>,
     /// The consumer's tolerations: its volume may be on a tainted node.
     pub tolerations: &'a [Toleration],
+    /// The idle container's image.
     pub image: &'a str,
+    /// Velero's restore-wait init container.
     pub restore_wait: Container,
 }
 
@@ -90,6 +101,7 @@ pub fn unscheduled(status: &PodStatus) -> Option<String> {
         .map(|c| c.message.clone().unwrap_or_else(|| "not scheduled".into()))
 }
 
+/// The stand-in pod of `s`.
 pub fn pod(s: StandIn<'_>) -> Pod {
     let container_security = s.security.and_then(|c| c.container.clone());
     Pod {

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod floor;
 pub mod progress;
 pub mod report;
+pub mod restore_floor;
 pub mod scene;
 pub mod watch;
 
@@ -127,6 +128,7 @@ pub struct Outcome {
     /// With `parallel` left at refill's default.
     pub refill_default: RefillRun,
     pub floor: FloorRun,
+    pub restore_floor: restore_floor::RestoreFloorRun,
     pub baseline: Option<baseline::BaselineRun>,
     /// Whose end state was checked and found right.
     pub end_state_checked: Vec<String>,
@@ -142,6 +144,11 @@ impl Outcome {
     /// refill (`parallel: N`, until every pod is Ready) over the floor.
     pub fn over_floor(&self) -> f64 {
         self.refill.ready_wall.as_secs_f64() / self.floor.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// refill (`parallel: N`, until every pod is Ready) over the restore floor.
+    pub fn over_restore_floor(&self) -> f64 {
+        self.refill.ready_wall.as_secs_f64() / self.restore_floor.wall.as_secs_f64().max(1e-9)
     }
 }
 
@@ -245,6 +252,14 @@ async fn measure(
         .await
         .context("the floor")?;
     end_state_checked.push("floor".to_string());
+    let restore_floor = restore_floor::run(admin, scene, Side::Refill)
+        .await
+        .context("the restore floor")?;
+    scene
+        .verify(admin, Side::Refill)
+        .await
+        .context("the restore floor's end state")?;
+    end_state_checked.push("restore floor".to_string());
 
     // --- refill again, parallel at its default ----------------------------------------
     forget_restore(admin, scene, "bench").await?;
@@ -282,6 +297,7 @@ async fn measure(
         refill,
         refill_default,
         floor,
+        restore_floor,
         baseline,
         end_state_checked,
     })

@@ -65,6 +65,18 @@ where
         }
     }
 
+    /// The objects seen now.
+    pub fn snapshot(&self) -> Vec<Arc<K>> {
+        self.store.state()
+    }
+
+    /// A receiver that is told of each change after this call.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        let mut changes = self.changed.clone();
+        changes.borrow_and_update();
+        changes
+    }
+
     /// Evaluates `check` over all objects seen, once listed and then after each
     /// change, until it returns `Ok`. Its `Err` says what is still missing; after
     /// `timeout` the error names `what` and the last of these.
