@@ -41,6 +41,10 @@ pub struct Args {
     /// agent copies slowly and reports progress four times a second (0: skip it).
     #[arg(long, default_value_t = 5)]
     progress_pvcs: usize,
+    /// Before each N, wait up to this many seconds for the machine's 1-minute load
+    /// to fall below 1.0, so that sizes start equally quiet (`e2e/bench/run`: 180).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    quiet_wait: u64,
     /// How the command is shown in the report.
     #[arg(long, hide = true)]
     command: Option<String>,
@@ -85,6 +89,7 @@ pub async fn main(args: Args) -> Result<()> {
         command,
         keep: args.keep,
         progress_pvcs: args.progress_pvcs,
+        quiet_wait: std::time::Duration::from_secs(args.quiet_wait),
     };
     let cluster = crate::cluster().await?;
     super::run(cluster, &options).await?;

@@ -88,6 +88,8 @@ pub struct Options {
     /// PVCs of the progress check (0: none), a restore whose data path is slowed
     /// down so that the node agent reports progress several times a second.
     pub progress_pvcs: usize,
+    /// How long each size waits for the machine to be quiet before it starts.
+    pub quiet_wait: Duration,
 }
 
 /// One restore by refill: one DataRestore over the run's refill namespaces.
@@ -197,7 +199,7 @@ async fn run_size(
     n: usize,
     more_to_come: bool,
 ) -> Result<Outcome> {
-    let load = load_average();
+    let load = settled_load(options.quiet_wait).await;
     eprintln!("[bench] load average (1 min) {load:.2}");
     let baseline_claims = if n <= options.baseline_max {
         n
@@ -431,6 +433,29 @@ pub fn absent_is_fine<T>(answer: kube::Result<T>) -> Result<()> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The 1-minute load average below which the machine counts as quiet.
+const QUIET_LOAD: f64 = 1.0;
+
+/// Waits (at most `wait`) for the load of what ran before (the build, the last size and
+/// its namespaces' deletion) to fade below [`QUIET_LOAD`], so that each size starts on
+/// an equally quiet machine; returns the load it starts with.
+async fn settled_load(wait: Duration) -> f64 {
+    let started = std::time::Instant::now();
+    loop {
+        let load = load_average();
+        if load < QUIET_LOAD || started.elapsed() >= wait {
+            if load >= QUIET_LOAD && !wait.is_zero() {
+                eprintln!(
+                    "[bench] load average still {load:.2} after {}s; starting anyway",
+                    wait.as_secs()
+                );
+            }
+            return load;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }
 

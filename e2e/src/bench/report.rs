@@ -203,7 +203,8 @@ pub fn markdown(
          controller already running), every Deployment scaled back; \"all Ready\" until their \
          pods are Ready too, as the floors' times, from their first scale-down. refill / floor \
          and refill / restore floor are \"all Ready\" over each. The script's time is its whole run. The load is the \
-         machine's as each N began, before its setup; setup is everything before the \
+         machine's as each N began, before its setup (`e2e/bench/run` has each N wait up \
+         to 3 minutes for it to fall below 1.0); setup is everything before the \
          restores (namespaces, PVs, claims, Deployments Ready, the backup)."
     );
 
