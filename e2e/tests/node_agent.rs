@@ -19,6 +19,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, ResourceExt};
 use refill::api::{PodVolumePhase, PodVolumeRestore, PodVolumeRestoreStatus};
+use refill_e2e::node_agent::decide::restore_wait_running;
 use refill_e2e::node_agent::{
     self, NodeAgentConfig, NodeAgentHandle, require_velero_crds, write_snapshot,
 };
@@ -254,18 +255,6 @@ impl Fixture {
         )
         .await
     }
-}
-
-fn restore_wait_running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.init_container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.name == RESTORE_WAIT_CONTAINER
-                && c.state.as_ref().is_some_and(|s| s.running.is_some())
-        })
 }
 
 fn released(pod: &Pod) -> bool {

@@ -90,26 +90,19 @@ fn step(stage: Stage, seen: &Seen, restored: bool, replicas: i32) -> (Option<Act
             (Some(Act::CreateRestore), None)
         }
         // restore-wait ended too: its helper removed the done marker from the volume.
-        Stage::Restoring if restored && seen.stand_in.as_deref().is_some_and(helper_done) => {
+        Stage::Restoring
+            if restored
+                && seen
+                    .stand_in
+                    .as_deref()
+                    .is_some_and(decide::restore_wait_ended) =>
+        {
             (Some(Act::DeleteStandIn), None)
         }
         Stage::Clearing if seen.stand_in.is_none() => (Some(Act::Scale(replicas)), None),
         Stage::Returning if seen.app_ready == replicas as usize => (None, Some(Stage::Done)),
         _ => (None, None),
     }
-}
-
-/// Whether the stand-in's restore-wait has ended.
-fn helper_done(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.init_container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.name == restore_helper::CONTAINER_NAME
-                && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
-        })
 }
 
 fn next_stage(act: &Act) -> Stage {
@@ -469,10 +462,13 @@ mod tests {
         assert_eq!(step(Stage::Restoring, &empty, false, 1), (None, None));
         let helper = |state: serde_json::Value| Seen {
             stand_in: Some(Arc::new(
-                serde_json::from_value(json!({"status": {"initContainerStatuses": [
-                    {"name": "restore-wait", "state": state, "ready": false,
-                     "restartCount": 0, "image": "", "imageID": ""}
-                ]}}))
+                serde_json::from_value(json!({
+                    "spec": {"containers": [], "initContainers": [{"name": "restore-wait"}]},
+                    "status": {"initContainerStatuses": [
+                        {"name": "restore-wait", "state": state, "ready": false,
+                         "restartCount": 0, "image": "", "imageID": ""}
+                    ]}
+                }))
                 .unwrap(),
             )),
             ..Default::default()

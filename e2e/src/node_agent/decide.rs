@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerState, PersistentVolume, Pod};
 use kube::ResourceExt;
 use refill::api::{PodVolumePhase, PodVolumeRestore};
 
@@ -102,17 +102,26 @@ pub fn restore_wait_container(pod: &Pod) -> Option<&Container> {
 /// Whether the kubelet reports the restore-wait init container as running: the
 /// node agent's condition for starting a restore into the pod.
 pub fn restore_wait_running(pod: &Pod) -> bool {
-    let Some(container) = restore_wait_container(pod) else {
-        return false;
-    };
+    restore_wait_state(pod).is_some_and(|state| state.running.is_some())
+}
+
+/// Whether the kubelet reports the restore-wait init container as ended: its helper
+/// saw the done file and removed the marker from the volume.
+pub fn restore_wait_ended(pod: &Pod) -> bool {
+    restore_wait_state(pod).is_some_and(|state| state.terminated.is_some())
+}
+
+/// The state the kubelet reports of the pod's restore-wait init container.
+fn restore_wait_state(pod: &Pod) -> Option<&ContainerState> {
+    let container = restore_wait_container(pod)?;
     pod.status
+        .as_ref()?
+        .init_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == container.name)?
+        .state
         .as_ref()
-        .and_then(|s| s.init_container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|s| s.name == container.name)
-        .and_then(|s| s.state.as_ref())
-        .is_some_and(|state| state.running.is_some())
 }
 
 /// Whether the uploader type is one a node agent restores with.
