@@ -573,6 +573,8 @@ pub enum ConsumerState {
     /// Brought back on the new claim (switchTo) instead of the PVC, as
     /// spec.switchWorkloads asked.
     Switched,
+    /// Deleted by someone while it was stopped: nothing to bring back.
+    Gone,
 }
 
 /// A workload refill stops while its PVCs are restored, and what brings it back.

@@ -145,9 +145,33 @@ pub async fn resume(
             {
                 Resumed::ScaledBack(original)
             } else {
-                match api.get_opt(&record.name).await? {
-                    Some(obj) if strategy::holder(&obj).is_some_and(|(h, _)| h == uid) => {
+                let Some(obj) = api.get_opt(&record.name).await? else {
+                    return Ok(finish(record, Resumed::Gone));
+                };
+                match strategy::holder(&obj) {
+                    Some((holder, _)) if holder == uid => {
                         let (patch, resumed) = strategy::resume_patch(record.kind, record, &obj);
+                        api.patch(&record.name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await?;
+                        resumed
+                    }
+                    // Another restore marked it after refill's mark went: that restore's
+                    // record brings it back, and this status must not say it is back.
+                    Some((_, other)) if record.state == ConsumerState::Stopped => {
+                        Resumed::HeldElsewhere(other.to_string())
+                    }
+                    // refill's mark went while it was stopped (a `kubectl replace`, a forced
+                    // Helm upgrade, an Argo CD Replace sync). The restore's own record says
+                    // what to bring back; the write is conditional on what was read.
+                    None if record.state == ConsumerState::Stopped => {
+                        let (mut patch, resumed) =
+                            strategy::resume_patch(record.kind, record, &obj);
+                        patch["metadata"]["resourceVersion"] =
+                            serde_json::json!(obj.metadata.resource_version);
+                        tracing::warn!(
+                            workload = %describe(record),
+                            "refill's mark is gone from it; bringing it back from the restore's record"
+                        );
                         api.patch(&record.name, &PatchParams::default(), &Patch::Merge(patch))
                             .await?;
                         resumed
@@ -157,15 +181,19 @@ pub async fn resume(
             }
         }
     };
-    record.state = match (&resumed, record.state) {
-        // Marked Stopping but the stop never applied: it ran all along.
-        (Resumed::Untouched, ConsumerState::Stopping) => ConsumerState::Running,
-        _ => ConsumerState::Resumed,
-    };
+    Ok(finish(record, resumed))
+}
+
+/// Records where a resume left the consumer: back only when it is.
+fn finish(record: &mut ConsumerRecord, resumed: Resumed) -> Resumed {
+    record.state = strategy::state_after(record.state, &resumed);
+    if let Resumed::HeldElsewhere(other) = &resumed {
+        record.held_by = Some(other.clone());
+    }
     if record.state == ConsumerState::Resumed && record.stopped_at.is_some() {
         record.resumed_at.get_or_insert_with(now);
     }
-    Ok(resumed)
+    resumed
 }
 
 /// Brings a stopped workload back on its new claim (spec.switchWorkloads) in one
@@ -305,6 +333,10 @@ pub fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String>
             };
             format!("switched {what} from PVC {from} to PVC {to}{count}")
         }
+        Resumed::Gone => format!("{what} was deleted while it was stopped; nothing to bring back"),
+        Resumed::HeldElsewhere(other) => format!(
+            "{what} lost refill's mark while stopped and was stopped again by DataRestore {other}; that restore brings it back"
+        ),
         Resumed::Untouched => return None,
     })
 }

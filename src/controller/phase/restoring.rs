@@ -359,7 +359,7 @@ fn merge_consumer(
                 }
             }
             // A consumer that came back since (someone re-created it) is stopped again.
-            if matches!(record.state, ConsumerState::Resumed) {
+            if matches!(record.state, ConsumerState::Resumed | ConsumerState::Gone) {
                 record.state = ConsumerState::Running;
             }
         }
