@@ -8,6 +8,8 @@ mod copier;
 mod error;
 mod gitops;
 pub mod health;
+#[cfg(test)]
+mod hostile_input;
 pub mod leader;
 pub mod metrics;
 mod new_claim;

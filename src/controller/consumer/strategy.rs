@@ -451,6 +451,35 @@ mod tests {
         assert_eq!(after(stopping, Resumed::Untouched), ConsumerState::Running);
     }
 
+    proptest::proptest! {
+        // A workload's annotations and spec are its team's to write: stopping, resuming
+        // and checking it never panic on what they hold.
+        #[test]
+        fn what_a_team_writes_on_its_workload_never_panics(
+            data in crate::hostile_input::hostile_json(),
+            marks in proptest::collection::btree_map(
+                proptest::sample::select(vec![
+                    labels::QUIESCED_BY,
+                    labels::QUIESCED_BY_RESTORE,
+                    labels::ORIGINAL_REPLICAS,
+                    labels::ORIGINAL_STATE,
+                ]),
+                crate::hostile_input::hostile_text(),
+                0..4,
+            ),
+        ) {
+            let marks: Vec<(&str, &str)> = marks.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let obj = object(data, &marks);
+            for kind in [ConsumerKind::Deployment, ConsumerKind::DaemonSet, ConsumerKind::CronJob, ConsumerKind::Pod] {
+                let record = record(kind);
+                let _ = Strategy::of(kind).stop_patch("uid", "velero/fix", &obj);
+                let _ = resume_patch(kind, &record, &obj);
+                let _ = restarted(&record, &obj, "uid");
+                let _ = holder(&obj);
+            }
+        }
+    }
+
     #[test]
     fn scaling_back_applies_only_to_the_workload_as_refill_left_it() {
         let patch: json_patch::Patch =
