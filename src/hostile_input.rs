@@ -104,20 +104,20 @@ fn hostile_spec() -> impl Strategy<Value = DataRestoreSpec> {
                     "backupName": backup,
                     "scheduleName": schedule,
                     "includedNamespaces": namespaces,
-                    "pvcs": pvcs.clone(),
+                    "pvcs": pvcs,
                     "candidateNodes": candidates,
                     "selector": {
                         "matchLabels": match_labels,
                         "matchExpressions": [{"key": expression_values.first(), "operator": "In", "values": expression_values}],
                     },
-                    "paths": {"include": include.clone(), "exclude": exclude.clone()},
+                    "paths": {"include": include, "exclude": exclude},
                     "pvcPaths": pvcs.iter().map(|p| (p.clone(), json!({"include": include, "exclude": exclude}))).collect::<BTreeMap<_, _>>(),
                     "volumeTimeout": volume_timeout,
                     "timeout": timeout,
                     "standInImage": stand_in,
                     "restoreHelper": {
                         "image": helper_image,
-                        "resources": {"requests": {"cpu": cpu.clone()}, "limits": {"cpu": cpu}},
+                        "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}},
                     },
                     "gitOps": {"argoCDNamespace": argo_namespace, "argoCDInstanceLabel": argo_namespace},
                 });
