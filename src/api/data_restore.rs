@@ -612,6 +612,10 @@ pub struct ConsumerRecord {
     /// When refill brought it back: the end of the app's downtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_at: Option<Time>,
+    /// A bare pod's UID when refill found it: it is deleted only while it is still
+    /// that pod, never another made under its name since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 impl ConsumerRecord {

@@ -7,7 +7,7 @@ mod strategy;
 mod switch;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 
 use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
@@ -49,11 +49,22 @@ pub async fn stop(
     let name = record.name.clone();
     let strategy = Strategy::of(record.kind);
     match strategy {
-        Strategy::Delete => match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if has_status(&e, 404) => {}
-            Err(e) => return Err(e),
-        },
+        Strategy::Delete => {
+            // Only the pod that was found: one made since under its name (by its team)
+            // is not this restore's to delete, and shows up as a writer of its own.
+            let params = DeleteParams {
+                preconditions: record.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(e) if has_status(&e, 404) || has_status(&e, 409) => {}
+                Err(e) => return Err(e),
+            }
+        }
         Strategy::Wait => {}
         _ => {
             let Some(obj) = api.get_opt(&name).await? else {
@@ -358,6 +369,7 @@ mod tests {
             switch_to: None,
             stopped_at: None,
             resumed_at: None,
+            uid: None,
         }
     }
 
