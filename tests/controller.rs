@@ -1518,3 +1518,97 @@ async fn a_stand_in_the_quota_refuses_fails_at_once_and_brings_the_app_back() ->
     })
     .await
 }
+
+/// Takes refill's lock annotation off Deployment `web`, as `kubectl replace`, a forced
+/// Helm upgrade or an Argo CD Replace sync do; the count it was stopped at stays.
+async fn lose_the_lock(s: &Scene) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
+    let gone = json!({"metadata": {"annotations": {
+        labels::QUIESCED_BY: null,
+        labels::QUIESCED_BY_RESTORE: null,
+    }}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(gone))
+        .await?;
+    ensure!(
+        s.replicas("web").await? == (0, None),
+        "the lock is gone, the app at 0"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lost_lock_still_brings_the_app_back_and_the_status_tells_the_truth() -> Result<()> {
+    run_test("dr-lost-lock", |env| async move {
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
+        let _controller = s.controller().await?;
+
+        // Lost while the data moves, then the restore completes.
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        lose_the_lock(&s).await?;
+        let agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "f")? == b"good");
+        let consumer = &dr.status.as_ref().unwrap().consumers[0];
+        ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
+        ensure!(
+            s.replicas("web").await? == (2, None),
+            "{:?}",
+            s.replicas("web").await?
+        );
+        s.ready_pods("web", 2).await?;
+        let left = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .get("web")
+            .await?;
+        ensure!(
+            refill_marks(left.metadata.annotations.as_ref()).is_empty(),
+            "{:?}",
+            left.metadata.annotations
+        );
+        drop(agent);
+
+        // Lost while the restore waits, then it is canceled: the rollback brings it back.
+        s.restore("r2", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r2", VolumePhase::Restoring).await?;
+        lose_the_lock(&s).await?;
+        Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
+            .patch(
+                "r2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await?;
+        let dr = s.finished("r2").await?;
+        ensure!(phase(&dr) == Phase::Canceled, "{:#?}", dr.status);
+        let consumer = &dr.status.as_ref().unwrap().consumers[0];
+        ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
+        ensure!(s.replicas("web").await? == (2, None));
+        s.ready_pods("web", 2).await?;
+        s.no_stand_ins().await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_deployment_deleted_while_stopped_reads_as_gone_not_resumed() -> Result<()> {
+    run_test("dr-gone", |env| async move {
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-a", 1, b"bad", b"good").await?;
+        let _controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .delete("web", &Default::default())
+            .await?;
+        let _agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        let consumer = &dr.status.as_ref().unwrap().consumers[0];
+        ensure!(consumer.state == ConsumerState::Gone, "{consumer:#?}");
+        Ok(())
+    })
+    .await
+}
