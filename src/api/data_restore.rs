@@ -418,6 +418,13 @@ pub struct VolumeStatus {
     /// The pod that mounts the PVC while its data is written, in the PVC's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stand_in_pod: Option<String>,
+    /// The UID of that stand-in, from when refill first saw it: a pod with the
+    /// stand-in's labels is refill's only if it is this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stand_in_uid: Option<String>,
+    /// The UID of a path restore's copier pod, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copier_uid: Option<String>,
     /// The node the data is written on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
