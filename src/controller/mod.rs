@@ -8,9 +8,12 @@ mod copier;
 mod error;
 mod gitops;
 pub mod health;
+#[cfg(test)]
+mod hostile_input;
 pub mod leader;
 pub mod metrics;
 mod new_claim;
+mod panics;
 mod phase;
 pub mod pod_volume_restore;
 mod reasons;
@@ -35,6 +38,7 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
+use panics::Audience;
 
 pub use consumer::{PARKED_KEY, who_changed};
 pub use context::{Config, Context, DEFAULT_COPIER_IMAGE};
@@ -151,7 +155,19 @@ pub async fn run_with_readiness(
         // steady progress from many volumes would starve it. Events that arrive while a
         // pass runs are folded into one next pass anyway.
         .shutdown_on_signal()
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .run(
+            |dr, ctx| {
+                panics::guarded(
+                    dr,
+                    ctx,
+                    "DataRestore",
+                    Audience::Admin,
+                    reconcile::reconcile,
+                )
+            },
+            reconcile::error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!("reconcile failed: {e}");

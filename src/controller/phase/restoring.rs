@@ -333,11 +333,16 @@ fn tolerations_to_keep(spec: &PodSpec) -> Vec<Toleration> {
 }
 
 /// A bare pod is deleted to stop it, so its manifest is recorded before.
-fn pod_manifest(planned: &plan::PlannedConsumer, pods: &[Arc<Pod>]) -> Option<String> {
+/// A bare pod consumer as found: what creates it again, and its UID.
+fn found_pod<'a>(planned: &plan::PlannedConsumer, pods: &'a [Arc<Pod>]) -> Option<&'a Pod> {
     (planned.kind == ConsumerKind::Pod)
         .then(|| pods.iter().find(|p| p.name_any() == planned.name))
         .flatten()
-        .and_then(|p| serde_json::to_string(&consumer::recreatable_pod(p)).ok())
+        .map(|p| &**p)
+}
+
+fn pod_manifest(pod: Option<&Pod>) -> Option<String> {
+    pod.and_then(|p| serde_json::to_string(&consumer::recreatable_pod(p)).ok())
 }
 
 fn merge_consumer(
@@ -348,10 +353,18 @@ fn merge_consumer(
     let existing = status.consumers.iter_mut().find(|c| {
         c.kind == planned.kind && c.namespace == planned.namespace && c.name == planned.name
     });
+    let pod = found_pod(&planned, pods);
     match existing {
         Some(record) => {
             if record.original.is_none() {
-                record.original = pod_manifest(&planned, pods);
+                record.original = pod_manifest(pod);
+            }
+            // Until it is stopped, the pod to delete is the one running now.
+            if matches!(
+                record.state,
+                ConsumerState::Running | ConsumerState::Resumed | ConsumerState::Gone
+            ) {
+                record.uid = pod.and_then(|p| p.metadata.uid.clone());
             }
             for pvc in planned.pvcs {
                 if !record.pvcs.contains(&pvc) {
@@ -359,12 +372,13 @@ fn merge_consumer(
                 }
             }
             // A consumer that came back since (someone re-created it) is stopped again.
-            if matches!(record.state, ConsumerState::Resumed) {
+            if matches!(record.state, ConsumerState::Resumed | ConsumerState::Gone) {
                 record.state = ConsumerState::Running;
             }
         }
         None => {
-            let original = pod_manifest(&planned, pods);
+            let original = pod_manifest(pod);
+            let uid = pod.and_then(|p| p.metadata.uid.clone());
             status.consumers.push(ConsumerRecord {
                 kind: planned.kind,
                 namespace: planned.namespace,
@@ -377,6 +391,7 @@ fn merge_consumer(
                 switch_to: None,
                 stopped_at: None,
                 resumed_at: None,
+                uid,
             })
         }
     }

@@ -67,6 +67,11 @@ pub fn data_restore_spec(
     let mut errors = Vec::new();
     if spec.backup_name.is_empty() {
         errors.push("spec.backupName: required".to_string());
+    } else if let Err(why) = crate::plan::spec::dns_subdomain(&spec.backup_name) {
+        errors.push(format!(
+            "spec.backupName: {:?} is not a backup name: {why}",
+            spec.backup_name
+        ));
     } else if !backed_up.contains(namespace) {
         errors.push(format!(
             "spec.backupName: no backup {:?} holds volumes of namespace {namespace}",

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use crate::api::{DataRestore, DataRestoreRequest, PodVolumeBackup};
 use crate::labels::{self, FINALIZER};
 
+use super::panics::{self, Audience};
 use super::{Context, Error, Result, status_write};
 
 /// Watches every namespace's requests, and the DataRestores made for them, until the
@@ -39,7 +40,19 @@ pub async fn run(ctx: Arc<Context>) {
             Some(ObjectRef::new(name).within(namespace))
         })
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |request, ctx| {
+                panics::guarded(
+                    request,
+                    ctx,
+                    "DataRestoreRequest",
+                    Audience::Team,
+                    reconcile,
+                )
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!("request reconcile failed: {e}");
@@ -143,7 +156,9 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
 /// The namespaces whose pod volumes the backup holds (none when there is no such
 /// backup), from its PodVolumeBackups.
 async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<String>> {
-    if backup.is_empty() {
+    // A name no backup can have is refused by decide::data_restore_spec; it must not
+    // become a label selector either (a comma would add terms of the team's choosing).
+    if crate::plan::spec::dns_subdomain(backup).is_err() {
         return Ok(BTreeSet::new());
     }
     let pvbs: Api<PodVolumeBackup> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
