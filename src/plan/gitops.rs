@@ -334,7 +334,7 @@ mod tests {
         let mut told = BTreeSet::new();
         for seen in [
             lists(platform.clone(), &[]),
-            lists(platform.clone(), &["Deployment shop/other"]),
+            lists(platform, &["Deployment shop/other"]),
             BTreeMap::new(),
         ] {
             let decided = decide(&spec, &managing, &seen);
