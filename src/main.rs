@@ -51,6 +51,12 @@ enum Command {
         /// copy`. Give the controller's image.
         #[arg(long, env = "REFILL_COPIER_IMAGE", default_value = refill::controller::DEFAULT_COPIER_IMAGE)]
         copier_image: String,
+        /// What teams' DataRestoreRequests may do with the Flux and Argo CD objects
+        /// managing their workloads: `pause` (they may ask Pause, their default),
+        /// `ignore` (Pause is carried out as Ignore), `refuse` (a request asking Pause
+        /// is refused). DataRestores are not limited by it.
+        #[arg(long, value_enum, default_value_t = refill::controller::RequestGitOps::Pause, env = "REFILL_REQUEST_GITOPS")]
+        request_gitops: refill::controller::RequestGitOps,
         #[command(flatten)]
         election: ElectionArgs,
     },
@@ -213,6 +219,7 @@ async fn main() -> anyhow::Result<()> {
             log_format,
             requests,
             copier_image,
+            request_gitops,
             election,
         } => {
             init_logging(log_format);
@@ -226,6 +233,7 @@ async fn main() -> anyhow::Result<()> {
                 namespace: cli.global.namespace.clone(),
                 requests,
                 copier_image,
+                request_git_ops: request_gitops,
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -1,6 +1,7 @@
 //! Reads the cluster facts that decisions are made from. Nothing here writes.
 
 mod labelled;
+pub(crate) mod managers;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

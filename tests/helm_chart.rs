@@ -109,7 +109,7 @@ fn the_values_change_what_they_name() {
         "--set",
         "veleroNamespace=backups,replicas=3,image.tag=1.2.3,image.pullPolicy=Always",
         "--set",
-        "logFormat=json,tenantRoles=false,metrics.service=false,gitopsRoles=false",
+        "logFormat=json,tenantRoles=false,metrics.service=false,gitopsRoles=false,requestGitOps=refuse",
         "--set",
         "extraArgs={--lease-duration=30s}",
     ]);
@@ -130,6 +130,8 @@ fn the_values_change_what_they_name() {
             "controller",
             "--namespace",
             "backups",
+            "--request-gitops",
+            "refuse",
             "--lease-duration=30s"
         ])
     );

@@ -50,6 +50,8 @@ pub struct Config {
     /// The image of the pod that copies a path restore's paths into the PVC: refill's
     /// own, which holds `refill copy`.
     pub copier_image: String,
+    /// What teams' DataRestoreRequests may do with GitOps objects.
+    pub request_git_ops: super::RequestGitOps,
 }
 
 /// refill's released image, the copier's when nothing else is said.
@@ -68,6 +70,7 @@ impl Default for Config {
             requests: false,
             cluster_wide_from: 8,
             copier_image: DEFAULT_COPIER_IMAGE.into(),
+            request_git_ops: super::RequestGitOps::default(),
         }
     }
 }

@@ -44,6 +44,7 @@ pub use consumer::{PARKED_KEY, who_changed};
 pub use context::{Config, Context, DEFAULT_COPIER_IMAGE};
 pub use error::{Error, Result};
 pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
+pub use request::gitops::RequestGitOps;
 pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};
 pub use schedule::decide::spec_errors as schedule_spec_errors;
 pub use stand_in::DEFAULT_IMAGE as DEFAULT_STAND_IN_IMAGE;

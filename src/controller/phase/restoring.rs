@@ -22,6 +22,7 @@ use crate::api::{
 use crate::controller::concurrent::for_each_concurrently;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
 use crate::controller::gitops;
+use crate::controller::reasons;
 use crate::controller::restore_helper;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
@@ -232,6 +233,12 @@ async fn start_volumes(
     }
     // Recorded in a fixed order, whatever order the reads finished in.
     looked.sort_by_key(|(n, _)| *n);
+    // The GitOps objects their marks name, read for the consumers no record holds yet.
+    let git_ops = dr.spec.git_ops();
+    let named =
+        observe::managers::named(looked.iter().flat_map(|(_, (_, f))| f.values().flatten()));
+    let to_read = plan::gitops::to_read(&git_ops, named, &status.git_ops);
+    let seen = observe::managers::seen(&ctx.client, to_read).await?;
     let now = crate::controller::status::now();
     for (n, (pods, found)) in looked {
         for &i in &namespaces[n].1 {
@@ -240,8 +247,15 @@ async fn start_volumes(
             let single = BTreeMap::from([(key.clone(), refs.clone())]);
             let planned =
                 plan::consumer_actions(dr.spec.consumer_policy(), &single).and_then(|planned| {
-                    plan::gitops::merge(&dr.spec.git_ops(), &mut status.git_ops, &planned)
-                        .map_err(plan::Invalid::one)?;
+                    let warnings =
+                        plan::gitops::merge(&git_ops, &mut status.git_ops, &planned, &seen)
+                            .map_err(plan::Invalid::one)?;
+                    for warning in warnings {
+                        ctx.event(dr, true, reasons::GITOPS_PAUSED, warning.clone());
+                        if !status.warnings.contains(&warning) {
+                            status.warnings.push(warning);
+                        }
+                    }
                     Ok(planned)
                 });
             match planned {

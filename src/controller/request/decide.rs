@@ -110,6 +110,7 @@ pub fn data_restore_spec(
         consumers: spec.consumers,
         acknowledge_running_consumers: spec.acknowledge_running_consumers,
         on_failure: spec.on_failure,
+        git_ops: spec.git_ops.clone(),
         volume_timeout: spec.volume_timeout.clone(),
         timeout: spec.timeout.clone(),
         cancel: spec.cancel,

@@ -4,6 +4,7 @@
 //! DataRestore first, which brings the team's consumers back as any deletion does.
 
 pub mod decide;
+pub mod gitops;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -113,7 +114,11 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
         None if previous.data_restore.is_some() => decide::lost(&previous, generation),
         None => {
             let backed_up = backed_up_namespaces(&ctx, &request.spec.backup_name).await?;
-            match decide::data_restore_spec(&namespace, &request.spec, &backed_up) {
+            let spec =
+                decide::data_restore_spec(&namespace, &request.spec, &backed_up).and_then(|spec| {
+                    gitops::limit(spec, ctx.config.request_git_ops).map_err(|e| vec![e])
+                });
+            match spec {
                 Err(errors) => {
                     info!(request = %format!("{namespace}/{name}"), ?errors, "refused");
                     decide::refused(errors, generation, &previous)
