@@ -104,8 +104,8 @@ pub async fn stop(
     Ok(Stopped::Done)
 }
 
-/// Tries the one-request scale back: true when it applied or the workload is gone,
-/// false when the workload is not as refill left it and must be read to decide.
+/// Tries the one-request scale back: true when it applied, false when the workload is
+/// not as refill left it (or gone) and must be read to decide.
 async fn scale_back(
     api: &Api<DynamicObject>,
     name: &str,
@@ -120,7 +120,8 @@ async fn scale_back(
         .await
     {
         Ok(_) => Ok(true),
-        Err(e) if has_status(&e, 404) => Ok(true),
+        // Gone: the read that follows says so, and the record says Gone, not back.
+        Err(e) if has_status(&e, 404) => Ok(false),
         // A failed test op: someone changed it since, or it was never stopped by us.
         Err(e) if has_status(&e, 409) || has_status(&e, 422) => Ok(false),
         Err(e) => Err(e),

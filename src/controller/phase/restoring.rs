@@ -505,7 +505,15 @@ pub async fn work(
     stopped?;
     advanced?;
     settled?;
-    Ok(view.stand_ins.is_empty() && !left_behind)
+    // Only the stand-ins refill made (by derived name and recorded UID) hold the restore
+    // open: a pod of the team's wearing their labels would keep it waiting for good.
+    let stand_ins_left = view.stand_ins.values().any(|pod| {
+        status
+            .volumes
+            .iter()
+            .any(|v| volume::observe::is_own_writer(pod, &uid, v))
+    });
+    Ok(!stand_ins_left && !left_behind)
 }
 
 #[cfg(test)]
