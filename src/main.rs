@@ -230,8 +230,11 @@ async fn main() -> anyhow::Result<()> {
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let metrics = config.metrics.clone();
+            let probes = refill::controller::health::bind(probe_addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("--probe-addr {probe_addr}: {e}"))?;
             tokio::spawn(refill::controller::health::serve(
-                probe_addr,
+                probes,
                 ready.clone(),
                 metrics.clone(),
             ));
