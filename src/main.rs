@@ -51,6 +51,11 @@ enum Command {
         /// copy`. Give the controller's image.
         #[arg(long, env = "REFILL_COPIER_IMAGE", default_value = refill::controller::DEFAULT_COPIER_IMAGE)]
         copier_image: String,
+        /// Passes each controller (DataRestores, DataRestoreRequests,
+        /// DataRestoreSchedules) runs at once; more wait their turn.
+        #[arg(long, env = "REFILL_CONCURRENCY", default_value_t = refill::controller::DEFAULT_CONCURRENCY,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        concurrency: u16,
         #[command(flatten)]
         election: ElectionArgs,
     },
@@ -213,6 +218,7 @@ async fn main() -> anyhow::Result<()> {
             log_format,
             requests,
             copier_image,
+            concurrency,
             election,
         } => {
             init_logging(log_format);
@@ -226,6 +232,7 @@ async fn main() -> anyhow::Result<()> {
                 namespace: cli.global.namespace.clone(),
                 requests,
                 copier_image,
+                concurrency,
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

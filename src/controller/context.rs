@@ -50,6 +50,23 @@ pub struct Config {
     /// The image of the pod that copies a path restore's paths into the PVC: refill's
     /// own, which holds `refill copy`.
     pub copier_image: String,
+    /// Passes each of the controllers (DataRestores, DataRestoreRequests,
+    /// DataRestoreSchedules) runs at once; objects past it wait their turn. Each pass
+    /// holds what it read until it ends, so this bounds the memory many objects
+    /// changing at once can take, and the API server's load.
+    pub concurrency: u16,
+}
+
+/// [`Config::concurrency`] when nothing else is said: enough for a pass of every
+/// restore of a busy cluster to run without waiting, few enough that a flood of
+/// requests cannot hold more than that many passes' reads at once.
+pub const DEFAULT_CONCURRENCY: u16 = 16;
+
+impl Config {
+    /// kube-runtime's settings of each of refill's controllers.
+    pub fn runtime(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default().concurrency(self.concurrency)
+    }
 }
 
 /// refill's released image, the copier's when nothing else is said.
@@ -68,6 +85,7 @@ impl Default for Config {
             requests: false,
             cluster_wide_from: 8,
             copier_image: DEFAULT_COPIER_IMAGE.into(),
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 }
@@ -277,5 +295,27 @@ impl Context {
             .expect("version lock")
             .get(uid)
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_controller_runs_with_the_configured_concurrency() {
+        let config = Config {
+            concurrency: 3,
+            ..Default::default()
+        };
+        // kube-runtime keeps its settings private; its Debug shows them.
+        let runtime = format!("{:?}", config.runtime());
+        assert!(runtime.contains("concurrency: 3"), "{runtime}");
+        let default = format!("{:?}", Config::default().runtime());
+        assert!(
+            default.contains(&format!("concurrency: {DEFAULT_CONCURRENCY}")),
+            "{default}"
+        );
+        assert_ne!(DEFAULT_CONCURRENCY, 0, "0 is kube-runtime's unbounded");
     }
 }

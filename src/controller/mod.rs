@@ -37,7 +37,7 @@ use tracing::{info, warn};
 use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
 
 pub use consumer::{PARKED_KEY, who_changed};
-pub use context::{Config, Context, DEFAULT_COPIER_IMAGE};
+pub use context::{Config, Context, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE};
 pub use error::{Error, Result};
 pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
 pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};
@@ -135,6 +135,7 @@ pub async fn run_with_readiness(
     let schedules = schedule::run(ctx.clone());
     let mirror = ctx.mirror.clone().run(client.clone(), namespace.clone());
     let restores = Controller::new(restores, watcher::Config::default())
+        .with_config(ctx.config.runtime())
         .owns_stream(pvr_events)
         // Stand-in pods live in the PVC's namespace, where no owner reference may point
         // at the DataRestore, and consumer pods are not refill's at all: both are mapped

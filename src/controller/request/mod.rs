@@ -31,6 +31,7 @@ pub async fn run(ctx: Arc<Context>) {
     let restores: Api<DataRestore> = Api::namespaced(client, &ctx.config.namespace);
     let made_for_requests = watcher::Config::default().labels(labels::REQUEST_UID);
     Controller::new(requests, watcher::Config::default())
+        .with_config(ctx.config.runtime())
         .watches(restores, made_for_requests, |dr: DataRestore| {
             let (namespace, name) = dr
                 .annotations()
