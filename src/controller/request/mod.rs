@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -142,20 +142,19 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
 }
 
 /// The namespaces whose pod volumes the backup holds (none when there is no such
-/// backup), from its PodVolumeBackups.
+/// backup), from its PodVolumeBackups: a page at a time, keeping only each one's
+/// namespace, since any team can ask about any backup.
 async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<String>> {
+    let mut namespaces = BTreeSet::new();
     if backup.is_empty() {
-        return Ok(BTreeSet::new());
+        return Ok(namespaces);
     }
     let pvbs: Api<PodVolumeBackup> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let selector = format!("{}={}", labels::BACKUP_NAME, labels::label_value(backup));
-    Ok(pvbs
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|pvb| pvb.spec.pod.namespace)
-        .collect())
+    crate::observe::for_each_pod_volume_backup(&pvbs, Some(backup), |pvb| {
+        namespaces.extend(pvb.spec.pod.namespace);
+    })
+    .await?;
+    Ok(namespaces)
 }
 
 async fn set_finalizers(
