@@ -56,6 +56,12 @@ enum Command {
         #[arg(long, env = "REFILL_CONCURRENCY", default_value_t = refill::controller::DEFAULT_CONCURRENCY,
               value_parser = clap::value_parser!(u16).range(1..))]
         concurrency: u16,
+        /// DataRestoreRequests of one namespace carried out at once; later ones wait
+        /// for their turn, oldest first.
+        #[arg(long, env = "REFILL_REQUESTS_PER_NAMESPACE",
+              default_value_t = refill::controller::DEFAULT_REQUESTS_PER_NAMESPACE,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        requests_per_namespace: usize,
         #[command(flatten)]
         election: ElectionArgs,
     },
@@ -219,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
             requests,
             copier_image,
             concurrency,
+            requests_per_namespace,
             election,
         } => {
             init_logging(log_format);
@@ -233,6 +240,7 @@ async fn main() -> anyhow::Result<()> {
                 requests,
                 copier_image,
                 concurrency,
+                requests_per_namespace,
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -335,6 +335,10 @@ async fn completions_and_usage_errors_need_no_cluster() -> Result<()> {
             "--from-backup",
         ),
         (&["controller", "--concurrency", "0"][..], "--concurrency"),
+        (
+            &["controller", "--requests-per-namespace", "0"][..],
+            "--requests-per-namespace",
+        ),
     ] {
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
             .args(args)

@@ -113,7 +113,7 @@ fn the_values_change_what_they_name() {
         "--set",
         "extraArgs={--lease-duration=30s}",
         "--set",
-        "concurrency=4",
+        "concurrency=4,requestsPerNamespace=2",
     ]);
     assert!(chart.contains_key("Role backups/refill"));
     assert!(chart.contains_key("RoleBinding backups/refill"));
@@ -134,6 +134,8 @@ fn the_values_change_what_they_name() {
             "backups",
             "--concurrency",
             "4",
+            "--requests-per-namespace",
+            "2",
             "--lease-duration=30s"
         ])
     );

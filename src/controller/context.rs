@@ -55,7 +55,17 @@ pub struct Config {
     /// holds what it read until it ends, so this bounds the memory many objects
     /// changing at once can take, and the API server's load.
     pub concurrency: u16,
+    /// DataRestoreRequests of one namespace carried out at once; later ones wait for
+    /// their turn, so that one team's flood of requests leaves room for the others.
+    pub requests_per_namespace: usize,
+    /// With [`Config::requests`]: carry out the requests of this namespace only, not
+    /// of every namespace, so that tests running controllers side by side each keep
+    /// to their own. `refill controller` serves every namespace.
+    pub requests_namespace: Option<String>,
 }
+
+/// [`Config::requests_per_namespace`] when nothing else is said.
+pub const DEFAULT_REQUESTS_PER_NAMESPACE: usize = 10;
 
 /// [`Config::concurrency`] when nothing else is said: enough for a pass of every
 /// restore of a busy cluster to run without waiting, few enough that a flood of
@@ -86,6 +96,8 @@ impl Default for Config {
             cluster_wide_from: 8,
             copier_image: DEFAULT_COPIER_IMAGE.into(),
             concurrency: DEFAULT_CONCURRENCY,
+            requests_per_namespace: DEFAULT_REQUESTS_PER_NAMESPACE,
+            requests_namespace: None,
         }
     }
 }

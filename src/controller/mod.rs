@@ -37,7 +37,9 @@ use tracing::{info, warn};
 use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
 
 pub use consumer::{PARKED_KEY, who_changed};
-pub use context::{Config, Context, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE};
+pub use context::{
+    Config, Context, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE, DEFAULT_REQUESTS_PER_NAMESPACE,
+};
 pub use error::{Error, Result};
 pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
 pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};

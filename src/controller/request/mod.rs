@@ -2,17 +2,21 @@
 //! carried out by a DataRestore in Velero's namespace made for it, and shows that
 //! restore's progress. The request holds a finalizer so that deleting it deletes its
 //! DataRestore first, which brings the team's consumers back as any deletion does.
+//! At most `--requests-per-namespace` requests of one namespace are carried out at
+//! once ([`turn`]); the others wait, and are woken as earlier ones end.
 
 pub mod decide;
+pub mod turn;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -23,15 +27,71 @@ use crate::labels::{self, FINALIZER};
 
 use super::{Context, Error, Result, status_write};
 
+/// A waiting request is looked at again this often even when nothing woke it: a wake
+/// lost (say, to a restart) costs at most this.
+const WAITING_RECHECK: Duration = Duration::from_secs(60);
+
+/// What the passes over requests share.
+struct Shared {
+    ctx: Arc<Context>,
+    /// Every namespace's requests, as the controller's watch knows them.
+    requests: Store<DataRestoreRequest>,
+    /// Wakes a waiting request whose turn has come.
+    wake: UnboundedSender<ObjectRef<DataRestoreRequest>>,
+}
+
+impl Shared {
+    /// The requests of `namespace`, `request` as it is now among them.
+    fn peers(&self, namespace: &str, request: &DataRestoreRequest) -> Vec<turn::Peer> {
+        let own = request.name_any();
+        let mut peers: Vec<turn::Peer> = self
+            .requests
+            .state()
+            .iter()
+            .filter(|r| r.namespace().as_deref() == Some(namespace) && r.name_any() != own)
+            .map(|r| turn::peer(r))
+            .collect();
+        peers.push(turn::peer(request));
+        peers
+    }
+
+    /// `request` no longer holds a place under the cap: wakes the waiting requests of
+    /// its namespace whose turn that makes it.
+    fn wake_next(&self, namespace: &str, request: &DataRestoreRequest) {
+        let mut peers = self.peers(namespace, request);
+        if let Some(own) = peers.last_mut() {
+            own.standing = turn::Standing::Ended;
+        }
+        let cap = self.ctx.config.requests_per_namespace;
+        for name in turn::in_turn(&peers, cap) {
+            // Fails only once the controller stopped, when nothing waits any more.
+            let _ = self
+                .wake
+                .unbounded_send(ObjectRef::new(name).within(namespace));
+        }
+    }
+}
+
 /// Watches every namespace's requests, and the DataRestores made for them, until the
 /// process is asked to stop.
 pub async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
-    let requests: Api<DataRestoreRequest> = Api::all(client.clone());
+    let requests: Api<DataRestoreRequest> = match &ctx.config.requests_namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
     let restores: Api<DataRestore> = Api::namespaced(client, &ctx.config.namespace);
     let made_for_requests = watcher::Config::default().labels(labels::REQUEST_UID);
-    Controller::new(requests, watcher::Config::default())
+    let controller = Controller::new(requests, watcher::Config::default());
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let shared = Arc::new(Shared {
+        requests: controller.store(),
+        wake,
+        ctx: ctx.clone(),
+    });
+    controller
         .with_config(ctx.config.runtime())
+        .reconcile_on(woken)
         .watches(restores, made_for_requests, |dr: DataRestore| {
             let (namespace, name) = dr
                 .annotations()
@@ -40,7 +100,7 @@ pub async fn run(ctx: Arc<Context>) {
             Some(ObjectRef::new(name).within(namespace))
         })
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!("request reconcile failed: {e}");
@@ -49,7 +109,8 @@ pub async fn run(ctx: Arc<Context>) {
         .await;
 }
 
-async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Result<Action> {
+    let ctx = &shared.ctx;
     let namespace = request.namespace().unwrap_or_default();
     let name = request.name_any();
     let uid = request.uid().unwrap_or_default();
@@ -59,6 +120,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
     let has_finalizer = request.finalizers().iter().any(|f| f == FINALIZER);
 
     if request.metadata.deletion_timestamp.is_some() {
+        shared.wake_next(&namespace, &request);
         if !has_finalizer {
             return Ok(Action::await_change());
         }
@@ -94,13 +156,24 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
         None if previous.restore.phase.is_terminal()
             && previous.restore.observed_generation == generation =>
         {
+            shared.wake_next(&namespace, &request);
             return Ok(Action::await_change());
         }
         // Its DataRestore went while it ran (an admin deleted it): not made again
         // behind the admin's back.
         None if previous.data_restore.is_some() => decide::lost(&previous, generation),
         None => {
-            let backed_up = backed_up_namespaces(&ctx, &request.spec.backup_name).await?;
+            let peers = shared.peers(&namespace, &request);
+            let cap = ctx.config.requests_per_namespace;
+            if let Err(why) = turn::turn(&namespace, &name, &peers, cap) {
+                let status = decide::waiting(why, generation, &previous);
+                if status != previous {
+                    status_write::apply_status(&requests, "DataRestoreRequest", &name, &status)
+                        .await?;
+                }
+                return Ok(Action::requeue(WAITING_RECHECK));
+            }
+            let backed_up = backed_up_namespaces(ctx, &request.spec.backup_name).await?;
             match decide::data_restore_spec(&namespace, &request.spec, &backed_up) {
                 Err(errors) => {
                     info!(request = %format!("{namespace}/{name}"), ?errors, "refused");
@@ -137,6 +210,9 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
     };
     if status != previous {
         status_write::apply_status(&requests, "DataRestoreRequest", &name, &status).await?;
+    }
+    if status.restore.phase.is_terminal() {
+        shared.wake_next(&namespace, &request);
     }
     Ok(Action::await_change())
 }
@@ -185,6 +261,6 @@ async fn set_finalizers(
     }
 }
 
-fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, ctx: Arc<Context>) -> Action {
-    status_write::retry_later(&*request, "DataRestoreRequest", error, &ctx)
+fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, shared: Arc<Shared>) -> Action {
+    status_write::retry_later(&*request, "DataRestoreRequest", error, &shared.ctx)
 }
