@@ -37,7 +37,10 @@ fn entry(meta: &Meta) -> (Key, bool) {
 
 impl Claims {
     pub fn apply(&self, event: &Event<Meta>) {
-        let mut state = self.state.write().expect("claims lock");
+        let mut state = self
+            .state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match event {
             Event::Init => state.relisting = Some(HashMap::new()),
             Event::InitApply(meta) => {
@@ -63,7 +66,10 @@ impl Claims {
 
     /// Whether the claim is gone or being deleted; None before the first list is done.
     pub fn deleted(&self, namespace: &str, name: &str) -> Option<bool> {
-        let state = self.state.read().expect("claims lock");
+        let state = self
+            .state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.ready.then(|| {
             state
                 .live

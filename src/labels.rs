@@ -95,12 +95,27 @@ pub const FIELD_MANAGER: &str = "refill";
 
 /// A label value as Velero writes it: names longer than 63 characters become their
 /// first 57 characters and the first 6 hex digits of the SHA-256 of the whole name.
+///
+/// Velero cuts at byte 57, which for the names Kubernetes allows (ASCII) is the 57th
+/// character. Any other text comes from a user and must not panic here: it is cut at
+/// the last character boundary at or before byte 57, and stays an invalid name for
+/// validation to refuse by its field.
 pub fn label_value(value: &str) -> String {
     if value.len() <= 63 {
         return value.to_string();
     }
     let digest = hex::encode(Sha256::digest(value.as_bytes()));
-    format!("{}{}", &value[..57], &digest[..6])
+    format!("{}{}", prefix_within(value, 57), &digest[..6])
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a character
+/// boundary.
+pub fn prefix_within(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 fn short_hash(parts: &[&str]) -> String {
@@ -199,5 +214,16 @@ mod tests {
         assert!(long.len() <= 63, "{long}");
         let pvr = pod_volume_restore_name("restore-", "uid", "ns/pvc");
         assert!(!pvr.contains("--"), "{pvr}");
+    }
+
+    #[test]
+    fn a_long_value_with_a_wide_character_at_the_cut_does_not_panic() {
+        // 56 bytes, then a two-byte character across byte 57.
+        let value = format!("{}é{}", "a".repeat(56), "b".repeat(10));
+        let cut = label_value(&value);
+        assert!(cut.starts_with(&"a".repeat(56)), "{cut}");
+        assert_eq!(cut.len(), 62);
+        assert_eq!(prefix_within("é", 1), "");
+        assert_eq!(prefix_within("ab", 9), "ab");
     }
 }

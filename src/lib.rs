@@ -8,6 +8,8 @@ pub mod controller;
 pub mod copy;
 pub mod crds;
 pub mod gitops;
+#[cfg(test)]
+mod hostile_input;
 pub mod labels;
 mod mounts;
 mod observe;

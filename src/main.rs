@@ -62,6 +62,12 @@ enum Command {
               default_value_t = refill::controller::DEFAULT_REQUESTS_PER_NAMESPACE,
               value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         requests_per_namespace: usize,
+        /// What teams' DataRestoreRequests may do with the Flux and Argo CD objects
+        /// managing their workloads: `pause` (they may ask Pause, their default),
+        /// `ignore` (Pause is carried out as Ignore), `refuse` (a request asking Pause
+        /// is refused). DataRestores are not limited by it.
+        #[arg(long, value_enum, default_value_t = refill::controller::RequestGitOps::Pause, env = "REFILL_REQUEST_GITOPS")]
+        request_gitops: refill::controller::RequestGitOps,
         #[command(flatten)]
         election: ElectionArgs,
     },
@@ -226,6 +232,7 @@ async fn main() -> anyhow::Result<()> {
             copier_image,
             concurrency,
             requests_per_namespace,
+            request_gitops,
             election,
         } => {
             init_logging(log_format);
@@ -241,6 +248,7 @@ async fn main() -> anyhow::Result<()> {
                 copier_image,
                 concurrency,
                 requests_per_namespace,
+                request_git_ops: request_gitops,
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -78,7 +78,10 @@ pub struct Mounts {
 impl Mounts {
     /// Folds one watch event in.
     pub fn apply(&self, event: &Event<Pod>) {
-        let mut state = self.state.write().expect("mounts lock");
+        let mut state = self
+            .state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match event {
             Event::Init => state.relisting = Some(Index::default()),
             Event::InitApply(pod) => state
@@ -100,7 +103,10 @@ impl Mounts {
     /// as everywhere else ([`mounts_claim`]: a finished pod holds nothing); None until
     /// the first list is done, when only the API can answer.
     pub fn mounting(&self, namespace: &str, claims: &[&str]) -> Option<Vec<Arc<Pod>>> {
-        let state = self.state.read().expect("mounts lock");
+        let state = self
+            .state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !state.ready {
             return None;
         }
@@ -118,7 +124,12 @@ impl Mounts {
 
     /// How many pods are kept, for logs and tests.
     pub fn len(&self) -> usize {
-        self.state.read().expect("mounts lock").live.claims_of.len()
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .live
+            .claims_of
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,6 +1,7 @@
 //! Reads the cluster facts that decisions are made from. Nothing here writes.
 
 mod labelled;
+pub(crate) mod managers;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -55,7 +56,10 @@ type Owners = Option<Vec<OwnerReference>>;
 
 impl OwnerCache {
     fn get(&self, uid: &str) -> Option<Owners> {
-        let entries = self.entries.lock().expect("owner cache lock");
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         entries
             .get(uid)
             .filter(|(at, _)| at.elapsed() < self.keep)
@@ -63,7 +67,10 @@ impl OwnerCache {
     }
 
     fn put(&self, uid: &str, refs: Owners) {
-        let mut entries = self.entries.lock().expect("owner cache lock");
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         entries.retain(|_, (at, _)| at.elapsed() < self.keep);
         entries.insert(uid.to_string(), (Instant::now(), refs));
     }

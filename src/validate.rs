@@ -6,14 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::api::{Backup, DataRestore, GitOpsPolicy, PodVolumeBackup, Schedule};
-use crate::gitops::GitOpsRef;
+use crate::api::{Backup, DataRestore, PodVolumeBackup, Schedule};
 use crate::labels;
 use crate::observe::{self, Reads};
-use crate::plan::gitops::Seen;
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
 #[derive(Debug, thiserror::Error)]
@@ -191,9 +189,10 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     for consumers in found {
         facts.consumers.extend(consumers);
     }
-    if git_ops.policy == GitOpsPolicy::Pause {
-        facts.git_ops = gitops_seen(client, &facts.consumers).await?;
-    }
+    // Each object the consumers' marks name says itself which of them it manages.
+    let named = observe::managers::named(facts.consumers.values().flatten());
+    let to_read = plan::gitops::to_read(git_ops, named, &[]);
+    facts.git_ops = observe::managers::seen(client, to_read).await?;
     if dr.spec.switch_workloads {
         let namespaces: BTreeSet<String> = selected
             .iter()
@@ -206,37 +205,6 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
         facts.labelled = labelled.into_iter().flatten().collect();
     }
     Ok(facts)
-}
-
-/// The GitOps objects the consumers name, as they can be read: a pause needs them.
-async fn gitops_seen(
-    client: &Client,
-    consumers: &Consumers,
-) -> Result<BTreeMap<GitOpsRef, Seen>, ValidateError> {
-    let named: BTreeSet<GitOpsRef> = consumers
-        .values()
-        .flatten()
-        .flat_map(|c| c.managed_by.iter().cloned())
-        .collect();
-    let seen = side_by_side(named, |target| async move {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &target.namespace,
-            &target.kind.api_resource(),
-        );
-        let seen = match api.get_metadata_opt(&target.name).await {
-            Ok(Some(_)) => Seen::Exists,
-            // A kind not served answers 404 as well: no such tool here.
-            Ok(None) => Seen::Missing,
-            Err(kube::Error::Api(refused)) if refused.code == 403 => {
-                Seen::Unreadable(refused.message.clone())
-            }
-            Err(e) => return Err(e.into()),
-        };
-        Ok((target, seen))
-    })
-    .await?;
-    Ok(seen.into_iter().collect())
 }
 
 /// The cluster-scoped objects of kind `K` with these names that exist, by name.

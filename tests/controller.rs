@@ -1518,3 +1518,238 @@ async fn a_stand_in_the_quota_refuses_fails_at_once_and_brings_the_app_back() ->
     })
     .await
 }
+
+/// Takes refill's lock annotation off Deployment `web`, as `kubectl replace`, a forced
+/// Helm upgrade or an Argo CD Replace sync do; the count it was stopped at stays.
+async fn lose_the_lock(s: &Scene) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
+    let gone = json!({"metadata": {"annotations": {
+        labels::QUIESCED_BY: null,
+        labels::QUIESCED_BY_RESTORE: null,
+    }}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(gone))
+        .await?;
+    ensure!(
+        s.replicas("web").await? == (0, None),
+        "the lock is gone, the app at 0"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lost_lock_still_brings_the_app_back_and_the_status_tells_the_truth() -> Result<()> {
+    run_test("dr-lost-lock", |env| async move {
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
+        let _controller = s.controller().await?;
+
+        // Lost while the data moves, then the restore completes.
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        lose_the_lock(&s).await?;
+        let agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "f")? == b"good");
+        let consumer = &dr.status.as_ref().unwrap().consumers[0];
+        ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
+        ensure!(
+            s.replicas("web").await? == (2, None),
+            "{:?}",
+            s.replicas("web").await?
+        );
+        s.ready_pods("web", 2).await?;
+        let left = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .get("web")
+            .await?;
+        ensure!(
+            refill_marks(left.metadata.annotations.as_ref()).is_empty(),
+            "{:?}",
+            left.metadata.annotations
+        );
+        drop(agent);
+
+        // Lost while the restore waits, then it is canceled: the rollback brings it back.
+        s.restore("r2", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r2", VolumePhase::Restoring).await?;
+        lose_the_lock(&s).await?;
+        Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
+            .patch(
+                "r2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await?;
+        let dr = s.finished("r2").await?;
+        ensure!(phase(&dr) == Phase::Canceled, "{:#?}", dr.status);
+        let consumer = &dr.status.as_ref().unwrap().consumers[0];
+        ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
+        ensure!(s.replicas("web").await? == (2, None));
+        s.ready_pods("web", 2).await?;
+        s.no_stand_ins().await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_deployment_deleted_while_stopped_reads_as_gone_not_resumed() -> Result<()> {
+    run_test("dr-gone", |env| async move {
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-a", 1, b"bad", b"good").await?;
+        let _controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+            .delete("web", &Default::default())
+            .await?;
+        let _agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        let consumer = &dr.status.as_ref().unwrap().consumers[0];
+        ensure!(consumer.state == ConsumerState::Gone, "{consumer:#?}");
+        Ok(())
+    })
+    .await
+}
+
+/// The objects of `manifests/admission-guard.yaml`, made to guard only namespace `ns`
+/// (a policy of its own name, its images listed in a ConfigMap there), so that the
+/// tests beside this one are not limited by it.
+fn guard_for(ns: &str, images: &[&str]) -> Result<Vec<serde_json::Value>> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/admission-guard.yaml");
+    let text = std::fs::read_to_string(path)?;
+    let mut objects = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut object = <serde_json::Value as serde::Deserialize>::deserialize(doc)?;
+        match object["kind"].as_str() {
+            Some("ValidatingAdmissionPolicy") => {
+                object["metadata"]["name"] = json!(format!("refill-pods-{ns}"));
+            }
+            Some("ValidatingAdmissionPolicyBinding") => {
+                object["metadata"]["name"] = json!(format!("refill-pods-{ns}"));
+                object["spec"]["policyName"] = json!(format!("refill-pods-{ns}"));
+                object["spec"]["paramRef"]["namespace"] = json!(ns);
+                object["spec"]["matchResources"] = json!({"namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": ns}
+                }});
+            }
+            _ => {
+                object["metadata"]["namespace"] = json!(ns);
+                object["data"]["images"] = json!(images.join(","));
+            }
+        }
+        objects.push(object);
+    }
+    Ok(objects)
+}
+
+/// Where an object of the guard (`kind`) is written: its ConfigMap in `ns`.
+fn guard_api(client: &kube::Client, kind: &str, ns: &str) -> Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let (group, version, plural) = match kind {
+        "ValidatingAdmissionPolicy" => (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicies",
+        ),
+        "ValidatingAdmissionPolicyBinding" => (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicybindings",
+        ),
+        _ => ("", "v1", "configmaps"),
+    };
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    if kind == "ConfigMap" {
+        Api::namespaced_with(client.clone(), ns, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    }
+}
+
+/// A pod in `ns` as refill's ServiceAccount might be made to create it.
+fn pod_as(ns: &str, name: &str, role: Option<&str>, image: &str, host_path: bool) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": image}]},
+    });
+    if let Some(role) = role {
+        pod["metadata"]["labels"] = json!({labels::ROLE: role});
+    }
+    if host_path {
+        pod["spec"]["volumes"] = json!([{"name": "h", "hostPath": {"path": "/"}}]);
+    }
+    serde_json::from_value(pod).expect("a pod")
+}
+
+#[tokio::test]
+async fn the_admission_guard_lets_refill_restore_and_refuses_any_other_pod() -> Result<()> {
+    run_test("dr-guard", |env| async move {
+        let s = scene(env).await?;
+        let images = [
+            refill::controller::DEFAULT_STAND_IN_IMAGE,
+            refill::controller::FALLBACK_HELPER_IMAGE,
+        ];
+        let objects = guard_for(&s.ns, &images)?;
+        let apply = PatchParams::apply("refill-e2e").force();
+        for object in &objects {
+            let kind = object["kind"].as_str().unwrap_or_default();
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let api = guard_api(&s.client, kind, &s.ns);
+            api.patch(name, &apply, &Patch::Apply(object)).await?;
+        }
+        let (sa_ns, sa) = refill_e2e::fixture::CONTROLLER_SA;
+        let as_refill: Api<Pod> = Api::namespaced(
+            s.env.cluster.service_account_client(sa_ns, sa).await?,
+            &s.ns,
+        );
+        let refused = |result: kube::Result<Pod>| match result {
+            Err(kube::Error::Api(e)) if e.message.contains("refill-pods") => Ok(e.message),
+            other => Err(anyhow::anyhow!("not refused by the guard: {other:?}")),
+        };
+        // A policy is in force once the API server's informer has it: a few seconds.
+        let mut attempt = 0;
+        let no_role = wait_for("the guard in force", TIMEOUT, || {
+            attempt += 1;
+            let pod = pod_as(&s.ns, &format!("plain-{attempt}"), None, images[0], false);
+            let as_refill = as_refill.clone();
+            async move { Ok(refused(as_refill.create(&PostParams::default(), &pod).await).ok()) }
+        })
+        .await?;
+        ensure!(no_role.contains("stand-in and copier pods"), "{no_role}");
+
+        let dir = web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "f")? == b"good");
+        ensure!(s.replicas("web").await? == (2, None));
+
+        let host = pod_as(&s.ns, "host", Some(labels::ROLE_STAND_IN), images[0], true);
+        let message = refused(as_refill.create(&PostParams::default(), &host).await)?;
+        ensure!(message.contains("hostPath"), "{message}");
+        let other = pod_as(
+            &s.ns,
+            "other",
+            Some(labels::ROLE_COPIER),
+            "busybox:1",
+            false,
+        );
+        let message = refused(as_refill.create(&PostParams::default(), &other).await)?;
+        ensure!(message.contains("busybox:1"), "{message}");
+
+        for object in objects.iter().filter(|o| o["kind"] != "ConfigMap") {
+            let kind = object["kind"].as_str().unwrap_or_default();
+            let api = guard_api(&s.client, kind, &s.ns);
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            api.delete(name, &Default::default()).await?;
+        }
+        Ok(())
+    })
+    .await
+}

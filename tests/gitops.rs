@@ -20,7 +20,7 @@ use refill::gitops::pause::{ARGO_CD_REFRESH, ARGO_CD_SKIP_RECONCILE, FLUX_REQUES
 use refill::labels::{PAUSED_BY, PAUSED_FROM};
 use refill_e2e::fixture::{self, Scene, phase, pod_template};
 use refill_e2e::flux::{self, FluxApp, Kind};
-use refill_e2e::{TestEnv, run_test, wait_for};
+use refill_e2e::{TestEnv, TestNamespace, run_test, wait_for};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -357,6 +357,11 @@ async fn an_argo_cd_application_is_paused_by_annotation_and_refuse_touches_nothi
                 "destination": {"server": "https://kubernetes.default.svc", "namespace": s.ns},
                 "source": {"repoURL": "https://git.invalid/shop.git", "path": ".", "targetRevision": "HEAD"},
             },
+            // What Argo CD records of what it manages (its CRD has no status
+            // subresource): refill pauses an Application only for what it lists.
+            "status": {"resources": [
+                {"group": "apps", "version": "v1", "kind": "Deployment", "namespace": s.ns, "name": "web"},
+            ]},
         });
         applications(&s)
             .create(&Default::default(), &serde_json::from_value(app)?)
@@ -432,6 +437,112 @@ async fn an_argo_cd_application_is_paused_by_annotation_and_refuse_touches_nothi
         );
         ensure!(back.name_any() == APP);
         Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_forged_flux_label_pauses_nothing_and_tells_nothing_of_the_object() -> Result<()> {
+    run_test("gitops-forged", |env| async move {
+        let s = scene(env).await?;
+        // A platform team's Kustomization in a namespace of its own, applying
+        // something else entirely.
+        let platform = TestNamespace::create(&s.client, "gitops-platform").await?;
+        let checked = async {
+            let cluster_dir = &s.env.cluster.dir;
+            let settings = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings"}, "data": {"a": "b"},
+            })
+            .to_string();
+            flux::upload_manifests(
+                cluster_dir,
+                platform.name(),
+                &[("settings.yaml", &settings)],
+            )
+            .await?;
+            let app = FluxApp {
+                namespace: platform.name(),
+                name: "platform-apps",
+                bucket: platform.name(),
+                interval: Duration::from_secs(600),
+            };
+            flux::create_app(&s.client, cluster_dir, &app).await?;
+            flux::wait_ready(
+                &s.client,
+                Kind::Kustomization,
+                platform.name(),
+                app.name,
+                TIMEOUT,
+            )
+            .await?;
+            let kustomizations = flux::flux_api(&s.client, Kind::Kustomization, platform.name());
+            let before = kustomizations.get(app.name).await?;
+
+            // A team's own Deployment, carrying the platform Kustomization's marks.
+            let dir = s.volume("web", "node-a", &[("f", b"broken")]).await?;
+            s.deployment("web", 1, &["web"]).await?;
+            let forged = json!({"metadata": {"labels": {
+                "kustomize.toolkit.fluxcd.io/name": app.name,
+                "kustomize.toolkit.fluxcd.io/namespace": platform.name(),
+            }}});
+            Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+                .patch("web", &PatchParams::default(), &Patch::Merge(forged))
+                .await?;
+            fixture::wait_settled(&s.client, &s.ns, "web", 1, s.timeout).await?;
+            s.backup("b1", &[s.backed_up("web", "web-0", &[("f", b"good")])])
+                .await?;
+
+            let _controller = s.controller().await?;
+            let _agent = s.node_agent();
+            s.restore("r1", s.spec("b1", &["web"])).await?;
+            let dr = s.finished("r1").await?;
+            let status = dr.status.clone().unwrap();
+            ensure!(phase(&dr) == Phase::Completed, "{status:#?}");
+            ensure!(fixture::read(&dir, "f")? == b"good");
+            ensure!(
+                status.consumers[0].state == ConsumerState::Resumed,
+                "{status:#?}"
+            );
+
+            // Not paused, not even written to.
+            let after = kustomizations.get(app.name).await?;
+            ensure!(
+                after.resource_version() == before.resource_version()
+                    && after.data["spec"].get("suspend").is_none()
+                    && annotation(&after, PAUSED_BY).is_none(),
+                "the forged label reached {:?} {:?}",
+                after.data["spec"],
+                after.metadata.annotations
+            );
+            // The restore says the marks were not backed, and nothing of the object:
+            // neither its name nor its namespace, in its status or its Events.
+            ensure!(status.git_ops.is_empty(), "{:#?}", status.git_ops);
+            let told = format!("Deployment {}/web carries Flux Kustomization marks", s.ns);
+            ensure!(
+                status.warnings.iter().any(|w| w.starts_with(&told)),
+                "{:?}",
+                status.warnings
+            );
+            let events: Api<k8s_openapi::api::core::v1::Event> =
+                Api::namespaced(s.client.clone(), &s.ns);
+            let events = serde_json::to_string(&events.list(&Default::default()).await?.items)?;
+            ensure!(
+                events.contains(&told),
+                "no Event says the marks were not backed"
+            );
+            let status_text = serde_json::to_string(&status)?;
+            for secret in [platform.name(), app.name] {
+                ensure!(
+                    !status_text.contains(secret) && !events.contains(secret),
+                    "the restore tells of {secret}: {status_text}"
+                );
+            }
+            Ok(())
+        }
+        .await;
+        platform.cleanup().await?;
+        checked
     })
     .await
 }

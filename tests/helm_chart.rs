@@ -109,7 +109,7 @@ fn the_values_change_what_they_name() {
         "--set",
         "veleroNamespace=backups,replicas=3,image.tag=1.2.3,image.pullPolicy=Always",
         "--set",
-        "logFormat=json,tenantRoles=false,metrics.service=false,gitopsRoles=false",
+        "logFormat=json,tenantRoles=false,metrics.service=false,gitopsRoles=false,requestGitOps=refuse",
         "--set",
         "extraArgs={--lease-duration=30s}",
         "--set",
@@ -136,6 +136,8 @@ fn the_values_change_what_they_name() {
             "4",
             "--requests-per-namespace",
             "2",
+            "--request-gitops",
+            "refuse",
             "--lease-duration=30s"
         ])
     );
@@ -143,5 +145,25 @@ fn the_values_change_what_they_name() {
     assert!(
         env.iter()
             .any(|e| e["name"] == "REFILL_LOG_FORMAT" && e["value"] == "json")
+    );
+}
+
+#[test]
+fn the_admission_guard_is_off_by_default_and_renders_the_manifest_when_on() {
+    let guard = |m: &BTreeMap<String, Value>| {
+        m.iter()
+            .filter(|(k, _)| {
+                k.starts_with("ValidatingAdmissionPolicy") || k.contains("refill-admission-guard")
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert!(guard(&render(&[])).is_empty(), "the guard is opt-in");
+    let text = std::fs::read_to_string(repo().join("manifests/admission-guard.yaml")).unwrap();
+    let want = by_key(documents(&text));
+    let chart = guard(&render(&["--set", "admissionGuard.enabled=true"]));
+    assert_eq!(
+        chart, want,
+        "charts/refill and manifests/admission-guard.yaml differ"
     );
 }

@@ -906,6 +906,27 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
                 &request("fix-data", &backup, &["data".into()])?,
             )
             .await?;
+        // Beside it, a request whose backupName has a two-byte character across byte
+        // 57, where label values are cut: it once panicked the controller, and both
+        // replicas crash-looped with every restore of the cluster stopped.
+        let wide = format!("{}é{}", "a".repeat(56), "b".repeat(10));
+        requests
+            .create(
+                &Default::default(),
+                &request("wide-name", &wide, &["data".into()])?,
+            )
+            .await?;
+        let refused = request_finished(&requests, "wide-name").await?;
+        let refused = refused.status.unwrap_or_default();
+        ensure!(
+            refused.restore.phase == Phase::Failed
+                && refused
+                    .restore
+                    .errors
+                    .iter()
+                    .any(|e| e.starts_with("spec.backupName")),
+            "{refused:#?}"
+        );
         let done = request_finished(&requests, "fix-data").await?;
         let status = done.status.clone().unwrap_or_default();
         ensure!(status.restore.phase == Phase::Completed, "{status:#?}");
@@ -999,6 +1020,25 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
             forbidden(elsewhere.map(drop)),
             "the team may list requests in default"
         );
+
+        // No request of the team restarted the controller.
+        let controllers = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
+            admin.clone(),
+            fixture::CONTROLLER_SA.0,
+        )
+        .list(&ListParams::default().labels("app.kubernetes.io/name=refill"))
+        .await?;
+        let restarts: i32 = controllers
+            .items
+            .iter()
+            .flat_map(|p| {
+                p.status
+                    .iter()
+                    .flat_map(|s| s.container_statuses.iter().flatten())
+            })
+            .map(|c| c.restart_count)
+            .sum();
+        ensure!(restarts == 0, "the controller restarted {restarts} times");
 
         // Deleting the request deletes its DataRestore.
         requests.delete("fix-data", &Default::default()).await?;

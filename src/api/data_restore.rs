@@ -440,6 +440,13 @@ pub struct VolumeStatus {
     /// The pod that mounts the PVC while its data is written, in the PVC's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stand_in_pod: Option<String>,
+    /// The UID of that stand-in, from when refill first saw it: a pod with the
+    /// stand-in's labels is refill's only if it is this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stand_in_uid: Option<String>,
+    /// The UID of a path restore's copier pod, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copier_uid: Option<String>,
     /// The node the data is written on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
@@ -595,6 +602,8 @@ pub enum ConsumerState {
     /// Brought back on the new claim (switchTo) instead of the PVC, as
     /// spec.switchWorkloads asked.
     Switched,
+    /// Deleted by someone while it was stopped: nothing to bring back.
+    Gone,
 }
 
 /// A workload refill stops while its PVCs are restored, and what brings it back.
@@ -632,6 +641,10 @@ pub struct ConsumerRecord {
     /// When refill brought it back: the end of the app's downtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_at: Option<Time>,
+    /// A bare pod's UID when refill found it: it is deleted only while it is still
+    /// that pod, never another made under its name since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 impl ConsumerRecord {

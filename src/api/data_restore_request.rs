@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::data_restore::{ConsumerPolicy, DataRestoreStatus, FailurePolicy};
+use super::gitops::GitOpsSpec;
 
 /// What a team asks to restore: a backup and claims of its own namespace.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
@@ -55,6 +56,12 @@ pub struct DataRestoreRequestSpec {
     /// What to do with the stopped consumers when a volume fails.
     #[serde(default)]
     pub on_failure: FailurePolicy,
+    /// What to do with the Flux or Argo CD objects that manage the consumers, as a
+    /// DataRestore's spec.gitOps; the cluster's admin may allow less
+    /// (`refill controller --request-gitops`). Only an object that itself lists a
+    /// consumer is ever paused.
+    #[serde(default, rename = "gitOps", skip_serializing_if = "Option::is_none")]
+    pub git_ops: Option<GitOpsSpec>,
     /// How long one volume may take (default `4h`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = super::bounds::SHORT_TEXT))]

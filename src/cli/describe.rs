@@ -307,6 +307,7 @@ mod tests {
                 switch_to: None,
                 stopped_at: Some(at("2026-01-01T11:01:00Z")),
                 resumed_at: None,
+                uid: None,
             }],
             warnings: vec!["careful".into()],
             ..DataRestoreStatus::default()

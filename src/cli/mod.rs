@@ -29,7 +29,7 @@ mod get;
 mod output;
 mod progress;
 mod schedule;
-mod selector;
+pub(crate) mod selector;
 mod spec;
 mod wait;
 

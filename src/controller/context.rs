@@ -50,6 +50,8 @@ pub struct Config {
     /// The image of the pod that copies a path restore's paths into the PVC: refill's
     /// own, which holds `refill copy`.
     pub copier_image: String,
+    /// What teams' DataRestoreRequests may do with GitOps objects.
+    pub request_git_ops: super::RequestGitOps,
     /// Passes each of the controllers (DataRestores, DataRestoreRequests,
     /// DataRestoreSchedules) runs at once; objects past it wait their turn. Each pass
     /// holds what it read until it ends, so this bounds the memory many objects
@@ -98,6 +100,7 @@ impl Default for Config {
             concurrency: DEFAULT_CONCURRENCY,
             requests_per_namespace: DEFAULT_REQUESTS_PER_NAMESPACE,
             requests_namespace: None,
+            request_git_ops: super::RequestGitOps::default(),
         }
     }
 }
@@ -169,6 +172,22 @@ impl Context {
         note: String,
         related: Option<ObjectReference>,
     ) {
+        self.event_on_with(dr.object_ref(&()), warning, reason, note, related)
+    }
+
+    /// Publishes an Event on any object refill serves (a request, a schedule).
+    pub fn event_on(&self, reference: ObjectReference, warning: bool, reason: &str, note: String) {
+        self.event_on_with(reference, warning, reason, note, None)
+    }
+
+    fn event_on_with(
+        &self,
+        reference: ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
         let event = Event {
             type_: if warning {
                 EventType::Warning
@@ -180,7 +199,7 @@ impl Context {
             action: reason.into(),
             secondary: related,
         };
-        let (recorder, reference) = (self.recorder.clone(), dr.object_ref(&()));
+        let recorder = self.recorder.clone();
         // Sent on the side: a volume's next step never waits for the news of its last.
         tokio::spawn(async move {
             if let Err(e) = recorder.publish(&event, &reference).await {
@@ -193,7 +212,10 @@ impl Context {
     /// it had, so that events of pods mounting them reach it.
     pub fn track_claims(&self, dr: &DataRestore, active: impl Iterator<Item = (String, String)>) {
         let me = ObjectRef::from_obj(dr);
-        let mut claims = self.claims.lock().expect("claims lock");
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         claims.retain(|_, owner| *owner != me);
         for key in active {
             claims.insert(key, me.clone());
@@ -205,14 +227,17 @@ impl Context {
         let me = ObjectRef::from_obj(dr);
         self.claims
             .lock()
-            .expect("claims lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|_, owner| *owner != me);
         if let Some(uid) = dr.uid() {
             self.last_write
                 .lock()
-                .expect("write lock")
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .retain(|k, _| !k.starts_with(&uid));
-            self.last_version.lock().expect("version lock").remove(&uid);
+            self.last_version
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&uid);
             self.mirror.forget(&uid);
             self.config.metrics.forget(&uid);
         }
@@ -231,7 +256,10 @@ impl Context {
             };
         }
         let ns = pod.namespace().unwrap_or_default();
-        let claims = self.claims.lock().expect("claims lock");
+        let claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         pod.spec
             .iter()
             .flat_map(|s| s.volumes.iter().flatten())
@@ -242,7 +270,10 @@ impl Context {
 
     /// The restores working on a claim, for mapping its events.
     pub fn restores_for_claim(&self, namespace: &str, name: &str) -> Vec<ObjectRef<DataRestore>> {
-        let claims = self.claims.lock().expect("claims lock");
+        let claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         claims
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
@@ -255,7 +286,7 @@ impl Context {
         let last = self
             .last_write
             .lock()
-            .expect("write lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(uid)
             .copied()?;
         self.config.progress_interval.checked_sub(last.elapsed())
@@ -290,12 +321,12 @@ impl Context {
     pub fn wrote(&self, uid: &str, version: Option<String>) {
         self.last_write
             .lock()
-            .expect("write lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(uid.to_string(), Instant::now());
         if let Some(version) = version {
             self.last_version
                 .lock()
-                .expect("version lock")
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert(uid.to_string(), version);
         }
     }
@@ -304,7 +335,7 @@ impl Context {
     pub fn last_written(&self, uid: &str) -> Option<String> {
         self.last_version
             .lock()
-            .expect("version lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(uid)
             .cloned()
     }

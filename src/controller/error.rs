@@ -21,6 +21,9 @@ pub enum Error {
     /// A condition that passes by itself (a watch not listed yet).
     #[error("{0}")]
     Transient(String),
+    /// The pass panicked: a bug in refill, met on this object only.
+    #[error("internal error: {0}")]
+    Panicked(String),
 }
 
 /// A result whose error is the controller's [`Error`].
@@ -34,6 +37,9 @@ pub enum Category {
     Conflict,
     /// Refused for what it is (quota, admission, RBAC, validation): retrying cannot help.
     Permanent,
+    /// refill itself failed on the object (a panic): retried with backoff, in case what
+    /// caused it changes.
+    Internal,
 }
 
 /// Whether the API answered with this HTTP status.
@@ -61,6 +67,7 @@ impl Error {
             Error::Kube(e) => category_of(e),
             Error::Permanent(_) => Category::Permanent,
             Error::Transient(_) => Category::Transient,
+            Error::Panicked(_) => Category::Internal,
         }
     }
 
@@ -82,7 +89,10 @@ pub struct Backoffs {
 impl Backoffs {
     /// The delay before the next try of this restore.
     pub fn next(&self, uid: &str) -> Duration {
-        let mut all = self.by_restore.lock().expect("backoff lock");
+        let mut all = self
+            .by_restore
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let backoff = all
             .entry(uid.to_string())
             .or_insert_with(|| ExponentialBackoff {
@@ -95,7 +105,10 @@ impl Backoffs {
     }
 
     pub fn reset(&self, uid: &str) {
-        self.by_restore.lock().expect("backoff lock").remove(uid);
+        self.by_restore
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(uid);
     }
 }
 

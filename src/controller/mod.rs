@@ -8,9 +8,12 @@ mod copier;
 mod error;
 mod gitops;
 pub mod health;
+#[cfg(test)]
+mod hostile_input;
 pub mod leader;
 pub mod metrics;
 mod new_claim;
+mod panics;
 mod phase;
 pub mod pod_volume_restore;
 mod reasons;
@@ -35,6 +38,7 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
+use panics::Audience;
 
 pub use consumer::{PARKED_KEY, who_changed};
 pub use context::{
@@ -42,6 +46,7 @@ pub use context::{
 };
 pub use error::{Error, Result};
 pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
+pub use request::gitops::RequestGitOps;
 pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};
 pub use schedule::decide::spec_errors as schedule_spec_errors;
 pub use stand_in::DEFAULT_IMAGE as DEFAULT_STAND_IN_IMAGE;
@@ -154,7 +159,19 @@ pub async fn run_with_readiness(
         // steady progress from many volumes would starve it. Events that arrive while a
         // pass runs are folded into one next pass anyway.
         .shutdown_on_signal()
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .run(
+            |dr, ctx| {
+                panics::guarded(
+                    dr,
+                    ctx,
+                    "DataRestore",
+                    Audience::Admin,
+                    reconcile::reconcile,
+                )
+            },
+            reconcile::error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!("reconcile failed: {e}");

@@ -21,3 +21,6 @@ pub const VOLUME_WAITING: &str = "VolumeWaiting";
 pub const GITOPS_PAUSED: &str = "GitOpsPaused";
 /// A GitOps object was let go: put back as it was, or left for another restore.
 pub const GITOPS_RESUMED: &str = "GitOpsResumed";
+/// A Warning: a pass over the object panicked; it is marked Stalled and tried again
+/// later, while every other object is served on.
+pub const INTERNAL_ERROR: &str = "InternalError";

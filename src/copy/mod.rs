@@ -4,6 +4,7 @@
 //! (mounted read-only) and the PVC at `--to`; its summary goes to the termination log,
 //! where the controller reads it.
 
+mod dir;
 mod select;
 mod tree;
 
@@ -40,16 +41,29 @@ pub struct CopyError {
     pub source: io::Error,
 }
 
+/// The error of `op` on `path`.
+fn at<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> CopyError + 'p {
+    move |source| CopyError {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Copies the entries of `source` that `selection` chooses into `dest`; with `mirror`,
 /// also deletes what `dest` has under the chosen paths and `source` does not.
+///
+/// `dest` may be changed by others meanwhile: everything there is done relative to
+/// open directory handles, never following a symlink (see `dir.rs`).
 pub fn copy(
     source: &Path,
     dest: &Path,
     selection: &Matcher,
     mirror: bool,
 ) -> Result<Summary, CopyError> {
-    let mut copy = tree::Copy::new(source, dest, selection, mirror);
-    copy.walk(Path::new(""))?;
+    let root = dir::Dir::root(dest)?;
+    let mut copy = tree::Copy::new(source, &root, selection, mirror);
+    copy.walk(Path::new(""), &root)?;
     let mut summary = copy.summary;
     summary.counts.skipped_count = summary.skipped.len() as u64;
     Ok(summary)

@@ -5,6 +5,7 @@
 //! restore pauses it first ([`pause`]) and lets it go afterwards.
 
 pub mod pause;
+pub mod verify;
 
 use crate::api::{GitOpsKind, GitOpsSpec};
 

@@ -8,7 +8,7 @@ mod consumers;
 pub mod gitops;
 mod placement;
 mod selector;
-mod spec;
+pub mod spec;
 mod switch;
 mod volumes;
 

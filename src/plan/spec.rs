@@ -469,7 +469,7 @@ fn dns_label(text: &str) -> Result<(), String> {
 }
 
 /// A DNS-1123 subdomain: names of PVCs, nodes, backups.
-fn dns_subdomain(text: &str) -> Result<(), String> {
+pub fn dns_subdomain(text: &str) -> Result<(), String> {
     if text.is_empty() {
         return Err("it is empty".into());
     }

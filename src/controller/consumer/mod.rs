@@ -7,7 +7,7 @@ mod strategy;
 mod switch;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 
 use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
@@ -49,11 +49,22 @@ pub async fn stop(
     let name = record.name.clone();
     let strategy = Strategy::of(record.kind);
     match strategy {
-        Strategy::Delete => match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if has_status(&e, 404) => {}
-            Err(e) => return Err(e),
-        },
+        Strategy::Delete => {
+            // Only the pod that was found: one made since under its name (by its team)
+            // is not this restore's to delete, and shows up as a writer of its own.
+            let params = DeleteParams {
+                preconditions: record.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(e) if has_status(&e, 404) || has_status(&e, 409) => {}
+                Err(e) => return Err(e),
+            }
+        }
         Strategy::Wait => {}
         _ => {
             let Some(obj) = api.get_opt(&name).await? else {
@@ -145,9 +156,33 @@ pub async fn resume(
             {
                 Resumed::ScaledBack(original)
             } else {
-                match api.get_opt(&record.name).await? {
-                    Some(obj) if strategy::holder(&obj).is_some_and(|(h, _)| h == uid) => {
+                let Some(obj) = api.get_opt(&record.name).await? else {
+                    return Ok(finish(record, Resumed::Gone));
+                };
+                match strategy::holder(&obj) {
+                    Some((holder, _)) if holder == uid => {
                         let (patch, resumed) = strategy::resume_patch(record.kind, record, &obj);
+                        api.patch(&record.name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await?;
+                        resumed
+                    }
+                    // Another restore marked it after refill's mark went: that restore's
+                    // record brings it back, and this status must not say it is back.
+                    Some((_, other)) if record.state == ConsumerState::Stopped => {
+                        Resumed::HeldElsewhere(other.to_string())
+                    }
+                    // refill's mark went while it was stopped (a `kubectl replace`, a forced
+                    // Helm upgrade, an Argo CD Replace sync). The restore's own record says
+                    // what to bring back; the write is conditional on what was read.
+                    None if record.state == ConsumerState::Stopped => {
+                        let (mut patch, resumed) =
+                            strategy::resume_patch(record.kind, record, &obj);
+                        patch["metadata"]["resourceVersion"] =
+                            serde_json::json!(obj.metadata.resource_version);
+                        tracing::warn!(
+                            workload = %describe(record),
+                            "refill's mark is gone from it; bringing it back from the restore's record"
+                        );
                         api.patch(&record.name, &PatchParams::default(), &Patch::Merge(patch))
                             .await?;
                         resumed
@@ -157,15 +192,19 @@ pub async fn resume(
             }
         }
     };
-    record.state = match (&resumed, record.state) {
-        // Marked Stopping but the stop never applied: it ran all along.
-        (Resumed::Untouched, ConsumerState::Stopping) => ConsumerState::Running,
-        _ => ConsumerState::Resumed,
-    };
+    Ok(finish(record, resumed))
+}
+
+/// Records where a resume left the consumer: back only when it is.
+fn finish(record: &mut ConsumerRecord, resumed: Resumed) -> Resumed {
+    record.state = strategy::state_after(record.state, &resumed);
+    if let Resumed::HeldElsewhere(other) = &resumed {
+        record.held_by = Some(other.clone());
+    }
     if record.state == ConsumerState::Resumed && record.stopped_at.is_some() {
         record.resumed_at.get_or_insert_with(now);
     }
-    Ok(resumed)
+    resumed
 }
 
 /// Brings a stopped workload back on its new claim (spec.switchWorkloads) in one
@@ -305,6 +344,10 @@ pub fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String>
             };
             format!("switched {what} from PVC {from} to PVC {to}{count}")
         }
+        Resumed::Gone => format!("{what} was deleted while it was stopped; nothing to bring back"),
+        Resumed::HeldElsewhere(other) => format!(
+            "{what} lost refill's mark while stopped and was stopped again by DataRestore {other}; that restore brings it back"
+        ),
         Resumed::Untouched => return None,
     })
 }
@@ -326,6 +369,7 @@ mod tests {
             switch_to: None,
             stopped_at: None,
             resumed_at: None,
+            uid: None,
         }
     }
 

@@ -146,6 +146,7 @@ mod tests {
             switch_to: None,
             stopped_at: None,
             resumed_at: None,
+            uid: None,
         }
     }
 

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-use crate::api::{ConsumerKind, ConsumerRecord};
+use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
 use crate::labels;
 use crate::observe::replicas;
 
@@ -174,8 +174,25 @@ pub enum Resumed {
         to: String,
         scaled_to: Option<i32>,
     },
-    /// Not stopped by this restore (or gone): left as it is.
+    /// Deleted while it was stopped: there is nothing to bring back.
+    Gone,
+    /// refill's mark went while it was stopped, and another restore (`namespace/name`)
+    /// has stopped it since: that restore brings it back.
+    HeldElsewhere(String),
+    /// Not stopped by this restore: left as it is.
     Untouched,
+}
+
+/// Where a consumer in `state` is after a resume that did `resumed`. Only a consumer
+/// that is running again, or was never stopped, may read as back.
+pub fn state_after(state: ConsumerState, resumed: &Resumed) -> ConsumerState {
+    match (resumed, state) {
+        // Marked Stopping but the stop never applied: it ran all along.
+        (Resumed::Untouched, ConsumerState::Stopping) => ConsumerState::Running,
+        (Resumed::Gone, _) => ConsumerState::Gone,
+        (Resumed::HeldElsewhere(_), _) => ConsumerState::HeldByOther,
+        _ => ConsumerState::Resumed,
+    }
 }
 
 /// Undoes any of the stops above; a merge patch with null removes only refill's keys, so
@@ -194,10 +211,22 @@ pub fn resume_patch(
     }}});
     let spec = match Strategy::of(kind) {
         Strategy::Scale => {
-            let original = annotation(obj, labels::ORIGINAL_REPLICAS)
-                .and_then(|v| v.parse::<i32>().ok())
+            // A Stopped record holds the count the stop wrote: it comes first, since the
+            // annotation sits on an object the workload's team can edit. A Stopping
+            // record may hold the count seen at planning, before the stop applied; the
+            // annotation written with the stop is the exact one then.
+            let recorded = record
+                .replicas
+                .filter(|_| record.state == ConsumerState::Stopped);
+            let original = recorded
+                .or_else(|| {
+                    annotation(obj, labels::ORIGINAL_REPLICAS)?
+                        .parse::<i32>()
+                        .ok()
+                })
                 .or(record.replicas)
-                .unwrap_or(1);
+                .unwrap_or(1)
+                .max(0);
             // Someone scaled it up already: their count stands.
             let now = replicas(obj);
             if now > 0 {
@@ -210,7 +239,10 @@ pub fn resume_patch(
             Resumed::Started,
         ),
         Strategy::Suspend => {
-            let was = annotation(obj, labels::ORIGINAL_STATE)
+            let was = record
+                .original
+                .as_deref()
+                .or_else(|| annotation(obj, labels::ORIGINAL_STATE))
                 .and_then(|v| serde_json::from_str::<Value>(v).ok())
                 .and_then(|v| v["suspend"].as_bool())
                 .unwrap_or(false);
@@ -312,6 +344,7 @@ mod tests {
             switch_to: None,
             stopped_at: None,
             resumed_at: None,
+            uid: None,
         }
     }
 
@@ -370,6 +403,85 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_without_refill_s_mark_brings_back_the_record_s_count_not_the_object_s() {
+        // The team edited the leftover annotation; the restore's record holds 3.
+        let stopped = object(
+            json!({"spec": {"replicas": 0}}),
+            &[(labels::ORIGINAL_REPLICAS, "2147483647")],
+        );
+        let (patch, resumed) = resume_patch(
+            ConsumerKind::Deployment,
+            &record(ConsumerKind::Deployment),
+            &stopped,
+        );
+        assert_eq!(resumed, Resumed::ScaledBack(3));
+        assert_eq!(patch["spec"]["replicas"], 3);
+        assert_eq!(
+            patch["metadata"]["annotations"][labels::ORIGINAL_REPLICAS],
+            Value::Null
+        );
+        // Someone set a count meanwhile: theirs stands.
+        let theirs = object(json!({"spec": {"replicas": 5}}), &[]);
+        let (_, resumed) = resume_patch(
+            ConsumerKind::Deployment,
+            &record(ConsumerKind::Deployment),
+            &theirs,
+        );
+        assert_eq!(resumed, Resumed::KeptTheirs(5));
+        // A CronJob's mark and record of `suspend` both gone from the object: the
+        // restore's record says it ran.
+        let mut cron = record(ConsumerKind::CronJob);
+        cron.original = Some(r#"{"suspend":false}"#.into());
+        let suspended = object(json!({"spec": {"suspend": true}}), &[]);
+        let (patch, _) = resume_patch(ConsumerKind::CronJob, &cron, &suspended);
+        assert_eq!(patch["spec"]["suspend"], false);
+    }
+
+    #[test]
+    fn only_a_consumer_that_runs_again_reads_as_resumed() {
+        let after = |state, resumed: Resumed| state_after(state, &resumed);
+        let stopped = ConsumerState::Stopped;
+        assert_eq!(
+            after(stopped, Resumed::ScaledBack(2)),
+            ConsumerState::Resumed
+        );
+        assert_eq!(after(stopped, Resumed::Gone), ConsumerState::Gone);
+        let other = Resumed::HeldElsewhere("velero/b".into());
+        assert_eq!(after(stopped, other), ConsumerState::HeldByOther);
+        let stopping = ConsumerState::Stopping;
+        assert_eq!(after(stopping, Resumed::Untouched), ConsumerState::Running);
+    }
+
+    proptest::proptest! {
+        // A workload's annotations and spec are its team's to write: stopping, resuming
+        // and checking it never panic on what they hold.
+        #[test]
+        fn what_a_team_writes_on_its_workload_never_panics(
+            data in crate::hostile_input::hostile_json(),
+            marks in proptest::collection::btree_map(
+                proptest::sample::select(vec![
+                    labels::QUIESCED_BY,
+                    labels::QUIESCED_BY_RESTORE,
+                    labels::ORIGINAL_REPLICAS,
+                    labels::ORIGINAL_STATE,
+                ]),
+                crate::hostile_input::hostile_text(),
+                0..4,
+            ),
+        ) {
+            let marks: Vec<(&str, &str)> = marks.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let obj = object(data, &marks);
+            for kind in [ConsumerKind::Deployment, ConsumerKind::DaemonSet, ConsumerKind::CronJob, ConsumerKind::Pod] {
+                let record = record(kind);
+                let _ = Strategy::of(kind).stop_patch("uid", "velero/fix", &obj);
+                let _ = resume_patch(kind, &record, &obj);
+                let _ = restarted(&record, &obj, "uid");
+                let _ = holder(&obj);
+            }
+        }
+    }
+
+    #[test]
     fn scaling_back_applies_only_to_the_workload_as_refill_left_it() {
         let patch: json_patch::Patch =
             serde_json::from_value(scale_back_patch("uid", 3)).expect("a JSON patch");
@@ -404,14 +516,14 @@ mod tests {
             json!({"spec": {"replicas": 0}}),
             &[(labels::ORIGINAL_REPLICAS, "4")],
         );
-        let (patch, resumed) = resume_patch(
-            ConsumerKind::Deployment,
-            &record(ConsumerKind::Deployment),
-            &obj,
-        );
+        let stopping = ConsumerRecord {
+            state: ConsumerState::Stopping,
+            ..record(ConsumerKind::Deployment)
+        };
+        let (patch, resumed) = resume_patch(ConsumerKind::Deployment, &stopping, &obj);
         assert_eq!(
             patch["spec"]["replicas"], 4,
-            "the annotation wins over the status copy"
+            "before the stop is recorded, the annotation written with it wins over the planned count"
         );
         assert_eq!(resumed, Resumed::ScaledBack(4));
         assert!(patch["metadata"]["annotations"][labels::QUIESCED_BY].is_null());

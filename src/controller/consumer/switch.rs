@@ -119,6 +119,7 @@ mod tests {
             switch_to: Some("data-r1-0123456789".into()),
             stopped_at: None,
             resumed_at: None,
+            uid: None,
         }
     }
 

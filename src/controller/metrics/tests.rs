@@ -27,6 +27,7 @@ fn consumer(state: ConsumerState, stopped: Option<&str>, resumed: Option<&str>) 
         switch_to: None,
         stopped_at: stopped.map(at),
         resumed_at: resumed.map(at),
+        uid: None,
     }
 }
 

@@ -22,6 +22,7 @@ use crate::api::{
 use crate::controller::concurrent::for_each_concurrently;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
 use crate::controller::gitops;
+use crate::controller::reasons;
 use crate::controller::restore_helper;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
@@ -232,6 +233,12 @@ async fn start_volumes(
     }
     // Recorded in a fixed order, whatever order the reads finished in.
     looked.sort_by_key(|(n, _)| *n);
+    // The GitOps objects their marks name, read for the consumers no record holds yet.
+    let git_ops = dr.spec.git_ops();
+    let named =
+        observe::managers::named(looked.iter().flat_map(|(_, (_, f))| f.values().flatten()));
+    let to_read = plan::gitops::to_read(&git_ops, named, &status.git_ops);
+    let seen = observe::managers::seen(&ctx.client, to_read).await?;
     let now = crate::controller::status::now();
     for (n, (pods, found)) in looked {
         for &i in &namespaces[n].1 {
@@ -240,8 +247,15 @@ async fn start_volumes(
             let single = BTreeMap::from([(key.clone(), refs.clone())]);
             let planned =
                 plan::consumer_actions(dr.spec.consumer_policy(), &single).and_then(|planned| {
-                    plan::gitops::merge(&dr.spec.git_ops(), &mut status.git_ops, &planned)
-                        .map_err(plan::Invalid::one)?;
+                    let warnings =
+                        plan::gitops::merge(&git_ops, &mut status.git_ops, &planned, &seen)
+                            .map_err(plan::Invalid::one)?;
+                    for warning in warnings {
+                        ctx.event(dr, true, reasons::GITOPS_PAUSED, warning.clone());
+                        if !status.warnings.contains(&warning) {
+                            status.warnings.push(warning);
+                        }
+                    }
                     Ok(planned)
                 });
             match planned {
@@ -333,11 +347,16 @@ fn tolerations_to_keep(spec: &PodSpec) -> Vec<Toleration> {
 }
 
 /// A bare pod is deleted to stop it, so its manifest is recorded before.
-fn pod_manifest(planned: &plan::PlannedConsumer, pods: &[Arc<Pod>]) -> Option<String> {
+/// A bare pod consumer as found: what creates it again, and its UID.
+fn found_pod<'a>(planned: &plan::PlannedConsumer, pods: &'a [Arc<Pod>]) -> Option<&'a Pod> {
     (planned.kind == ConsumerKind::Pod)
         .then(|| pods.iter().find(|p| p.name_any() == planned.name))
         .flatten()
-        .and_then(|p| serde_json::to_string(&consumer::recreatable_pod(p)).ok())
+        .map(|p| &**p)
+}
+
+fn pod_manifest(pod: Option<&Pod>) -> Option<String> {
+    pod.and_then(|p| serde_json::to_string(&consumer::recreatable_pod(p)).ok())
 }
 
 fn merge_consumer(
@@ -348,10 +367,18 @@ fn merge_consumer(
     let existing = status.consumers.iter_mut().find(|c| {
         c.kind == planned.kind && c.namespace == planned.namespace && c.name == planned.name
     });
+    let pod = found_pod(&planned, pods);
     match existing {
         Some(record) => {
             if record.original.is_none() {
-                record.original = pod_manifest(&planned, pods);
+                record.original = pod_manifest(pod);
+            }
+            // Until it is stopped, the pod to delete is the one running now.
+            if matches!(
+                record.state,
+                ConsumerState::Running | ConsumerState::Resumed | ConsumerState::Gone
+            ) {
+                record.uid = pod.and_then(|p| p.metadata.uid.clone());
             }
             for pvc in planned.pvcs {
                 if !record.pvcs.contains(&pvc) {
@@ -359,12 +386,13 @@ fn merge_consumer(
                 }
             }
             // A consumer that came back since (someone re-created it) is stopped again.
-            if matches!(record.state, ConsumerState::Resumed) {
+            if matches!(record.state, ConsumerState::Resumed | ConsumerState::Gone) {
                 record.state = ConsumerState::Running;
             }
         }
         None => {
-            let original = pod_manifest(&planned, pods);
+            let original = pod_manifest(pod);
+            let uid = pod.and_then(|p| p.metadata.uid.clone());
             status.consumers.push(ConsumerRecord {
                 kind: planned.kind,
                 namespace: planned.namespace,
@@ -377,6 +405,7 @@ fn merge_consumer(
                 switch_to: None,
                 stopped_at: None,
                 resumed_at: None,
+                uid,
             })
         }
     }

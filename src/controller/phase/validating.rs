@@ -111,6 +111,7 @@ pub async fn validate(
             switch_to: c.switch_to.clone(),
             stopped_at: None,
             resumed_at: None,
+            uid: None,
         })
         .collect();
     status.git_ops = plan.git_ops.clone();

@@ -67,6 +67,11 @@ pub fn data_restore_spec(
     let mut errors = Vec::new();
     if spec.backup_name.is_empty() {
         errors.push("spec.backupName: required".to_string());
+    } else if let Err(why) = crate::plan::spec::dns_subdomain(&spec.backup_name) {
+        errors.push(format!(
+            "spec.backupName: {:?} is not a backup name: {why}",
+            spec.backup_name
+        ));
     } else if !backed_up.contains(namespace) {
         errors.push(format!(
             "spec.backupName: no backup {:?} holds volumes of namespace {namespace}",
@@ -105,6 +110,7 @@ pub fn data_restore_spec(
         consumers: spec.consumers,
         acknowledge_running_consumers: spec.acknowledge_running_consumers,
         on_failure: spec.on_failure,
+        git_ops: spec.git_ops.clone(),
         volume_timeout: spec.volume_timeout.clone(),
         timeout: spec.timeout.clone(),
         cancel: spec.cancel,

@@ -6,6 +6,7 @@
 //! once ([`turn`]); the others wait, and are woken as earlier ones end.
 
 pub mod decide;
+pub mod gitops;
 pub mod turn;
 
 use std::collections::BTreeSet;
@@ -25,6 +26,7 @@ use tracing::{info, warn};
 use crate::api::{DataRestore, DataRestoreRequest, PodVolumeBackup};
 use crate::labels::{self, FINALIZER};
 
+use super::panics::{self, Audience};
 use super::{Context, Error, Result, status_write};
 
 /// A waiting request is looked at again this often even when nothing woke it: a wake
@@ -100,7 +102,20 @@ pub async fn run(ctx: Arc<Context>) {
             Some(ObjectRef::new(name).within(namespace))
         })
         .shutdown_on_signal()
-        .run(reconcile, error_policy, shared)
+        .run(
+            |request, shared: Arc<Shared>| {
+                let ctx = shared.ctx.clone();
+                panics::guarded(
+                    request,
+                    ctx,
+                    "DataRestoreRequest",
+                    Audience::Team,
+                    move |request, _| reconcile(request, shared),
+                )
+            },
+            error_policy,
+            shared,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!("request reconcile failed: {e}");
@@ -174,7 +189,11 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
                 return Ok(Action::requeue(WAITING_RECHECK));
             }
             let backed_up = backed_up_namespaces(ctx, &request.spec.backup_name).await?;
-            match decide::data_restore_spec(&namespace, &request.spec, &backed_up) {
+            let spec =
+                decide::data_restore_spec(&namespace, &request.spec, &backed_up).and_then(|spec| {
+                    gitops::limit(spec, ctx.config.request_git_ops).map_err(|e| vec![e])
+                });
+            match spec {
                 Err(errors) => {
                     info!(request = %format!("{namespace}/{name}"), ?errors, "refused");
                     decide::refused(errors, generation, &previous)
@@ -222,7 +241,9 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
 /// namespace, since any team can ask about any backup.
 async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<String>> {
     let mut namespaces = BTreeSet::new();
-    if backup.is_empty() {
+    // A name no backup can have is refused by decide::data_restore_spec; it must not
+    // become a label selector either (a comma would add terms of the team's choosing).
+    if crate::plan::spec::dns_subdomain(backup).is_err() {
         return Ok(namespaces);
     }
     let pvbs: Api<PodVolumeBackup> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);

@@ -22,6 +22,7 @@ use tracing::{info, warn};
 use crate::api::{Backup, DataRestore, DataRestoreSchedule};
 use crate::labels;
 
+use super::panics::{self, Audience};
 use super::status::now;
 use super::{Context, Error, Result, status_write};
 use decide::{Made, Seen, Start};
@@ -59,7 +60,19 @@ pub async fn run(ctx: Arc<Context>) {
             },
         )
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |schedule, ctx| {
+                panics::guarded(
+                    schedule,
+                    ctx,
+                    "DataRestoreSchedule",
+                    Audience::Admin,
+                    reconcile,
+                )
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 warn!("schedule reconcile failed: {e}");

@@ -100,7 +100,10 @@ impl Mirror {
         wanted: VolumePluginRestoreStatus,
         shown: Option<&VolumePluginRestoreStatus>,
     ) {
-        let mut entries = self.entries.lock().expect("mirror lock");
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let entry = entries
             .entry(format!("{uid}/{name}"))
             .or_insert_with(|| Entry {
@@ -119,7 +122,10 @@ impl Mirror {
     /// Whether every VolumePluginRestore of restore `uid` shows what is wanted.
     fn settled(&self, uid: &str) -> bool {
         let prefix = format!("{uid}/");
-        let entries = self.entries.lock().expect("mirror lock");
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         entries
             .iter()
             .filter(|(key, _)| key.starts_with(&prefix))
@@ -148,14 +154,17 @@ impl Mirror {
         let prefix = format!("{uid}/");
         self.entries
             .lock()
-            .expect("mirror lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|key, _| !key.starts_with(&prefix));
     }
 
     /// Takes the entries due now (marking them busy) and says when the next one will be.
     fn take_due(&self) -> (Vec<(String, Entry)>, Option<Instant>) {
         let now = Instant::now();
-        let mut entries = self.entries.lock().expect("mirror lock");
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut next: Option<Instant> = None;
         let mut batch = Vec::new();
         for (key, entry) in entries.iter_mut() {
@@ -173,7 +182,10 @@ impl Mirror {
 
     /// Notes how the write of `sent` to `key` ended.
     fn written(&self, key: &str, sent: VolumePluginRestoreStatus, result: &kube::Result<()>) {
-        let mut entries = self.entries.lock().expect("mirror lock");
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(entry) = entries.get_mut(key) {
             entry.busy = false;
             // The interval counts from the answer: counted from the send, two writes

@@ -39,7 +39,7 @@ pub struct Advanced {
 pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Result<Advanced> {
     let mut volume = volume;
     let found = observe::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
-    observe::follow(&mut volume, &found);
+    observe::follow(&mut volume, &found, act.uid);
     let seen = observe::seen(act.ctx, act.uid, act.status, &volume, &found).await?;
     let now = Timestamp::now();
     let step = decide::decide(&volume, &seen, rules, now);

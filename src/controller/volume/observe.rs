@@ -271,7 +271,7 @@ pub async fn seen(
     // When each foreign pod that is not being deleted was made.
     let mut live_since = Vec::new();
     for pod in &mounting {
-        if observe::is_own_stand_in(pod, uid) || observe::is_own_copier(pod, uid) {
+        if is_own_writer(pod, uid, volume) {
             continue;
         }
         if observe::is_stand_in(pod) {
@@ -388,16 +388,43 @@ pub fn worth_reading(
         .any(|made| settled || made.is_none_or(|m| m >= stopped - CLOCK_SKEW))
 }
 
+/// Whether `pod` is the restore's own stand-in or copier for `volume`: by its labels,
+/// its derived name, and the UID recorded when refill first saw it. Labels and names are
+/// the team's to copy; a pod of theirs that copies them still counts as a writer.
+pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
+    let name = pod.name_any();
+    let recorded = |uid: &Option<String>| {
+        uid.as_deref()
+            .is_none_or(|recorded| pod.metadata.uid.as_deref() == Some(recorded))
+    };
+    let stand_in = observe::is_own_stand_in(pod, uid)
+        && name == labels::stand_in_pod_name(&volume.written_claim())
+        && recorded(&volume.stand_in_uid);
+    let copier = observe::is_own_copier(pod, uid)
+        && name == labels::copier_pod_name(&volume.pvc)
+        && recorded(&volume.copier_uid);
+    stand_in || copier
+}
+
 /// Copies what the stand-in and the node agent report (node, bytes) into the record.
-pub fn follow(volume: &mut VolumeStatus, found: &Found) {
+pub fn follow(volume: &mut VolumeStatus, found: &Found, uid: &str) {
     // An ended volume's record is final: a PodVolumeRestore whose last progress report
     // says less than all (an instant copy reports none) would otherwise undo what its
     // end recorded, pass after pass, and each time its mirror and the status be written.
     if volume.phase.is_terminal() {
         return;
     }
+    if let Some(pod) = &found.copier
+        && volume.copier_uid.is_none()
+        && observe::is_own_copier(pod, uid)
+    {
+        volume.copier_uid = pod.metadata.uid.clone();
+    }
     if let Some(pod) = &found.stand_in {
         volume.stand_in_pod = Some(pod.name_any());
+        if volume.stand_in_uid.is_none() {
+            volume.stand_in_uid = pod.metadata.uid.clone();
+        }
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
             volume.node = Some(node);
         }
@@ -468,6 +495,7 @@ mod tests {
             switch_to: None,
             stopped_at: None,
             resumed_at: None,
+            uid: None,
         }
     }
 
@@ -509,6 +537,46 @@ mod tests {
     }
 
     #[test]
+    fn only_the_recorded_stand_in_and_copier_are_refill_s_writers() {
+        let volume = VolumeStatus {
+            pvc: "shop/data".into(),
+            stand_in_uid: Some("u-stand-in".into()),
+            ..Default::default()
+        };
+        let pod = |name: String, role: &str, restore: &str, pod_uid: &str| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(name);
+            pod.metadata.uid = Some(pod_uid.into());
+            pod.metadata.labels = Some(
+                [
+                    (labels::ROLE.to_string(), role.to_string()),
+                    (labels::DATA_RESTORE_UID.to_string(), restore.to_string()),
+                ]
+                .into(),
+            );
+            pod
+        };
+        let stand_in = labels::stand_in_pod_name("shop/data");
+        let copier = labels::copier_pod_name("shop/data");
+        let ours = pod(stand_in.clone(), labels::ROLE_STAND_IN, "r", "u-stand-in");
+        assert!(is_own_writer(&ours, "r", &volume));
+        // A team's pods wearing the labels: another name, or the name but not the UID.
+        let copy = pod("mine".into(), labels::ROLE_STAND_IN, "r", "u-stand-in");
+        assert!(!is_own_writer(&copy, "r", &volume));
+        let replaced = pod(stand_in, labels::ROLE_STAND_IN, "r", "u-other");
+        assert!(!is_own_writer(&replaced, "r", &volume));
+        // A copier not yet recorded is known by labels and name, until its UID is.
+        let copier_pod = pod(copier, labels::ROLE_COPIER, "r", "u-copier");
+        assert!(is_own_writer(&copier_pod, "r", &volume));
+        let recorded = VolumeStatus {
+            copier_uid: Some("u-first-copier".into()),
+            ..volume.clone()
+        };
+        assert!(!is_own_writer(&copier_pod, "r", &recorded));
+        assert!(!is_own_writer(&ours, "another-restore", &volume));
+    }
+
+    #[test]
     fn an_ended_volume_keeps_what_it_recorded() {
         let pvr = PodVolumeRestore {
             status: Some(crate::api::PodVolumeRestoreStatus {
@@ -535,13 +603,13 @@ mod tests {
             ..Default::default()
         };
         let mut volume = ended.clone();
-        follow(&mut volume, &found);
+        follow(&mut volume, &found, "uid");
         assert_eq!(volume, ended);
         let mut running = VolumeStatus {
             phase: VolumePhase::Restoring,
             ..ended
         };
-        follow(&mut running, &found);
+        follow(&mut running, &found, "uid");
         assert_eq!(
             (running.bytes_done, running.node.as_deref()),
             (0, Some("node-b"))

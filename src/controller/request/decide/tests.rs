@@ -148,3 +148,19 @@ fn a_waiting_request_says_why_in_its_reconciling_condition_and_writes_once() {
     // Looked at again, still waiting: the same status, so nothing is written.
     assert_eq!(waiting(why, Some(1), &first), first);
 }
+
+#[test]
+fn a_backup_name_that_is_not_a_name_is_refused_naming_the_field() {
+    // A wide character across byte 57, where a label value is cut.
+    let wide = format!("{}é{}", "a".repeat(56), "b".repeat(10));
+    for bad in [wide.as_str(), "a,b", "Nightly", "x=y"] {
+        let errors =
+            data_restore_spec("team-a", &spec(bad, &[]), &holding(&["team-a"])).unwrap_err();
+        assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+        assert!(
+            errors[0].starts_with("spec.backupName: ")
+                && errors[0].contains("is not a backup name"),
+            "{bad}: {errors:?}"
+        );
+    }
+}
