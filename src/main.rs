@@ -51,6 +51,17 @@ enum Command {
         /// copy`. Give the controller's image.
         #[arg(long, env = "REFILL_COPIER_IMAGE", default_value = refill::controller::DEFAULT_COPIER_IMAGE)]
         copier_image: String,
+        /// Passes each controller (DataRestores, DataRestoreRequests,
+        /// DataRestoreSchedules) runs at once; more wait their turn.
+        #[arg(long, env = "REFILL_CONCURRENCY", default_value_t = refill::controller::DEFAULT_CONCURRENCY,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        concurrency: u16,
+        /// DataRestoreRequests of one namespace carried out at once; later ones wait
+        /// for their turn, oldest first.
+        #[arg(long, env = "REFILL_REQUESTS_PER_NAMESPACE",
+              default_value_t = refill::controller::DEFAULT_REQUESTS_PER_NAMESPACE,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        requests_per_namespace: usize,
         /// What teams' DataRestoreRequests may do with the Flux and Argo CD objects
         /// managing their workloads: `pause` (they may ask Pause, their default),
         /// `ignore` (Pause is carried out as Ignore), `refuse` (a request asking Pause
@@ -219,6 +230,8 @@ async fn main() -> anyhow::Result<()> {
             log_format,
             requests,
             copier_image,
+            concurrency,
+            requests_per_namespace,
             request_gitops,
             election,
         } => {
@@ -233,13 +246,18 @@ async fn main() -> anyhow::Result<()> {
                 namespace: cli.global.namespace.clone(),
                 requests,
                 copier_image,
+                concurrency,
+                requests_per_namespace,
                 request_git_ops: request_gitops,
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let metrics = config.metrics.clone();
+            let probes = refill::controller::health::bind(probe_addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("--probe-addr {probe_addr}: {e}"))?;
             tokio::spawn(refill::controller::health::serve(
-                probe_addr,
+                probes,
                 ready.clone(),
                 metrics.clone(),
             ));

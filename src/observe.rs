@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams, ObjectList};
 use kube::{Api, Client};
 
-use crate::api::{ConsumerKind, GitOpsSpec};
+use crate::api::{ConsumerKind, GitOpsSpec, PodVolumeBackup};
 use crate::gitops;
 use crate::labels;
 use crate::mounts::Mounts;
@@ -140,10 +140,9 @@ impl<'a> Reads<'a> {
     ) -> kube::Result<BTreeMap<String, Vec<PersistentVolumeClaim>>> {
         let mut found: BTreeMap<String, Vec<PersistentVolumeClaim>> = BTreeMap::new();
         let api = Api::<PersistentVolumeClaim>::all(self.client.clone());
-        for_each_listed(&api, "", |mut pvc: PersistentVolumeClaim| {
+        for_each_listed(&api, "", |pvc: PersistentVolumeClaim| {
             let namespace = pvc.metadata.namespace.clone().unwrap_or_default();
             if wanted.contains(&namespace) {
-                pvc.metadata.managed_fields = None;
                 found.entry(namespace).or_default().push(pvc);
             }
         })
@@ -431,16 +430,13 @@ async fn workloads(
     let lists = TEMPLATE_KINDS.map(|kind| async move {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
-        let list = api.list(&ListParams::default()).await?;
-        Ok::<_, kube::Error>(
-            list.items
-                .into_iter()
-                .map(|obj| {
-                    let name = obj.metadata.name.clone().unwrap_or_default();
-                    (kind, name, object_json(obj))
-                })
-                .collect::<Vec<_>>(),
-        )
+        let mut found = Vec::new();
+        for_each_listed(&api, "", |obj: DynamicObject| {
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            found.push((kind, name, object_json(obj)));
+        })
+        .await?;
+        Ok::<_, kube::Error>(found)
     });
     Ok(futures::future::try_join_all(lists)
         .await?
@@ -566,24 +562,75 @@ fn managers_in_json(meta: &serde_json::Value, git_ops: &GitOpsSpec) -> Vec<gitop
     )
 }
 
-/// Hands every object `api` lists (with these labels; "" for all) to `each`, a page at
-/// a time: a list of many objects holds no more than a page of them at once, and `each`
-/// keeps what it needs.
+/// Hands every object `api` lists (with these labels; "" for all) to `each`, [`PAGE`]
+/// at a time: see [`for_each_page`].
 pub(crate) async fn for_each_listed<K>(
     api: &Api<K>,
     labels: &str,
-    mut each: impl FnMut(K),
+    each: impl FnMut(K),
 ) -> kube::Result<()>
 where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut params = ListParams::default().limit(PAGE);
     if !labels.is_empty() {
         params = params.labels(labels);
     }
+    for_each_page(
+        params,
+        move |params| async move { api.list(&params).await },
+        each,
+    )
+    .await
+}
+
+/// Objects a page holds when only their names are kept (a metadata list).
+pub const NAME_PAGE: u32 = 500;
+
+/// PodVolumeBackups a page holds: one is a few KiB once its managed fields are gone,
+/// and a backup of thousands of volumes is read in a few pages.
+pub const PVB_PAGE: u32 = 500;
+
+/// Hands every PodVolumeBackup `api` lists of the backup `backup` (None: of every
+/// backup) to `each`, paged ([`PVB_PAGE`]) and without managed fields: a backup holds
+/// one per pod volume, and each request reads the backup's.
+pub async fn for_each_pod_volume_backup(
+    api: &Api<PodVolumeBackup>,
+    backup: Option<&str>,
+    each: impl FnMut(PodVolumeBackup),
+) -> kube::Result<()> {
+    let selector = match backup {
+        Some(backup) => format!("{}={}", labels::BACKUP_NAME, labels::label_value(backup)),
+        None => labels::BACKUP_NAME.to_string(),
+    };
+    let params = ListParams::default().labels(&selector).limit(PVB_PAGE);
+    for_each_page(
+        params,
+        move |params| async move { api.list(&params).await },
+        each,
+    )
+    .await
+}
+
+/// Hands every object `fetch` lists with `params` (a `limit` set: the page size) to
+/// `each`, a page at a time and each without its managed fields (who wrote which field:
+/// often most of an object, and nothing here reads it), so that a list of many objects
+/// holds no more than a page of them at once, and `each` keeps what it needs.
+pub(crate) async fn for_each_page<K, Page>(
+    mut params: ListParams,
+    fetch: impl Fn(ListParams) -> Page,
+    mut each: impl FnMut(K),
+) -> kube::Result<()>
+where
+    K: kube::Resource + Clone,
+    Page: std::future::Future<Output = kube::Result<ObjectList<K>>>,
+{
     loop {
-        let page = api.list(&params).await?;
-        page.items.into_iter().for_each(&mut each);
+        let page = fetch(params.clone()).await?;
+        for mut object in page.items {
+            object.meta_mut().managed_fields = None;
+            each(object);
+        }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(()),
@@ -696,6 +743,62 @@ pub fn replicas(obj: &DynamicObject) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pages as an API server serves them: `names` split into pages of the request's
+    /// limit, each object with managed fields, a continue token between pages.
+    fn served(names: &[&str], params: &ListParams) -> ObjectList<PodVolumeBackup> {
+        let limit = params.limit.unwrap() as usize;
+        let from: usize = params
+            .continue_token
+            .as_deref()
+            .map_or(0, |t| t.parse().unwrap());
+        let items = names[from..]
+            .iter()
+            .take(limit)
+            .map(|name| {
+                let mut pvb = PodVolumeBackup::new(name, Default::default());
+                pvb.metadata.managed_fields = Some(vec![Default::default()]);
+                pvb
+            })
+            .collect();
+        let next = from + limit;
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"continue": if next < names.len() { next.to_string() } else { String::new() }},
+            "items": serde_json::to_value::<Vec<PodVolumeBackup>>(items).unwrap(),
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_paged_list_hands_over_every_object_without_managed_fields() {
+        let names = ["a", "b", "c", "d", "e"];
+        let asked = Mutex::new(Vec::new());
+        let mut seen = Vec::new();
+        let params = ListParams::default().labels("x").limit(2);
+        for_each_page(
+            params,
+            |params| {
+                asked.lock().unwrap().push(params.clone());
+                let page = served(&names, &params);
+                async move { Ok(page) }
+            },
+            |pvb: PodVolumeBackup| {
+                assert_eq!(pvb.metadata.managed_fields, None);
+                seen.push(pvb.metadata.name.unwrap());
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(seen, names);
+        let asked = asked.into_inner().unwrap();
+        let tokens: Vec<_> = asked.iter().map(|p| p.continue_token.clone()).collect();
+        assert_eq!(tokens, [None, Some("2".into()), Some("4".into())]);
+        assert!(
+            asked
+                .iter()
+                .all(|p| p.limit == Some(2) && p.label_selector.as_deref() == Some("x"))
+        );
+    }
 
     #[test]
     fn a_listed_workload_keeps_what_deciding_needs() {

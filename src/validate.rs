@@ -58,24 +58,16 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     let backup = find_backup(client, &namespace, dr).await?;
     let backup_name = backup.name_any();
 
-    let selector = format!(
-        "{}={}",
-        labels::BACKUP_NAME,
-        labels::label_value(&backup_name)
-    );
-    // Paged, and kept without who-wrote-which-field (most of a PodVolumeBackup's size):
-    // a backup of a thousand PVCs is read whole here.
     let mut pvbs: Vec<PodVolumeBackup> = Vec::new();
     let api = Api::<PodVolumeBackup>::namespaced(client.clone(), &namespace);
     let backup_uid = backup.uid();
-    observe::for_each_listed(&api, &selector, |mut pvb: PodVolumeBackup| {
+    observe::for_each_pod_volume_backup(&api, Some(&backup_name), |pvb| {
         // A backup deleted and taken again under the same name leaves PVBs of both.
         let same = match (pvb.labels().get(labels::BACKUP_UID), &backup_uid) {
             (Some(label), Some(uid)) => label == uid,
             _ => true,
         };
         if same {
-            pvb.metadata.managed_fields = None;
             pvbs.push(pvb);
         }
     })
@@ -152,25 +144,35 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     facts.pvs = existing::<PersistentVolume>(client, pv_names).await?;
     facts.storage_classes = existing::<StorageClass>(client, classes).await?;
     if !dr.spec.candidate_nodes.is_empty() {
-        let nodes = Api::<Node>::all(client.clone())
-            .list_metadata(&ListParams::default())
-            .await?;
-        facts.nodes = nodes.items.iter().map(|n| n.name_any()).collect();
+        // Their names alone, a page at a time: a cluster may have thousands.
+        let api = &Api::<Node>::all(client.clone());
+        let params = ListParams::default().limit(observe::NAME_PAGE);
+        observe::for_each_page(
+            params,
+            |p| async move { api.list_metadata(&p).await },
+            |node| {
+                facts.nodes.insert(node.name_any());
+            },
+        )
+        .await?;
     }
-    for other in Api::<DataRestore>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default())
-        .await?
-    {
-        let status = other.status.clone().unwrap_or_default();
+    // Each request makes a DataRestore here, and one's status lists every volume: a
+    // page at a time, keeping only which claims the running ones hold.
+    let restores = Api::<DataRestore>::namespaced(client.clone(), &namespace);
+    observe::for_each_listed(&restores, "", |other| {
+        let Some(status) = &other.status else {
+            return;
+        };
         if other.uid().as_deref() == Some(own_uid.as_str()) || status.phase.is_terminal() {
-            continue;
+            return;
         }
         for volume in &status.volumes {
             facts
                 .held_by_others
                 .insert(volume.pvc.clone(), other.name_any());
         }
-    }
+    })
+    .await?;
     let own_uid = &own_uid;
     let git_ops = dr.spec.git_ops();
     let git_ops = git_ops.as_ref();

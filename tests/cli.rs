@@ -327,15 +327,29 @@ async fn completions_and_usage_errors_need_no_cluster() -> Result<()> {
             "{shell}: {script}"
         );
     }
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
-        .args(["restore", "create", "r1", "--pvc", "a/b"])
-        .output()
-        .await?;
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(
-        String::from_utf8_lossy(&output.stderr).contains("--from-backup"),
-        "{output:?}"
-    );
+    // Each usage error names the flag at fault. (`--concurrency 0` would be
+    // kube-runtime's unbounded.)
+    for (args, flag) in [
+        (
+            &["restore", "create", "r1", "--pvc", "a/b"][..],
+            "--from-backup",
+        ),
+        (&["controller", "--concurrency", "0"][..], "--concurrency"),
+        (
+            &["controller", "--requests-per-namespace", "0"][..],
+            "--requests-per-namespace",
+        ),
+    ] {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
+            .args(args)
+            .output()
+            .await?;
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains(flag),
+            "{args:?}: {output:?}"
+        );
+    }
 
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_refill"))
         .arg("--help")

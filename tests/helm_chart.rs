@@ -112,6 +112,8 @@ fn the_values_change_what_they_name() {
         "logFormat=json,tenantRoles=false,metrics.service=false,gitopsRoles=false,requestGitOps=refuse",
         "--set",
         "extraArgs={--lease-duration=30s}",
+        "--set",
+        "concurrency=4,requestsPerNamespace=2",
     ]);
     assert!(chart.contains_key("Role backups/refill"));
     assert!(chart.contains_key("RoleBinding backups/refill"));
@@ -130,6 +132,10 @@ fn the_values_change_what_they_name() {
             "controller",
             "--namespace",
             "backups",
+            "--concurrency",
+            "4",
+            "--requests-per-namespace",
+            "2",
             "--request-gitops",
             "refuse",
             "--lease-duration=30s"

@@ -65,6 +65,8 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
         let config = refill::controller::Config {
             namespace: s.ns.clone(),
             requests: true,
+            // Its own requests only: other suites' controllers serve theirs.
+            requests_namespace: Some(s.ns.clone()),
             ..Default::default()
         };
         let controller = ControllerHandle::start_with(s.env.cluster, config).await?;

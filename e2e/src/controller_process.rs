@@ -174,8 +174,9 @@ async fn ready(port: u16) -> bool {
         .is_ok_and(|answer| answer.starts_with("HTTP/1.1 200"))
 }
 
-/// The whole answer (status line, headers, body) to `GET path` on the probe port.
-async fn get(port: u16, path: &str) -> std::io::Result<String> {
+/// The whole answer (status line, headers, body) to `GET path` on the probe port
+/// (127.0.0.1:`port`).
+pub async fn get(port: u16, path: &str) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");

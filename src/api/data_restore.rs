@@ -42,24 +42,33 @@ pub const API_VERSION: &str = "refill.dev/v1alpha1";
 pub struct DataRestoreSpec {
     /// The Velero Backup to restore from. Exactly one of backupName and scheduleName.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::NAME))]
     pub backup_name: Option<String>,
     /// A Velero Schedule: its newest Completed backup is used, chosen once during
     /// validation and recorded in status.backupName.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::NAME))]
     pub schedule_name: Option<String>,
-    /// Restore every file-system-backed PVC of the backup in these namespaces.
+    /// Restore every file-system-backed PVC of the backup in these namespaces (at
+    /// most 5000).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::CLAIMS), inner(length(max = super::bounds::LABEL)))]
     pub included_namespaces: Vec<String>,
-    /// PVCs to restore, each as `namespace/name`.
+    /// PVCs to restore, each as `namespace/name` (at most 5000).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::CLAIMS), inner(length(max = super::bounds::NAMESPACED_NAME)))]
     pub pvcs: Vec<String>,
     /// Restore the backup's PVCs whose current labels match. Alone it covers every
-    /// namespace; with includedNamespaces, only those.
+    /// namespace; with includedNamespaces, only those. At most 256 expressions, of
+    /// at most 256 values each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::bounds::kubernetes_lists)]
     pub selector: Option<LabelSelector>,
     /// Nodes the stand-in pod may run on, keyed by `namespace/name` of the PVC. Required
-    /// for a PVC that is unbound with a WaitForFirstConsumer StorageClass.
+    /// for a PVC that is unbound with a WaitForFirstConsumer StorageClass. At most
+    /// 5000 PVCs, of at most 5000 nodes each.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::bounds::candidate_nodes)]
     pub candidate_nodes: BTreeMap<String, Vec<String>>,
     /// Where the files go: back into each PVC (InPlace), or into a new PVC beside it
     /// (NewClaim), which leaves the PVC and its consumers untouched (see
@@ -78,11 +87,13 @@ pub struct DataRestoreSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paths: Option<PathRestore>,
     /// Paths for single PVCs, keyed by `namespace/name`; overrides spec.paths for them.
+    /// At most 5000 PVCs.
     #[serde(
         default,
         rename = "pvcPaths",
         skip_serializing_if = "BTreeMap::is_empty"
     )]
+    #[schemars(transform = super::bounds::claim_map)]
     pub pvc_paths: BTreeMap<String, PathRestore>,
     /// What to do with pods that mount a PVC being restored.
     #[serde(default)]
@@ -102,9 +113,11 @@ pub struct DataRestoreSpec {
     /// How long one volume may take, from quiesce to done (e.g. `30m`; default `4h`,
     /// as Velero's own pod volume operations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::SHORT_TEXT))]
     pub volume_timeout: Option<String>,
     /// How long the whole request may take (e.g. `12h`; default `24h`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::SHORT_TEXT))]
     pub timeout: Option<String>,
     /// How many volumes are restored at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +128,7 @@ pub struct DataRestoreSpec {
     pub restore_helper: Option<RestoreHelperOverrides>,
     /// Image of the stand-in pod's idle container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::IMAGE))]
     pub stand_in_image: Option<String>,
     /// Set to true to stop the restore; consumers are brought back as after a failure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -207,19 +221,23 @@ pub struct RestoreHelperOverrides {
     /// Image with Velero's restore helper (default: the ConfigMap's image, else the
     /// Velero server's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::IMAGE))]
     pub image: Option<String>,
     /// Command that runs the helper (default: the ConfigMap's, else
-    /// `/velero-restore-helper`).
+    /// `/velero-restore-helper`). At most 256 words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::COMMAND), inner(length(max = super::bounds::PATH)))]
     pub command: Option<Vec<String>>,
     /// CPU and memory of the container (default: the ConfigMap's, else 100m CPU and
     /// 128Mi memory, requested and limited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::bounds::kubernetes_lists)]
     pub resources: Option<ResourceRequirements>,
     /// Security context of the container (default: the ConfigMap's, else the
     /// consumer's container's, else a restricted one with the consumer pod's user and
     /// group), so that it can remove the node agent's done file from the volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::bounds::kubernetes_lists)]
     pub security_context: Option<SecurityContext>,
 }
 
@@ -273,6 +291,9 @@ pub struct DataRestoreStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     /// Each PVC to restore and where its restore is, listed once validation passed.
+    // No maxItems here, nor on the other lists the controller writes: they hold what
+    // a valid spec selected, and a status write refused for its length would stall
+    // the restore. The spec's bounds (and etcd's object size) bound them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeStatus>,
     /// Every consumer refill stopped, with what brings it back.
@@ -298,6 +319,7 @@ pub struct DataRestoreStatus {
     /// Ready, Reconciling and Stalled in kstatus style, and Warning while a volume
     /// needs a person.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::CONDITIONS))]
     pub conditions: Vec<Condition>,
 }
 

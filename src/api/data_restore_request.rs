@@ -33,14 +33,18 @@ use super::gitops::GitOpsSpec;
 #[serde(rename_all = "camelCase")]
 pub struct DataRestoreRequestSpec {
     /// The Velero Backup to restore from; it must hold volumes of this namespace.
+    #[schemars(length(max = super::bounds::NAME))]
     pub backup_name: String,
     /// Claims of this namespace to restore, by name. Empty: every claim of this
-    /// namespace the backup holds.
+    /// namespace the backup holds. At most 5000.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::CLAIMS), inner(length(max = super::bounds::NAMESPACED_NAME)))]
     pub pvcs: Vec<String>,
     /// Nodes the stand-in pod may run on, keyed by claim name; required for a claim
-    /// that is unbound with a WaitForFirstConsumer StorageClass.
+    /// that is unbound with a WaitForFirstConsumer StorageClass. At most 5000 claims,
+    /// of at most 5000 nodes each.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = super::bounds::candidate_nodes)]
     pub candidate_nodes: BTreeMap<String, Vec<String>>,
     /// What to do with pods that mount a claim being restored.
     #[serde(default)]
@@ -60,9 +64,11 @@ pub struct DataRestoreRequestSpec {
     pub git_ops: Option<GitOpsSpec>,
     /// How long one volume may take (default `4h`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::SHORT_TEXT))]
     pub volume_timeout: Option<String>,
     /// How long the whole request may take (default `24h`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::SHORT_TEXT))]
     pub timeout: Option<String>,
     /// Set to true to stop the restore; consumers are brought back as after a failure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

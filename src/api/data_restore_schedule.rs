@@ -42,10 +42,12 @@ pub struct DataRestoreScheduleSpec {
     /// queued, the newest of them is taken next). Its newest Completed backup when the
     /// schedule is made is restored at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::NAME))]
     pub velero_schedule: Option<String>,
     /// Also (or only) restore at these times, a cron expression in UTC (`0 3 * * *`):
     /// from veleroSchedule's newest Completed backup, or else the template's backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounds::SHORT_TEXT))]
     pub cron: Option<String>,
     /// While true no restore starts; one running goes on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -92,5 +94,6 @@ pub struct DataRestoreScheduleStatus {
     pub errors: Vec<String>,
     /// Ready, Reconciling and Stalled in kstatus style.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::CONDITIONS))]
     pub conditions: Vec<Condition>,
 }

@@ -22,6 +22,7 @@ pub struct GitOpsSpec {
         rename = "argoCDNamespace",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(length(max = super::bounds::LABEL))]
     pub argo_cd_namespace: Option<String>,
     /// The label Argo CD tracks its resources with, when it is set to label tracking
     /// (`application.resourceTrackingMethod: label`), e.g. `app.kubernetes.io/instance`.
@@ -33,6 +34,7 @@ pub struct GitOpsSpec {
         rename = "argoCDInstanceLabel",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(length(max = super::bounds::LABEL_KEY))]
     pub argo_cd_instance_label: Option<String>,
 }
 

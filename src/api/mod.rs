@@ -1,6 +1,7 @@
 //! The objects refill reads and writes: its own `refill.dev` kinds and the `velero.io/v1`
 //! kinds of a Velero installation.
 
+pub mod bounds;
 pub mod data_restore;
 pub mod data_restore_request;
 pub mod data_restore_schedule;

@@ -11,10 +11,12 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct PathRestore {
     /// Globs relative to the volume's root (`db/*.dat`, `config`, `logs/**/today`): a
-    /// path is restored when it or a directory above it matches one.
+    /// path is restored when it or a directory above it matches one. At most 1000.
+    #[schemars(length(max = super::bounds::GLOBS), inner(length(max = super::bounds::PATH)))]
     pub include: Vec<String>,
-    /// Globs of paths left as they are, even under an included one.
+    /// Globs of paths left as they are, even under an included one. At most 1000.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::GLOBS), inner(length(max = super::bounds::PATH)))]
     pub exclude: Vec<String>,
     /// Also delete what the PVC has under the included paths and the backup does not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -7,7 +7,7 @@ use kube::api::ListParams;
 use serde::Serialize;
 
 use crate::api::{Backup, PodVolumeBackup, PodVolumePhase};
-use crate::labels;
+use crate::{labels, observe};
 
 use super::args::{BackupCommand, OutputFormat};
 use super::client::Ctx;
@@ -49,12 +49,10 @@ async fn get(ctx: &Ctx, name: Option<&str>, format: Option<OutputFormat>) -> Res
         return Ok(());
     }
     let target = Target::all(Kind::PodVolumeBackup, &ctx.namespace);
-    let pvbs = ctx
-        .api::<PodVolumeBackup>()
-        .list(&ListParams::default().labels(labels::BACKUP_NAME))
+    let mut pvbs = Vec::new();
+    observe::for_each_pod_volume_backup(&ctx.api(), None, |pvb| pvbs.push(pvb))
         .await
-        .map_err(|e| ctx.error(&e, target))?
-        .items;
+        .map_err(|e| ctx.error(&e, target))?;
     print!("{}", table(&backups, &pvbs, Timestamp::now()));
     Ok(())
 }
@@ -158,19 +156,15 @@ pub fn volume(pvb: &PodVolumeBackup) -> BackupVolume {
 
 async fn describe(ctx: &Ctx, name: &str, format: Option<OutputFormat>) -> Result<()> {
     let backup: Backup = ctx.get(Kind::Backup, name).await?;
-    let selector = format!("{}={}", labels::BACKUP_NAME, labels::label_value(name));
     let target = Target::all(Kind::PodVolumeBackup, &ctx.namespace);
-    let pvbs = ctx
-        .api::<PodVolumeBackup>()
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| ctx.error(&e, target))?
-        .items;
-    let mut volumes: Vec<BackupVolume> = pvbs
-        .iter()
-        .filter(|p| belongs_to(p, &backup))
-        .map(volume)
-        .collect();
+    let mut volumes: Vec<BackupVolume> = Vec::new();
+    observe::for_each_pod_volume_backup(&ctx.api(), Some(name), |pvb| {
+        if belongs_to(&pvb, &backup) {
+            volumes.push(volume(&pvb));
+        }
+    })
+    .await
+    .map_err(|e| ctx.error(&e, target))?;
     // PVCs first, then pod volumes refill cannot restore.
     volumes.sort_by(|a, b| {
         let key = |v: &BackupVolume| {

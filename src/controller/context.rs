@@ -52,6 +52,33 @@ pub struct Config {
     pub copier_image: String,
     /// What teams' DataRestoreRequests may do with GitOps objects.
     pub request_git_ops: super::RequestGitOps,
+    /// Passes each of the controllers (DataRestores, DataRestoreRequests,
+    /// DataRestoreSchedules) runs at once; objects past it wait their turn. Each pass
+    /// holds what it read until it ends, so this bounds the memory many objects
+    /// changing at once can take, and the API server's load.
+    pub concurrency: u16,
+    /// DataRestoreRequests of one namespace carried out at once; later ones wait for
+    /// their turn, so that one team's flood of requests leaves room for the others.
+    pub requests_per_namespace: usize,
+    /// With [`Config::requests`]: carry out the requests of this namespace only, not
+    /// of every namespace, so that tests running controllers side by side each keep
+    /// to their own. `refill controller` serves every namespace.
+    pub requests_namespace: Option<String>,
+}
+
+/// [`Config::requests_per_namespace`] when nothing else is said.
+pub const DEFAULT_REQUESTS_PER_NAMESPACE: usize = 10;
+
+/// [`Config::concurrency`] when nothing else is said: enough for a pass of every
+/// restore of a busy cluster to run without waiting, few enough that a flood of
+/// requests cannot hold more than that many passes' reads at once.
+pub const DEFAULT_CONCURRENCY: u16 = 16;
+
+impl Config {
+    /// kube-runtime's settings of each of refill's controllers.
+    pub fn runtime(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default().concurrency(self.concurrency)
+    }
 }
 
 /// refill's released image, the copier's when nothing else is said.
@@ -70,6 +97,9 @@ impl Default for Config {
             requests: false,
             cluster_wide_from: 8,
             copier_image: DEFAULT_COPIER_IMAGE.into(),
+            concurrency: DEFAULT_CONCURRENCY,
+            requests_per_namespace: DEFAULT_REQUESTS_PER_NAMESPACE,
+            requests_namespace: None,
             request_git_ops: super::RequestGitOps::default(),
         }
     }
@@ -308,5 +338,27 @@ impl Context {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(uid)
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_controller_runs_with_the_configured_concurrency() {
+        let config = Config {
+            concurrency: 3,
+            ..Default::default()
+        };
+        // kube-runtime keeps its settings private; its Debug shows them.
+        let runtime = format!("{:?}", config.runtime());
+        assert!(runtime.contains("concurrency: 3"), "{runtime}");
+        let default = format!("{:?}", Config::default().runtime());
+        assert!(
+            default.contains(&format!("concurrency: {DEFAULT_CONCURRENCY}")),
+            "{default}"
+        );
+        assert_ne!(DEFAULT_CONCURRENCY, 0, "0 is kube-runtime's unbounded");
     }
 }

@@ -140,6 +140,18 @@ pub fn waiting_for_node_agent(status: &DataRestoreStatus) -> (i64, i64) {
     (waiting, overdue)
 }
 
+/// The probe server's own counts ([`super::health`]): shared handles into
+/// [`Metrics`], so the server counts without a lock and `/metrics` shows them.
+#[derive(Clone, Debug, Default)]
+pub struct HttpCounts {
+    /// Connections open now.
+    pub open: Gauge,
+    /// Connections closed at once, past the cap.
+    pub refused: Counter,
+    /// Accepts that failed.
+    pub accept_errors: Counter,
+}
+
 /// The controller's Prometheus metrics, all prefixed `refill_`.
 pub struct Metrics {
     registry: Registry,
@@ -152,6 +164,7 @@ pub struct Metrics {
     waiting: Gauge,
     overdue: Gauge,
     leader: Gauge,
+    http: HttpCounts,
     /// Per restore UID: its share of `waiting` and `overdue`.
     waiting_by_restore: Mutex<HashMap<String, (i64, i64)>>,
 }
@@ -235,6 +248,22 @@ impl Metrics {
             "1 while this replica holds the Lease and works, else 0",
             leader.clone(),
         );
+        let http = HttpCounts::default();
+        registry.register(
+            "http_connections",
+            "Connections the /healthz, /readyz and /metrics server holds open",
+            http.open.clone(),
+        );
+        registry.register(
+            "http_connections_refused",
+            "Connections closed unanswered because the server held its cap of open ones",
+            http.refused.clone(),
+        );
+        registry.register(
+            "http_accept_errors",
+            "Failed accepts of the /healthz, /readyz and /metrics server (e.g. out of file descriptors)",
+            http.accept_errors.clone(),
+        );
         Metrics {
             registry,
             restores,
@@ -246,6 +275,7 @@ impl Metrics {
             waiting,
             overdue,
             leader,
+            http,
             waiting_by_restore: Mutex::default(),
         }
     }
@@ -294,6 +324,11 @@ impl Metrics {
     /// Whether this replica holds the Lease and works.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// What the probe server counts of its own connections.
+    pub fn http(&self) -> HttpCounts {
+        self.http.clone()
     }
 
     fn set_waiting(&self, uid: &str, counts: (i64, i64)) {

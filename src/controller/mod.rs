@@ -41,7 +41,9 @@ use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
 use panics::Audience;
 
 pub use consumer::{PARKED_KEY, who_changed};
-pub use context::{Config, Context, DEFAULT_COPIER_IMAGE};
+pub use context::{
+    Config, Context, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE, DEFAULT_REQUESTS_PER_NAMESPACE,
+};
 pub use error::{Error, Result};
 pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
 pub use request::gitops::RequestGitOps;
@@ -140,6 +142,7 @@ pub async fn run_with_readiness(
     let schedules = schedule::run(ctx.clone());
     let mirror = ctx.mirror.clone().run(client.clone(), namespace.clone());
     let restores = Controller::new(restores, watcher::Config::default())
+        .with_config(ctx.config.runtime())
         .owns_stream(pvr_events)
         // Stand-in pods live in the PVC's namespace, where no owner reference may point
         // at the DataRestore, and consumer pods are not refill's at all: both are mapped

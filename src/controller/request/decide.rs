@@ -139,6 +139,39 @@ pub fn refused(
     }
 }
 
+/// The reason of the Reconciling condition of a request waiting for its turn.
+pub const WAITING_FOR_TURN: &str = "WaitingForTurn";
+
+/// The status of a request that waits for its turn ([`super::turn`]): not begun, its
+/// Reconciling condition saying why.
+pub fn waiting(
+    why: String,
+    generation: Option<i64>,
+    previous: &DataRestoreRequestStatus,
+) -> DataRestoreRequestStatus {
+    let status = DataRestoreStatus {
+        phase: Phase::New,
+        observed_generation: generation,
+        summary: Some("waiting".into()),
+        conditions: previous.restore.conditions.clone(),
+        ..Default::default()
+    };
+    let mut conditions = status::conditions(&status, generation, false);
+    for condition in &mut conditions {
+        if condition.type_ == status::condition::RECONCILING {
+            condition.reason = WAITING_FOR_TURN.into();
+            condition.message = why.clone();
+        }
+    }
+    DataRestoreRequestStatus {
+        data_restore: None,
+        restore: DataRestoreStatus {
+            conditions,
+            ..status
+        },
+    }
+}
+
 /// The status of a request whose DataRestore was deleted before it ended: what was
 /// seen of the restore stays, and the phase and conditions say it failed.
 pub fn lost(

@@ -2,18 +2,22 @@
 //! carried out by a DataRestore in Velero's namespace made for it, and shows that
 //! restore's progress. The request holds a finalizer so that deleting it deletes its
 //! DataRestore first, which brings the team's consumers back as any deletion does.
+//! At most `--requests-per-namespace` requests of one namespace are carried out at
+//! once ([`turn`]); the others wait, and are woken as earlier ones end.
 
 pub mod decide;
 pub mod gitops;
+pub mod turn;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use futures::channel::mpsc::UnboundedSender;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -25,14 +29,71 @@ use crate::labels::{self, FINALIZER};
 use super::panics::{self, Audience};
 use super::{Context, Error, Result, status_write};
 
+/// A waiting request is looked at again this often even when nothing woke it: a wake
+/// lost (say, to a restart) costs at most this.
+const WAITING_RECHECK: Duration = Duration::from_secs(60);
+
+/// What the passes over requests share.
+struct Shared {
+    ctx: Arc<Context>,
+    /// Every namespace's requests, as the controller's watch knows them.
+    requests: Store<DataRestoreRequest>,
+    /// Wakes a waiting request whose turn has come.
+    wake: UnboundedSender<ObjectRef<DataRestoreRequest>>,
+}
+
+impl Shared {
+    /// The requests of `namespace`, `request` as it is now among them.
+    fn peers(&self, namespace: &str, request: &DataRestoreRequest) -> Vec<turn::Peer> {
+        let own = request.name_any();
+        let mut peers: Vec<turn::Peer> = self
+            .requests
+            .state()
+            .iter()
+            .filter(|r| r.namespace().as_deref() == Some(namespace) && r.name_any() != own)
+            .map(|r| turn::peer(r))
+            .collect();
+        peers.push(turn::peer(request));
+        peers
+    }
+
+    /// `request` no longer holds a place under the cap: wakes the waiting requests of
+    /// its namespace whose turn that makes it.
+    fn wake_next(&self, namespace: &str, request: &DataRestoreRequest) {
+        let mut peers = self.peers(namespace, request);
+        if let Some(own) = peers.last_mut() {
+            own.standing = turn::Standing::Ended;
+        }
+        let cap = self.ctx.config.requests_per_namespace;
+        for name in turn::in_turn(&peers, cap) {
+            // Fails only once the controller stopped, when nothing waits any more.
+            let _ = self
+                .wake
+                .unbounded_send(ObjectRef::new(name).within(namespace));
+        }
+    }
+}
+
 /// Watches every namespace's requests, and the DataRestores made for them, until the
 /// process is asked to stop.
 pub async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
-    let requests: Api<DataRestoreRequest> = Api::all(client.clone());
+    let requests: Api<DataRestoreRequest> = match &ctx.config.requests_namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
     let restores: Api<DataRestore> = Api::namespaced(client, &ctx.config.namespace);
     let made_for_requests = watcher::Config::default().labels(labels::REQUEST_UID);
-    Controller::new(requests, watcher::Config::default())
+    let controller = Controller::new(requests, watcher::Config::default());
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let shared = Arc::new(Shared {
+        requests: controller.store(),
+        wake,
+        ctx: ctx.clone(),
+    });
+    controller
+        .with_config(ctx.config.runtime())
+        .reconcile_on(woken)
         .watches(restores, made_for_requests, |dr: DataRestore| {
             let (namespace, name) = dr
                 .annotations()
@@ -42,17 +103,18 @@ pub async fn run(ctx: Arc<Context>) {
         })
         .shutdown_on_signal()
         .run(
-            |request, ctx| {
+            |request, shared: Arc<Shared>| {
+                let ctx = shared.ctx.clone();
                 panics::guarded(
                     request,
                     ctx,
                     "DataRestoreRequest",
                     Audience::Team,
-                    reconcile,
+                    move |request, _| reconcile(request, shared),
                 )
             },
             error_policy,
-            ctx,
+            shared,
         )
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -62,7 +124,8 @@ pub async fn run(ctx: Arc<Context>) {
         .await;
 }
 
-async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Result<Action> {
+    let ctx = &shared.ctx;
     let namespace = request.namespace().unwrap_or_default();
     let name = request.name_any();
     let uid = request.uid().unwrap_or_default();
@@ -72,6 +135,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
     let has_finalizer = request.finalizers().iter().any(|f| f == FINALIZER);
 
     if request.metadata.deletion_timestamp.is_some() {
+        shared.wake_next(&namespace, &request);
         if !has_finalizer {
             return Ok(Action::await_change());
         }
@@ -107,13 +171,24 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
         None if previous.restore.phase.is_terminal()
             && previous.restore.observed_generation == generation =>
         {
+            shared.wake_next(&namespace, &request);
             return Ok(Action::await_change());
         }
         // Its DataRestore went while it ran (an admin deleted it): not made again
         // behind the admin's back.
         None if previous.data_restore.is_some() => decide::lost(&previous, generation),
         None => {
-            let backed_up = backed_up_namespaces(&ctx, &request.spec.backup_name).await?;
+            let peers = shared.peers(&namespace, &request);
+            let cap = ctx.config.requests_per_namespace;
+            if let Err(why) = turn::turn(&namespace, &name, &peers, cap) {
+                let status = decide::waiting(why, generation, &previous);
+                if status != previous {
+                    status_write::apply_status(&requests, "DataRestoreRequest", &name, &status)
+                        .await?;
+                }
+                return Ok(Action::requeue(WAITING_RECHECK));
+            }
+            let backed_up = backed_up_namespaces(ctx, &request.spec.backup_name).await?;
             let spec =
                 decide::data_restore_spec(&namespace, &request.spec, &backed_up).and_then(|spec| {
                     gitops::limit(spec, ctx.config.request_git_ops).map_err(|e| vec![e])
@@ -155,26 +230,28 @@ async fn reconcile(request: Arc<DataRestoreRequest>, ctx: Arc<Context>) -> Resul
     if status != previous {
         status_write::apply_status(&requests, "DataRestoreRequest", &name, &status).await?;
     }
+    if status.restore.phase.is_terminal() {
+        shared.wake_next(&namespace, &request);
+    }
     Ok(Action::await_change())
 }
 
 /// The namespaces whose pod volumes the backup holds (none when there is no such
-/// backup), from its PodVolumeBackups.
+/// backup), from its PodVolumeBackups: a page at a time, keeping only each one's
+/// namespace, since any team can ask about any backup.
 async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<String>> {
+    let mut namespaces = BTreeSet::new();
     // A name no backup can have is refused by decide::data_restore_spec; it must not
     // become a label selector either (a comma would add terms of the team's choosing).
     if crate::plan::spec::dns_subdomain(backup).is_err() {
-        return Ok(BTreeSet::new());
+        return Ok(namespaces);
     }
     let pvbs: Api<PodVolumeBackup> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    let selector = format!("{}={}", labels::BACKUP_NAME, labels::label_value(backup));
-    Ok(pvbs
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|pvb| pvb.spec.pod.namespace)
-        .collect())
+    crate::observe::for_each_pod_volume_backup(&pvbs, Some(backup), |pvb| {
+        namespaces.extend(pvb.spec.pod.namespace);
+    })
+    .await?;
+    Ok(namespaces)
 }
 
 async fn set_finalizers(
@@ -205,6 +282,6 @@ async fn set_finalizers(
     }
 }
 
-fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, ctx: Arc<Context>) -> Action {
-    status_write::retry_later(&*request, "DataRestoreRequest", error, &ctx)
+fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, shared: Arc<Shared>) -> Action {
+    status_write::retry_later(&*request, "DataRestoreRequest", error, &shared.ctx)
 }

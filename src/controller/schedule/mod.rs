@@ -39,7 +39,8 @@ pub async fn run(ctx: Arc<Context>) {
     let schedules: Api<DataRestoreSchedule> = Api::namespaced(client.clone(), &namespace);
     let restores: Api<DataRestore> = Api::namespaced(client.clone(), &namespace);
     let backups: Api<Backup> = Api::namespaced(client, &namespace);
-    let controller = Controller::new(schedules, watcher::Config::default());
+    let controller =
+        Controller::new(schedules, watcher::Config::default()).with_config(ctx.config.runtime());
     let store = controller.store();
     let made = watcher::Config::default().labels(labels::SCHEDULE_UID);
     controller

@@ -129,6 +129,27 @@ fn a_request_whose_data_restore_was_deleted_mid_way_fails_saying_so() {
 }
 
 #[test]
+fn a_waiting_request_says_why_in_its_reconciling_condition_and_writes_once() {
+    let why = "waiting for its turn: ... (--requests-per-namespace=1)".to_string();
+    let first = waiting(why.clone(), Some(1), &Default::default());
+    assert_eq!(first.restore.phase, Phase::New);
+    assert!(first.data_restore.is_none());
+    let reconciling = first
+        .restore
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::condition::RECONCILING)
+        .unwrap();
+    assert_eq!(
+        (reconciling.status.as_str(), reconciling.reason.as_str()),
+        ("True", WAITING_FOR_TURN)
+    );
+    assert_eq!(reconciling.message, why);
+    // Looked at again, still waiting: the same status, so nothing is written.
+    assert_eq!(waiting(why, Some(1), &first), first);
+}
+
+#[test]
 fn a_backup_name_that_is_not_a_name_is_refused_naming_the_field() {
     // A wide character across byte 57, where a label value is cut.
     let wide = format!("{}é{}", "a".repeat(56), "b".repeat(10));
