@@ -49,6 +49,8 @@ async fn past_the_per_namespace_cap_a_request_waits_for_an_earlier_one_to_end() 
             requests_per_namespace: 1,
             ..Default::default()
         };
+        // This test's controller alone serves its requests.
+        refill_e2e::in_cluster::remove_controller(&s.client, s.timeout).await?;
         let _controller = ControllerHandle::start_with(s.env.cluster, config).await?;
         let _agent = s.node_agent_with(NodeAgentConfig {
             bytes_per_second: Some(16),

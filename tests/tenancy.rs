@@ -69,6 +69,8 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
             requests_namespace: Some(s.ns.clone()),
             ..Default::default()
         };
+        // This test's controller alone serves its requests.
+        refill_e2e::in_cluster::remove_controller(&s.client, s.timeout).await?;
         let controller = ControllerHandle::start_with(s.env.cluster, config).await?;
         let requests: Api<DataRestoreRequest> = Api::namespaced(team.clone(), &s.ns);
 

@@ -126,6 +126,26 @@ pub async fn install_controller(
     wait_for_leader(client, velero_namespace, &image_sha, timeout).await
 }
 
+/// Removes the controller installed from `manifests/` (left by an earlier run of the
+/// Velero tests; the cluster keeps its state between runs) and waits until its pods are
+/// gone. Its request controller serves every namespace, so a test whose own controller
+/// serves requests would have the two answer the same request. The Velero tests install
+/// it again when they need it.
+pub async fn remove_controller(client: &Client, timeout: Duration) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
+    match deployments.delete("refill", &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), CONTROLLER_SA.0);
+    let selector = ListParams::default().labels("app.kubernetes.io/name=refill");
+    wait_for("the installed controller's pods gone", timeout, || async {
+        Ok(pods.list(&selector).await?.items.is_empty().then_some(()))
+    })
+    .await
+}
+
 /// Waits until as many controller pods of the image `image_sha` as the installed
 /// Deployment asks for are Ready and one of them holds the Lease, on a real node;
 /// returns that one.
