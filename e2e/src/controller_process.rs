@@ -161,6 +161,17 @@ impl ControllerProcess {
         &self.log
     }
 
+    /// Fails when the controller has exited: it must run until it is stopped.
+    pub fn ensure_running(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "the controller exited ({status}); see {}",
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Stops the controller (it is killed; it holds no state of its own).
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();

@@ -314,14 +314,39 @@ fn push_error(status: &mut DataRestoreStatus, error: String) {
     }
 }
 
+/// Most entries a list copied from a team's pod template keeps in the status: what a
+/// stand-in needs fits many times over, while a template holding thousands would make
+/// the DataRestore, which every restored volume shares, too large to write.
+const COPIED_LIST_MAX: usize = 64;
+
+/// The security the stand-in and restore-wait take from the consumer, without what they
+/// never use (sysctls, Windows options) and with lists cut to [`COPIED_LIST_MAX`].
 fn security_of(spec: &PodSpec) -> ConsumerSecurity {
-    ConsumerSecurity {
-        pod: spec.security_context.clone(),
-        container: spec
-            .containers
-            .first()
-            .and_then(|c| c.security_context.clone()),
-    }
+    let pod = spec.security_context.clone().map(|mut pod| {
+        pod.sysctls = None;
+        pod.windows_options = None;
+        if let Some(groups) = pod.supplemental_groups.as_mut() {
+            groups.truncate(COPIED_LIST_MAX);
+        }
+        pod
+    });
+    let container = spec
+        .containers
+        .first()
+        .and_then(|c| c.security_context.clone())
+        .map(|mut container| {
+            container.windows_options = None;
+            if let Some(caps) = container.capabilities.as_mut() {
+                for list in [caps.add.as_mut(), caps.drop.as_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    list.truncate(COPIED_LIST_MAX);
+                }
+            }
+            container
+        });
+    ConsumerSecurity { pod, container }
 }
 
 /// The consumer's tolerations the stand-in needs, without the two every pod gets from
@@ -342,11 +367,11 @@ fn tolerations_to_keep(spec: &PodSpec) -> Vec<Toleration> {
         .iter()
         .flatten()
         .filter(|t| !by_admission(t))
+        .take(COPIED_LIST_MAX)
         .cloned()
         .collect()
 }
 
-/// A bare pod is deleted to stop it, so its manifest is recorded before.
 /// A bare pod consumer as found: what creates it again, and its UID.
 fn found_pod<'a>(planned: &plan::PlannedConsumer, pods: &'a [Arc<Pod>]) -> Option<&'a Pod> {
     (planned.kind == ConsumerKind::Pod)
@@ -355,6 +380,7 @@ fn found_pod<'a>(planned: &plan::PlannedConsumer, pods: &'a [Arc<Pod>]) -> Optio
         .map(|p| &**p)
 }
 
+/// A bare pod is deleted to stop it, so its manifest is recorded before.
 fn pod_manifest(pod: Option<&Pod>) -> Option<String> {
     pod.and_then(|p| serde_json::to_string(&consumer::recreatable_pod(p)).ok())
 }
@@ -519,6 +545,55 @@ pub async fn work(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_team_s_template_holds_is_copied_bounded() {
+        use k8s_openapi::api::core::v1::{
+            Capabilities, Container, PodSecurityContext, SecurityContext, Sysctl,
+        };
+        let many = |n: usize| (0..n).map(|i| format!("X{i}")).collect::<Vec<_>>();
+        let spec = PodSpec {
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(1000),
+                fs_group: Some(2000),
+                supplemental_groups: Some((0..10_000).collect()),
+                sysctls: Some(vec![Sysctl {
+                    name: "a".into(),
+                    value: "b".repeat(10_000),
+                }]),
+                ..Default::default()
+            }),
+            containers: vec![Container {
+                name: "app".into(),
+                security_context: Some(SecurityContext {
+                    capabilities: Some(Capabilities {
+                        add: Some(many(10_000)),
+                        drop: Some(vec!["ALL".into()]),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            tolerations: Some(
+                (0..10_000)
+                    .map(|i| Toleration {
+                        key: Some(format!("k{i}")),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let security = security_of(&spec);
+        let pod = security.pod.unwrap();
+        assert_eq!((pod.run_as_user, pod.fs_group), (Some(1000), Some(2000)));
+        assert_eq!(pod.supplemental_groups.unwrap().len(), COPIED_LIST_MAX);
+        assert!(pod.sysctls.is_none());
+        let caps = security.container.unwrap().capabilities.unwrap();
+        assert_eq!(caps.add.unwrap().len(), COPIED_LIST_MAX);
+        assert_eq!(caps.drop.unwrap(), ["ALL"]);
+        assert_eq!(tolerations_to_keep(&spec).len(), COPIED_LIST_MAX);
+    }
 
     #[test]
     fn tolerations_every_pod_gets_are_not_kept() {
