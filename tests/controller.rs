@@ -1701,55 +1701,68 @@ async fn the_admission_guard_lets_refill_restore_and_refuses_any_other_pod() -> 
             let api = guard_api(&s.client, kind, &s.ns);
             api.patch(name, &apply, &Patch::Apply(object)).await?;
         }
-        let (sa_ns, sa) = refill_e2e::fixture::CONTROLLER_SA;
-        let as_refill: Api<Pod> = Api::namespaced(
-            s.env.cluster.service_account_client(sa_ns, sa).await?,
-            &s.ns,
-        );
-        let refused = |result: kube::Result<Pod>| match result {
-            Err(kube::Error::Api(e)) if e.message.contains("refill-pods") => Ok(e.message),
-            other => Err(anyhow::anyhow!("not refused by the guard: {other:?}")),
-        };
-        // A policy is in force once the API server's informer has it: a few seconds.
-        let mut attempt = 0;
-        let no_role = wait_for("the guard in force", TIMEOUT, || {
-            attempt += 1;
-            let pod = pod_as(&s.ns, &format!("plain-{attempt}"), None, images[0], false);
-            let as_refill = as_refill.clone();
-            async move { Ok(refused(as_refill.create(&PostParams::default(), &pod).await).ok()) }
-        })
-        .await?;
-        ensure!(no_role.contains("stand-in and copier pods"), "{no_role}");
+        // The policy and binding are cluster-wide: they go whatever the outcome.
+        let checked = async {
+            let (sa_ns, sa) = refill_e2e::fixture::CONTROLLER_SA;
+            let as_refill: Api<Pod> = Api::namespaced(
+                s.env.cluster.service_account_client(sa_ns, sa).await?,
+                &s.ns,
+            );
+            let refused = |result: kube::Result<Pod>| match result {
+                Err(kube::Error::Api(e)) if e.message.contains("refill-pods") => Ok(e.message),
+                other => Err(anyhow::anyhow!("not refused by the guard: {other:?}")),
+            };
+            // A policy is in force once the API server's informers have it and its
+            // ConfigMap: a few seconds.
+            let mut attempt = 0;
+            let no_role = wait_for("the guard in force", TIMEOUT, || {
+                attempt += 1;
+                let pod = pod_as(&s.ns, &format!("plain-{attempt}"), None, images[0], false);
+                let as_refill = as_refill.clone();
+                async move {
+                    // In force once its own rule answers: before that, the binding may be
+                    // seen without its ConfigMap ("no params found").
+                    let refusal = refused(as_refill.create(&PostParams::default(), &pod).await);
+                    Ok(refusal
+                        .ok()
+                        .filter(|m| m.contains("stand-in and copier pods")))
+                }
+            })
+            .await?;
+            ensure!(no_role.contains("stand-in and copier pods"), "{no_role}");
 
-        let dir = web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
-        let _controller = s.controller().await?;
-        let _agent = s.node_agent();
-        s.restore("r1", s.spec("b1", &["data"])).await?;
-        let dr = s.finished("r1").await?;
-        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
-        ensure!(fixture::read(&dir, "f")? == b"good");
-        ensure!(s.replicas("web").await? == (2, None));
+            let dir = web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
+            let _controller = s.controller().await?;
+            let _agent = s.node_agent();
+            s.restore("r1", s.spec("b1", &["data"])).await?;
+            let dr = s.finished("r1").await?;
+            ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+            ensure!(fixture::read(&dir, "f")? == b"good");
+            ensure!(s.replicas("web").await? == (2, None));
 
-        let host = pod_as(&s.ns, "host", Some(labels::ROLE_STAND_IN), images[0], true);
-        let message = refused(as_refill.create(&PostParams::default(), &host).await)?;
-        ensure!(message.contains("hostPath"), "{message}");
-        let other = pod_as(
-            &s.ns,
-            "other",
-            Some(labels::ROLE_COPIER),
-            "busybox:1",
-            false,
-        );
-        let message = refused(as_refill.create(&PostParams::default(), &other).await)?;
-        ensure!(message.contains("busybox:1"), "{message}");
+            let host = pod_as(&s.ns, "host", Some(labels::ROLE_STAND_IN), images[0], true);
+            let message = refused(as_refill.create(&PostParams::default(), &host).await)?;
+            ensure!(message.contains("hostPath"), "{message}");
+            let other = pod_as(
+                &s.ns,
+                "other",
+                Some(labels::ROLE_COPIER),
+                "busybox:1",
+                false,
+            );
+            let message = refused(as_refill.create(&PostParams::default(), &other).await)?;
+            ensure!(message.contains("busybox:1"), "{message}");
 
+            anyhow::Ok(())
+        }
+        .await;
         for object in objects.iter().filter(|o| o["kind"] != "ConfigMap") {
             let kind = object["kind"].as_str().unwrap_or_default();
             let api = guard_api(&s.client, kind, &s.ns);
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
             api.delete(name, &Default::default()).await?;
         }
-        Ok(())
+        checked
     })
     .await
 }
