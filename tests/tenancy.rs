@@ -8,49 +8,14 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use refill::api::{DataRestoreRequest, Phase, VolumePhase};
 use refill::labels;
 use refill_e2e::fixture::{self, ControllerHandle, Scene};
-use refill_e2e::{TestEnv, run_test, wait_for};
+use refill_e2e::{run_test, wait_for};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-
-/// A client of the ServiceAccount `team` in the test's namespace, bound there to the
-/// built-in `edit` ClusterRole and nothing else.
-async fn team_client(env: &TestEnv) -> Result<Client> {
-    let ns = env.namespace();
-    env.create::<k8s_openapi::api::core::v1::ServiceAccount>(json!({"metadata": {"name": "team"}}))
-        .await?;
-    env.create::<k8s_openapi::api::rbac::v1::RoleBinding>(json!({
-        "metadata": {"name": "team-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"kind": "ServiceAccount", "name": "team", "namespace": ns}],
-    }))
-    .await?;
-    env.cluster.service_account_client(ns, "team").await
-}
-
-fn request(name: &str, backup: &str, pvcs: &[&str]) -> Result<DataRestoreRequest> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "refill.dev/v1alpha1", "kind": "DataRestoreRequest",
-        "metadata": {"name": name},
-        "spec": {"backupName": backup, "pvcs": pvcs},
-    }))?)
-}
-
-async fn ended(requests: &Api<DataRestoreRequest>, name: &str) -> Result<DataRestoreRequest> {
-    wait_for(format!("request {name} to end"), TIMEOUT, || async {
-        let request = requests.get(name).await?;
-        let done = request
-            .status
-            .as_ref()
-            .is_some_and(|s| s.restore.phase.is_terminal());
-        Ok(done.then_some(request))
-    })
-    .await
-}
 
 #[tokio::test]
 async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serves_on() -> Result<()>
@@ -61,7 +26,7 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
         s.deployment("web", 1, &["data"]).await?;
         s.backup("b1", &[s.backed_up("data", "web-0", &[("f", b"good")])])
             .await?;
-        let team = team_client(&s.env).await?;
+        let team = fixture::team_client(&s.env).await?;
         let config = refill::controller::Config {
             namespace: s.ns.clone(),
             requests: true,
@@ -78,12 +43,21 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
         // are cut: it once panicked the controller for every restore of the cluster.
         let wide = format!("{}é{}", "a".repeat(56), "b".repeat(10));
         requests
-            .create(&PostParams::default(), &request("wide", &wide, &["data"])?)
+            .create(
+                &PostParams::default(),
+                &fixture::request("wide", &wide, &["data"])?,
+            )
             .await?;
         requests
-            .create(&PostParams::default(), &request("fix", "b1", &["data"])?)
+            .create(
+                &PostParams::default(),
+                &fixture::request("fix", "b1", &["data"])?,
+            )
             .await?;
-        let refused = ended(&requests, "wide").await?.status.unwrap_or_default();
+        let refused = fixture::request_finished(&requests, "wide", TIMEOUT)
+            .await?
+            .status
+            .unwrap_or_default();
         ensure!(
             refused.restore.phase == Phase::Failed
                 && refused
@@ -125,7 +99,10 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
             },
         }))?;
         pods.create(&PostParams::default(), &fake).await?;
-        let status = ended(&requests, "fix").await?.status.unwrap_or_default();
+        let status = fixture::request_finished(&requests, "fix", TIMEOUT)
+            .await?
+            .status
+            .unwrap_or_default();
         let volume = &status.restore.volumes[0];
         ensure!(
             volume.phase == VolumePhase::Failed

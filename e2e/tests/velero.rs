@@ -891,19 +891,12 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         velero::backup_namespaces(&admin, &backup, &[&ns], TIMEOUT).await?;
         damage(&dir)?;
 
-        let team = team_client(&env).await?;
+        let team = fixture::team_client(&env).await?;
         let requests: Api<DataRestoreRequest> = Api::namespaced(team.clone(), &ns);
-        let request = |name: &str, backup: &str, pvcs: &[String]| -> Result<DataRestoreRequest> {
-            Ok(serde_json::from_value(json!({
-                "apiVersion": "refill.dev/v1alpha1", "kind": "DataRestoreRequest",
-                "metadata": {"name": name},
-                "spec": {"backupName": backup, "pvcs": pvcs},
-            }))?)
-        };
         requests
             .create(
                 &Default::default(),
-                &request("fix-data", &backup, &["data".into()])?,
+                &fixture::request("fix-data", &backup, &["data"])?,
             )
             .await?;
         // Beside it, a request whose backupName has a two-byte character across byte
@@ -913,10 +906,10 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         requests
             .create(
                 &Default::default(),
-                &request("wide-name", &wide, &["data".into()])?,
+                &fixture::request("wide-name", &wide, &["data"])?,
             )
             .await?;
-        let refused = request_finished(&requests, "wide-name").await?;
+        let refused = fixture::request_finished(&requests, "wide-name", TIMEOUT).await?;
         let refused = refused.status.unwrap_or_default();
         ensure!(
             refused.restore.phase == Phase::Failed
@@ -927,7 +920,7 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
                     .any(|e| e.starts_with("spec.backupName")),
             "{refused:#?}"
         );
-        let done = request_finished(&requests, "fix-data").await?;
+        let done = fixture::request_finished(&requests, "fix-data", TIMEOUT).await?;
         let status = done.status.clone().unwrap_or_default();
         ensure!(status.restore.phase == Phase::Completed, "{status:#?}");
         same_tree(&want, &dir)?;
@@ -960,9 +953,12 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         ];
         for (name, backup, claim, field) in refusals {
             let created = requests
-                .create(&Default::default(), &request(name, &backup, &[claim])?)
+                .create(
+                    &Default::default(),
+                    &fixture::request(name, &backup, &[claim])?,
+                )
                 .await?;
-            let ended = request_finished(&requests, name).await?;
+            let ended = fixture::request_finished(&requests, name, TIMEOUT).await?;
             let status = ended.status.clone().unwrap_or_default();
             ensure!(status.restore.phase == Phase::Failed, "{name}: {status:#?}");
             ensure!(
@@ -988,7 +984,7 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
 
         // The helper's image is not the team's to set: the kind has no such field.
         let mut with_image =
-            serde_json::to_value(request("with-image", &backup, &["data".into()])?)?;
+            serde_json::to_value(fixture::request("with-image", &backup, &["data"])?)?;
         with_image["spec"]["restoreHelper"] = json!({"image": "registry.example/any:1"});
         // Created with strict field validation, as kubectl does: an unknown field is an
         // error, not dropped.
@@ -1056,36 +1052,6 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         })
         .await?;
         velero::delete_backup(&admin, &backup).await
-    })
-    .await
-}
-
-/// A client of the ServiceAccount `team` in the test's namespace, bound there to the
-/// built-in `edit` ClusterRole and nothing else.
-async fn team_client(env: &TestEnv) -> Result<Client> {
-    let ns = env.namespace();
-    env.create::<k8s_openapi::api::core::v1::ServiceAccount>(json!({"metadata": {"name": "team"}}))
-        .await?;
-    env.create::<k8s_openapi::api::rbac::v1::RoleBinding>(json!({
-        "metadata": {"name": "team-edit"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"kind": "ServiceAccount", "name": "team", "namespace": ns}],
-    }))
-    .await?;
-    env.cluster.service_account_client(ns, "team").await
-}
-
-async fn request_finished(
-    requests: &Api<DataRestoreRequest>,
-    name: &str,
-) -> Result<DataRestoreRequest> {
-    wait_for(format!("request {name} to end"), TIMEOUT, || async {
-        let request = requests.get(name).await?;
-        let ended = request
-            .status
-            .as_ref()
-            .is_some_and(|s| s.restore.phase.is_terminal());
-        Ok(ended.then_some(request))
     })
     .await
 }
