@@ -9,7 +9,7 @@ use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use refill::api::{DataRestoreRequest, Phase, VolumePhase};
+use refill::api::{DataRestoreRequest, VolumePhase};
 use refill::labels;
 use refill_e2e::fixture::{self, ControllerHandle, Scene};
 use refill_e2e::{run_test, wait_for};
@@ -41,7 +41,7 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
 
         // A backupName with a two-byte character across byte 57, where label values
         // are cut: it once panicked the controller for every restore of the cluster.
-        let wide = format!("{}é{}", "a".repeat(56), "b".repeat(10));
+        let wide = fixture::wide_backup_name();
         requests
             .create(
                 &PostParams::default(),
@@ -54,19 +54,7 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
                 &fixture::request("fix", "b1", &["data"])?,
             )
             .await?;
-        let refused = fixture::request_finished(&requests, "wide", TIMEOUT)
-            .await?
-            .status
-            .unwrap_or_default();
-        ensure!(
-            refused.restore.phase == Phase::Failed
-                && refused
-                    .restore
-                    .errors
-                    .iter()
-                    .any(|e| e.starts_with("spec.backupName")),
-            "{refused:#?}"
-        );
+        fixture::refused_naming(&requests, "wide", "spec.backupName", TIMEOUT).await?;
 
         // While the data would move, a pod of the team's wearing the stand-in's labels
         // and the restore's UID mounts the claim: it is a writer like any other.

@@ -902,24 +902,14 @@ async fn a_team_restores_its_own_claim_with_a_request_and_nothing_else() -> Resu
         // Beside it, a request whose backupName has a two-byte character across byte
         // 57, where label values are cut: it once panicked the controller, and both
         // replicas crash-looped with every restore of the cluster stopped.
-        let wide = format!("{}é{}", "a".repeat(56), "b".repeat(10));
+        let wide = fixture::wide_backup_name();
         requests
             .create(
                 &Default::default(),
                 &fixture::request("wide-name", &wide, &["data"])?,
             )
             .await?;
-        let refused = fixture::request_finished(&requests, "wide-name", TIMEOUT).await?;
-        let refused = refused.status.unwrap_or_default();
-        ensure!(
-            refused.restore.phase == Phase::Failed
-                && refused
-                    .restore
-                    .errors
-                    .iter()
-                    .any(|e| e.starts_with("spec.backupName")),
-            "{refused:#?}"
-        );
+        fixture::refused_naming(&requests, "wide-name", "spec.backupName", TIMEOUT).await?;
         let done = fixture::request_finished(&requests, "fix-data", TIMEOUT).await?;
         let status = done.status.clone().unwrap_or_default();
         ensure!(status.restore.phase == Phase::Completed, "{status:#?}");
