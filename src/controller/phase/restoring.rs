@@ -247,6 +247,9 @@ async fn start_volumes(
             let single = BTreeMap::from([(key.clone(), refs.clone())]);
             let planned =
                 plan::consumer_actions(dr.spec.consumer_policy(), &single).and_then(|planned| {
+                    for consumer in &planned {
+                        manifest_fits(found_pod(consumer, &pods)).map_err(plan::Invalid::one)?;
+                    }
                     let warnings =
                         plan::gitops::merge(&git_ops, &mut status.git_ops, &planned, &seen)
                             .map_err(plan::Invalid::one)?;
@@ -378,6 +381,25 @@ fn found_pod<'a>(planned: &plan::PlannedConsumer, pods: &'a [Arc<Pod>]) -> Optio
         .then(|| pods.iter().find(|p| p.name_any() == planned.name))
         .flatten()
         .map(|p| &**p)
+}
+
+/// The largest bare pod manifest a volume's record keeps: a pod's own limit is etcd's
+/// 1.5 MiB, and a team's pod that large, copied into the DataRestore every restored
+/// volume shares, would leave it too large to write.
+const MANIFEST_MAX: usize = 64 * 1024;
+
+/// Whether a bare pod about to be deleted can be recorded to be made again; else why
+/// not, before anything is stopped.
+fn manifest_fits(pod: Option<&Pod>) -> Result<(), String> {
+    match (pod, pod_manifest(pod)) {
+        (Some(pod), Some(manifest)) if manifest.len() > MANIFEST_MAX => Err(format!(
+            "bare pod {} is {} KiB as a manifest, more than the {} KiB refill records to create it again; stop it yourself, or run it from a workload",
+            pod.name_any(),
+            manifest.len() / 1024,
+            MANIFEST_MAX / 1024
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A bare pod is deleted to stop it, so its manifest is recorded before.
@@ -545,6 +567,17 @@ pub async fn work(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_pod_too_large_to_record_is_refused_before_it_is_deleted() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("big".into());
+        assert!(manifest_fits(Some(&pod)).is_ok());
+        pod.metadata.annotations = Some([("a".to_string(), "x".repeat(70 * 1024))].into());
+        let why = manifest_fits(Some(&pod)).unwrap_err();
+        assert!(why.starts_with("bare pod big is 70 KiB"), "{why}");
+        assert!(manifest_fits(None).is_ok());
+    }
 
     #[test]
     fn what_a_team_s_template_holds_is_copied_bounded() {
