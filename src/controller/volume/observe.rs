@@ -393,9 +393,15 @@ pub fn worth_reading(
 /// the team's to copy; a pod of theirs that copies them still counts as a writer.
 pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     let name = pod.name_any();
-    let recorded = |uid: &Option<String>| {
-        uid.as_deref()
-            .is_none_or(|recorded| pod.metadata.uid.as_deref() == Some(recorded))
+    // Before its UID is recorded, a pod made before the volume started cannot be one
+    // refill made for it: a team's pod put there first under the derived name.
+    let made_since_start = || match (&pod.metadata.creation_timestamp, &volume.start_time) {
+        (Some(made), Some(started)) => made.0 >= started.0 - CLOCK_SKEW,
+        _ => true,
+    };
+    let recorded = |uid: &Option<String>| match uid.as_deref() {
+        Some(recorded) => pod.metadata.uid.as_deref() == Some(recorded),
+        None => made_since_start(),
     };
     let stand_in = observe::is_own_stand_in(pod, uid)
         && name == labels::stand_in_pod_name(&volume.written_claim())
@@ -416,13 +422,13 @@ pub fn follow(volume: &mut VolumeStatus, found: &Found, uid: &str) {
     }
     if let Some(pod) = &found.copier
         && volume.copier_uid.is_none()
-        && observe::is_own_copier(pod, uid)
+        && is_own_writer(pod, uid, volume)
     {
         volume.copier_uid = pod.metadata.uid.clone();
     }
     if let Some(pod) = &found.stand_in {
         volume.stand_in_pod = Some(pod.name_any());
-        if volume.stand_in_uid.is_none() {
+        if volume.stand_in_uid.is_none() && is_own_writer(pod, uid, volume) {
             volume.stand_in_uid = pod.metadata.uid.clone();
         }
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
@@ -538,6 +544,7 @@ mod tests {
 
     #[test]
     fn only_the_recorded_stand_in_and_copier_are_refill_s_writers() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
         let volume = VolumeStatus {
             pvc: "shop/data".into(),
             stand_in_uid: Some("u-stand-in".into()),
@@ -574,6 +581,21 @@ mod tests {
         };
         assert!(!is_own_writer(&copier_pod, "r", &recorded));
         assert!(!is_own_writer(&ours, "another-restore", &volume));
+
+        // Not yet recorded: one made before the volume started is a team's, put first
+        // under the derived name.
+        let started = VolumeStatus {
+            start_time: Some(Time("2026-01-01T10:00:00Z".parse().unwrap())),
+            ..volume
+        };
+        let made_at = |mut pod: Pod, at: &str| {
+            pod.metadata.creation_timestamp = Some(Time(at.parse().unwrap()));
+            pod
+        };
+        let first = made_at(copier_pod.clone(), "2026-01-01T09:00:00Z");
+        assert!(!is_own_writer(&first, "r", &started));
+        let after = made_at(copier_pod, "2026-01-01T10:00:05Z");
+        assert!(is_own_writer(&after, "r", &started));
     }
 
     #[test]
