@@ -16,6 +16,7 @@ pub mod floor;
 pub mod progress;
 pub mod report;
 pub mod restore_floor;
+pub mod results;
 pub mod scene;
 pub mod watch;
 
@@ -181,8 +182,8 @@ pub async fn run(cluster: &Cluster, options: &Options) -> Result<Vec<Outcome>> {
     let text = report::markdown(options, &outcomes, progress.as_ref());
     println!("{text}");
     if let Some(path) = &options.results {
-        std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("[bench] wrote {}", path.display());
+        results::write(path, &text)?;
+        eprintln!("[bench] wrote its sections of {}", path.display());
     }
     if let Some(path) = &options.json {
         let all = serde_json::json!({"runs": outcomes, "progress": progress});

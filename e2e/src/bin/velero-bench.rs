@@ -10,7 +10,8 @@
 //!
 //! For each it prints the wall time, how long each app was unavailable (no Ready
 //! pod), the bytes moved per second, and the API writes of refill's and Velero's
-//! service accounts (from the audit log), and appends the table to a results file.
+//! service accounts (from the audit log), and puts the table in a results file, in
+//! place of its previous one.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Seek, SeekFrom};
@@ -41,7 +42,7 @@ struct Args {
     /// Small volumes, as COUNTxMIB.
     #[arg(long, default_value = "20x4")]
     small: String,
-    /// Where the results table is appended.
+    /// The results file whose real-data section this run replaces.
     #[arg(long)]
     results: PathBuf,
 }
@@ -105,9 +106,7 @@ async fn main() -> Result<()> {
     let alone = velero_restore(cluster, &client, &apps, &backup).await?;
     let table = report(&args, &apps, &refill, &alone, total_mib);
     println!("\n{table}");
-    let mut results = std::fs::read_to_string(&args.results).unwrap_or_default();
-    results.push_str(&table);
-    std::fs::write(&args.results, results)?;
+    refill_e2e::bench::results::write(&args.results, &table)?;
     velero::delete_backup(&client, &backup).await?;
     remove_namespace(&client).await
 }
