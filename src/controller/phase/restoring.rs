@@ -555,11 +555,17 @@ pub async fn work(
     settled?;
     // Only the stand-ins refill made (by derived name and recorded UID) hold the restore
     // open: a pod of the team's wearing their labels would keep it waiting for good.
-    let stand_ins_left = view.stand_ins.values().any(|pod| {
-        status
-            .volumes
-            .iter()
-            .any(|v| volume::observe::is_own_writer(pod, &uid, v))
+    // Each stand-in is looked up by its derived name, once per pass: matching every
+    // stand-in against every volume would hash names S×V times in a large restore.
+    let by_stand_in: BTreeMap<String, &crate::api::VolumeStatus> = status
+        .volumes
+        .iter()
+        .map(|v| (crate::labels::stand_in_pod_name(&v.written_claim()), v))
+        .collect();
+    let stand_ins_left = view.stand_ins.iter().any(|((_, name), pod)| {
+        by_stand_in
+            .get(name)
+            .is_some_and(|v| volume::observe::is_own_writer(pod, &uid, v))
     });
     Ok(!stand_ins_left && !left_behind)
 }
