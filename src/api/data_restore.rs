@@ -95,6 +95,22 @@ pub struct DataRestoreSpec {
     )]
     #[schemars(transform = super::bounds::claim_map)]
     pub pvc_paths: BTreeMap<String, PathRestore>,
+    /// How each volume's files are put back in place. Direct: its consumers stop,
+    /// then Velero's node agent writes the backup into the PVC. Staged: the node agent
+    /// first fills a scratch claim beside the PVC while the consumers keep running;
+    /// only then do they stop, while refill's copier makes the PVC equal to the
+    /// scratch claim (writing only what differs), so that they are down only for the
+    /// difference. What the app writes during the fill is discarded all the same.
+    /// Path restores always work as Staged.
+    #[serde(default, skip_serializing_if = "RestoreMethod::is_direct")]
+    pub method: RestoreMethod,
+    /// What happens to the PVC's files and directories that the backup does not hold.
+    /// Delete (the default): they are removed, and the volume ends exactly as the
+    /// backup holds it (Velero's `.velero` folder aside). Keep: the backup's files are
+    /// written over what is there and nothing is removed. Path restores follow their
+    /// own `mirror` instead.
+    #[serde(default, skip_serializing_if = "ExtraFiles::is_delete")]
+    pub extra_files: ExtraFiles,
     /// What to do with pods that mount a PVC being restored.
     #[serde(default)]
     pub consumers: ConsumerPolicy,
@@ -153,6 +169,43 @@ pub enum ConsumerPolicy {
     None,
 }
 
+/// How a volume's files are put back in place (spec.method).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RestoreMethod {
+    /// Consumers stop first; the node agent writes into the PVC itself. Downtime is
+    /// the whole restore.
+    #[default]
+    Direct,
+    /// The node agent fills a scratch claim while consumers run; they stop only while
+    /// refill's copier makes the PVC equal to it. Needs room for a second copy of the
+    /// volume for the length of the restore.
+    Staged,
+}
+
+impl RestoreMethod {
+    /// The default, left out when serialized.
+    pub fn is_direct(&self) -> bool {
+        *self == RestoreMethod::Direct
+    }
+}
+
+/// What a restore does with what the PVC holds and the backup does not (spec.extraFiles).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ExtraFiles {
+    /// Removed: the volume ends exactly as the backup holds it.
+    #[default]
+    Delete,
+    /// Left where they are beside the backup's files.
+    Keep,
+}
+
+impl ExtraFiles {
+    /// The default, left out when serialized.
+    pub fn is_delete(&self) -> bool {
+        *self == ExtraFiles::Delete
+    }
+}
+
 /// Where a restore puts the files of a PVC.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum RestoreTarget {
@@ -186,6 +239,13 @@ impl DataRestoreSpec {
     /// The paths to put back of the PVC `pvc_key` (`namespace/name`), when only some are.
     pub fn paths_for(&self, pvc_key: &str) -> Option<&PathRestore> {
         self.pvc_paths.get(pvc_key).or(self.paths.as_ref())
+    }
+
+    /// The PVC `pvc_key` is filled through a scratch claim beside it, its consumers
+    /// stopped only after: Staged in place, or a path restore.
+    pub fn fills_scratch_first(&self, pvc_key: &str) -> bool {
+        self.target == RestoreTarget::InPlace
+            && (self.method == RestoreMethod::Staged || self.paths_for(pvc_key).is_some())
     }
 
     /// spec.gitOps, or its defaults.
@@ -329,8 +389,13 @@ pub enum VolumePhase {
     /// Waiting for a slot (see spec.parallel).
     #[default]
     Pending,
-    /// Its consumers are being stopped; waiting until no pod mounts the PVC.
+    /// Its consumers are being stopped; waiting until no pod mounts the PVC. A staged
+    /// or path restore comes here only once its scratch claim is filled.
     Quiescing,
+    /// Direct, with spec.extraFiles Delete: refill's copier pod empties the PVC
+    /// (Velero's `.velero` folder aside), so that afterwards it holds what the backup
+    /// holds and nothing more.
+    Clearing,
     /// The stand-in pod and its PodVolumeRestore are created; waiting for `restore-wait`
     /// to run, which is when the node agent can start.
     StartingStandIn,
@@ -340,8 +405,9 @@ pub enum VolumePhase {
     /// volume no longer counts against spec.parallel (unless paths are copied next),
     /// but its consumers stay stopped until the stand-in is gone.
     RemovingStandIn,
-    /// With paths: the snapshot is in the scratch claim and the stand-in gone; refill's
-    /// copier pod copies the chosen paths into the PVC.
+    /// Staged, or with paths: the snapshot is in the scratch claim, the stand-in gone
+    /// and the consumers stopped; refill's copier pod makes the PVC equal to the
+    /// scratch claim (or copies the chosen paths into it).
     Copying,
     /// With switchWorkloads: the new claim holds the backup; the workloads to switch
     /// are stopped and waited for until none of their pods mounts the PVC. They come
@@ -373,6 +439,7 @@ impl VolumePhase {
         matches!(
             self,
             VolumePhase::Quiescing
+                | VolumePhase::Clearing
                 | VolumePhase::StartingStandIn
                 | VolumePhase::Restoring
                 | VolumePhase::RemovingStandIn
@@ -399,17 +466,26 @@ pub struct VolumeStatus {
     /// With paths: which of the backup's files are put back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paths: Option<PathRestore>,
-    /// With paths: the claim the node agent fills with the whole snapshot, from which
-    /// the chosen paths are copied; deleted when the volume ends.
+    /// Staged, or with paths: the claim the node agent fills with the whole snapshot,
+    /// from which the PVC is made equal (or the chosen paths copied); deleted when the
+    /// volume ends.
     #[serde(
         default,
         rename = "scratchPVC",
         skip_serializing_if = "Option::is_none"
     )]
     pub scratch_pvc: Option<String>,
-    /// With paths: what the copy did.
+    /// Staged, or with paths: what the copy did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copied: Option<CopySummary>,
+    /// The backup's files are written over what the volume holds and nothing is
+    /// removed (spec.extraFiles Keep).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_extra_files: bool,
+    /// Direct with extra files deleted: how many entries the volume's root held that
+    /// were removed before the node agent wrote the backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleared: Option<u64>,
     /// UID of the PVC when validated; the PodVolumeRestore is labelled with it.
     #[serde(default, rename = "pvcUID", skip_serializing_if = "Option::is_none")]
     pub pvc_uid: Option<String>,
@@ -485,6 +561,29 @@ pub struct VolumeStatus {
 }
 
 impl VolumeStatus {
+    /// The node agent fills a scratch claim first (Staged, or a path restore), and the
+    /// consumers are stopped only after: for the copy into the PVC.
+    pub fn fills_scratch_first(&self) -> bool {
+        self.scratch_pvc.is_some()
+    }
+
+    /// Direct into the PVC itself, with what the backup lacks removed: the PVC is
+    /// emptied first (phase Clearing).
+    pub fn clears_first(&self) -> bool {
+        self.target_pvc.is_none() && self.scratch_pvc.is_none() && !self.keep_extra_files
+    }
+
+    /// The consumers of the PVC must be stopped while the volume is in its phase:
+    /// from the stop until nothing writes. A volume filling its scratch claim first
+    /// leaves them running until the fill is done.
+    pub fn holds_consumers_stopped(&self) -> bool {
+        if self.fills_scratch_first() {
+            matches!(self.phase, VolumePhase::Quiescing | VolumePhase::Copying)
+        } else {
+            self.phase.is_active()
+        }
+    }
+
     /// `namespace/name` of the claim the files are written into: the PVC itself, or
     /// with target NewClaim the claim made for it.
     pub fn written_claim(&self) -> String {

@@ -11,7 +11,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::data_restore::{ConsumerPolicy, DataRestoreStatus, FailurePolicy};
+use super::data_restore::{
+    ConsumerPolicy, DataRestoreStatus, ExtraFiles, FailurePolicy, RestoreMethod,
+};
 use super::gitops::GitOpsSpec;
 
 /// What a team asks to restore: a backup and claims of its own namespace.
@@ -46,6 +48,15 @@ pub struct DataRestoreRequestSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = super::bounds::candidate_nodes)]
     pub candidate_nodes: BTreeMap<String, Vec<String>>,
+    /// How each claim's files are put back, as a DataRestore's spec.method: Direct
+    /// (consumers stop for the whole restore) or Staged (they stop only while the
+    /// difference is copied in).
+    #[serde(default, skip_serializing_if = "RestoreMethod::is_direct")]
+    pub method: RestoreMethod,
+    /// What happens to files the backup does not hold, as a DataRestore's
+    /// spec.extraFiles: Delete (the default) or Keep.
+    #[serde(default, skip_serializing_if = "ExtraFiles::is_delete")]
+    pub extra_files: ExtraFiles,
     /// What to do with pods that mount a claim being restored.
     #[serde(default)]
     pub consumers: ConsumerPolicy,

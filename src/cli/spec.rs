@@ -102,6 +102,8 @@ pub fn restore_spec(
             mirror: args.mirror,
         }),
         pvc_paths: BTreeMap::new(),
+        method: Default::default(),
+        extra_files: Default::default(),
         consumers: args.consumers.map(Into::into).unwrap_or_default(),
         acknowledge_running_consumers: args.acknowledge_running_consumers,
         on_failure: args.on_failure.map(Into::into).unwrap_or_default(),

@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use tracing::info;
 
 use crate::api::{
-    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, RestoreTarget,
+    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, ExtraFiles, Phase, RestoreTarget,
     VolumePhase, VolumeStatus,
 };
 use crate::controller::error::Category;
@@ -90,8 +90,9 @@ pub async fn validate(
             paths: dr.spec.paths_for(&v.pvc).cloned(),
             scratch_pvc: dr
                 .spec
-                .paths_for(&v.pvc)
-                .map(|_| labels::scratch_claim_name(split(&v.pvc).1, &dr.name_any())),
+                .fills_scratch_first(&v.pvc)
+                .then(|| labels::scratch_claim_name(split(&v.pvc).1, &dr.name_any())),
+            keep_extra_files: dr.spec.extra_files == ExtraFiles::Keep,
             pvc_uid: v.pvc_uid.clone(),
             ..Default::default()
         })

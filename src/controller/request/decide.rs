@@ -107,6 +107,8 @@ pub fn data_restore_spec(
         },
         pvcs,
         candidate_nodes,
+        method: spec.method,
+        extra_files: spec.extra_files,
         consumers: spec.consumers,
         acknowledge_running_consumers: spec.acknowledge_running_consumers,
         on_failure: spec.on_failure,

@@ -322,7 +322,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             Some(stop) => unswitched(volume, stop.outcome, &stop.why),
             None => switching(volume, seen),
         },
-        VolumePhase::Copying => {
+        VolumePhase::Copying | VolumePhase::Clearing => {
             if let Some(stop) = stop {
                 return abort(stop.outcome, stop.why);
             }
