@@ -248,6 +248,45 @@ impl DataRestoreSpec {
             && (self.method == RestoreMethod::Staged || self.paths_for(pvc_key).is_some())
     }
 
+    /// Nothing the backup lacks is removed: asked for (Keep), or a direct restore beside
+    /// consumers that keep running (consumers: None), whose volume is not emptied under
+    /// them. A staged one removes extra files with its copy, as it writes the rest.
+    pub fn keeps_extra_files(&self) -> bool {
+        self.extra_files == ExtraFiles::Keep
+            || (self.method == RestoreMethod::Direct && self.writes_under_running_consumers())
+    }
+
+    /// How the files are put back, in words, for Events, `describe` and `--dry-run`.
+    pub fn way(&self) -> String {
+        if self.target == RestoreTarget::NewClaim {
+            return "into new claims beside the PVCs; nothing is stopped".into();
+        }
+        let extra = match self.extra_files {
+            ExtraFiles::Delete => "files the backup does not hold are removed",
+            ExtraFiles::Keep => "files the backup does not hold are kept",
+        };
+        let way = match self.method {
+            RestoreMethod::Direct if self.writes_under_running_consumers() => format!(
+                "Direct beside running consumers: the node agent writes the backup over the PVC's files, and files the backup does not hold are kept{}",
+                match self.extra_files {
+                    ExtraFiles::Delete => " (a volume is not emptied under a running application; method Staged removes them)",
+                    ExtraFiles::Keep => "",
+                }
+            ),
+            RestoreMethod::Direct => match self.extra_files {
+                ExtraFiles::Delete => "Direct: consumers stop for the whole restore; each PVC is emptied, then the node agent writes the backup into it, so it ends exactly as the backup".to_string(),
+                ExtraFiles::Keep => format!("Direct: consumers stop for the whole restore; the node agent writes the backup over the PVC's files, and {extra}"),
+            },
+            RestoreMethod::Staged => format!("Staged: the node agent fills a scratch claim while consumers run; they stop only while the PVC is made equal to it (what they wrote meanwhile is discarded), and {extra}"),
+        };
+        if self.paths.is_some() || !self.pvc_paths.is_empty() {
+            return format!(
+                "{way}; path restores fill a scratch claim first and copy the chosen paths (spec.paths.mirror says whether extra files go)"
+            );
+        }
+        way
+    }
+
     /// spec.gitOps, or its defaults.
     pub fn git_ops(&self) -> std::borrow::Cow<'_, GitOpsSpec> {
         match &self.git_ops {

@@ -1,6 +1,7 @@
-//! The copier pod of a path restore: refill's own image running `refill copy`, which
-//! copies the chosen paths from the scratch claim (the whole snapshot, mounted
-//! read-only) into the PVC, and reports what it did in its termination message.
+//! The copier pod: refill's own image running `refill copy` against the PVC, which
+//! reports what it did in its termination message. It copies the chosen paths of a
+//! path restore, or the whole of a staged one, from the scratch claim (the whole
+//! snapshot, mounted read-only); or, before a direct restore, it empties the PVC.
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, SecurityContext,
@@ -38,36 +39,73 @@ const CAPABILITIES: [&str; 4] = [
     "FSETID",
 ];
 
+/// What the copier does to the PVC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job<'a> {
+    /// Copies the chosen paths of the scratch claim.
+    Paths(&'a PathRestore),
+    /// Makes the PVC hold what the scratch claim holds; with `mirror`, nothing more.
+    Whole { mirror: bool },
+    /// Empties the PVC before the node agent writes the backup into it.
+    Clear,
+}
+
+/// Velero's folder in a volume's root, where the node agent writes its done file for
+/// `restore-wait`: neither copied, removed nor cleared.
+const VELERO_FOLDER: &str = ".velero";
+
 pub struct Copier<'a> {
     pub name: String,
     pub namespace: &'a str,
-    /// The scratch claim, holding the whole snapshot.
-    pub source_claim: &'a str,
-    /// The PVC the paths go back into.
+    /// The scratch claim, holding the whole snapshot (none to clear).
+    pub source_claim: Option<&'a str>,
+    /// The PVC written.
     pub target_claim: &'a str,
     /// `namespace/name` of the DataRestore.
     pub restore_key: String,
     pub restore_uid: &'a str,
-    /// Where the scratch claim's volume is (the stand-in's node).
-    pub node: Option<&'a str>,
+    /// Where it may run: the scratch claim's node (the stand-in's), or an unbound
+    /// claim's candidate nodes; none where the claim's volume decides.
+    pub nodes: &'a [String],
     /// The consumer's tolerations: the volume may be on a tainted node.
     pub tolerations: &'a [Toleration],
     pub image: &'a str,
-    pub paths: &'a PathRestore,
+    pub job: Job<'a>,
 }
 
-/// `refill copy`'s arguments for `paths`.
-pub fn args(paths: &PathRestore) -> Vec<String> {
-    let mut args: Vec<String> = ["copy", "--from", SOURCE, "--to", TARGET]
-        .map(String::from)
-        .to_vec();
-    for include in &paths.include {
-        args.extend(["--include".to_string(), include.clone()]);
+/// `refill copy`'s arguments for `job`.
+pub fn args(job: Job<'_>) -> Vec<String> {
+    let from = ["copy", "--from", SOURCE, "--to", TARGET];
+    let mut args: Vec<String> = match job {
+        Job::Clear => vec![
+            "copy".into(),
+            "--clear".into(),
+            "--to".into(),
+            TARGET.into(),
+        ],
+        Job::Paths(_) | Job::Whole { .. } => from.map(String::from).to_vec(),
+    };
+    let mut flag = |name: &str, value: &str| args.extend([name.to_string(), value.to_string()]);
+    let mirror = match job {
+        Job::Paths(paths) => {
+            for include in &paths.include {
+                flag("--include", include);
+            }
+            for exclude in &paths.exclude {
+                flag("--exclude", exclude);
+            }
+            paths.mirror
+        }
+        Job::Whole { mirror } => {
+            args.push("--whole".into());
+            mirror
+        }
+        Job::Clear => false,
+    };
+    if matches!(job, Job::Whole { .. } | Job::Clear) {
+        args.extend(["--exclude".to_string(), VELERO_FOLDER.to_string()]);
     }
-    for exclude in &paths.exclude {
-        args.extend(["--exclude".to_string(), exclude.clone()]);
-    }
-    if paths.mirror {
+    if mirror {
         args.push("--mirror".into());
     }
     args.extend(["--termination-log".to_string(), TERMINATION_LOG.to_string()]);
@@ -86,19 +124,21 @@ fn claim_volume(name: &str, claim: &str, read_only: bool) -> Volume {
 }
 
 pub fn pod(c: Copier<'_>) -> Pod {
-    let mounts = vec![
-        VolumeMount {
+    let mut mounts = vec![VolumeMount {
+        name: "target".into(),
+        mount_path: TARGET.into(),
+        ..Default::default()
+    }];
+    let mut volumes = vec![claim_volume("target", c.target_claim, false)];
+    if let Some(source) = c.source_claim {
+        mounts.push(VolumeMount {
             name: "source".into(),
             mount_path: SOURCE.into(),
             read_only: Some(true),
             ..Default::default()
-        },
-        VolumeMount {
-            name: "target".into(),
-            mount_path: TARGET.into(),
-            ..Default::default()
-        },
-    ];
+        });
+        volumes.push(claim_volume("source", source, true));
+    }
     // Root with only the capabilities that owners, modes and times of other users'
     // files need (CAPABILITIES says why each): the files get the owners the backup
     // recorded, whoever they are.
@@ -114,7 +154,6 @@ pub fn pod(c: Copier<'_>) -> Pod {
         }),
         ..Default::default()
     };
-    let nodes: Vec<String> = c.node.map(str::to_string).into_iter().collect();
     Pod {
         metadata: own_pod_metadata(
             c.name,
@@ -128,16 +167,13 @@ pub fn pod(c: Copier<'_>) -> Pod {
                 name: CONTAINER.into(),
                 image: Some(c.image.to_string()),
                 image_pull_policy: Some("IfNotPresent".into()),
-                args: Some(args(c.paths)),
+                args: Some(args(c.job)),
                 volume_mounts: Some(mounts),
                 security_context: Some(security),
                 ..Default::default()
             }],
-            volumes: Some(vec![
-                claim_volume("source", c.source_claim, true),
-                claim_volume("target", c.target_claim, false),
-            ]),
-            affinity: candidate_affinity(&nodes),
+            volumes: Some(volumes),
+            affinity: candidate_affinity(c.nodes),
             tolerations: (!c.tolerations.is_empty()).then(|| c.tolerations.to_vec()),
             restart_policy: Some("Never".into()),
             termination_grace_period_seconds: Some(5),
@@ -224,17 +260,18 @@ mod tests {
     #[test]
     fn the_copier_mounts_the_snapshot_read_only_and_runs_refill_copy_on_the_node() {
         let paths = paths();
+        let nodes = ["real-a".to_string()];
         let pod = pod(Copier {
             name: "refill-copy-data-abc".into(),
             namespace: "shop",
-            source_claim: "refill-scratch-data-xyz",
+            source_claim: Some("refill-scratch-data-xyz"),
             target_claim: "data",
             restore_key: "velero/r1".into(),
             restore_uid: "uid-1",
-            node: Some("real-a"),
+            nodes: &nodes,
             tolerations: &[],
             image: "refill.local/refill:dev",
-            paths: &paths,
+            job: Job::Paths(&paths),
         });
         let spec = pod.spec.unwrap();
         let container = &spec.containers[0];
@@ -244,10 +281,10 @@ mod tests {
         );
         let volumes = spec.volumes.unwrap();
         let claim = |v: &Volume| v.persistent_volume_claim.clone().unwrap();
-        assert_eq!(claim(&volumes[0]).claim_name, "refill-scratch-data-xyz");
-        assert_eq!(claim(&volumes[0]).read_only, Some(true));
-        assert_eq!(claim(&volumes[1]).claim_name, "data");
-        assert_eq!(claim(&volumes[1]).read_only, Some(false));
+        assert_eq!(claim(&volumes[1]).claim_name, "refill-scratch-data-xyz");
+        assert_eq!(claim(&volumes[1]).read_only, Some(true));
+        assert_eq!(claim(&volumes[0]).claim_name, "data");
+        assert_eq!(claim(&volumes[0]).read_only, Some(false));
         let security = container.security_context.clone().unwrap();
         assert_eq!(security.run_as_user, Some(0));
         let capabilities = security.capabilities.unwrap();
@@ -273,6 +310,48 @@ mod tests {
             pod.metadata.labels.unwrap()[labels::ROLE],
             labels::ROLE_COPIER
         );
+    }
+
+    #[test]
+    fn a_staged_copy_mirrors_the_whole_claim_and_a_clearing_mounts_only_the_pvc() {
+        let join = |job| args(job).join(" ");
+        assert_eq!(
+            join(Job::Whole { mirror: true }),
+            "copy --from /source --to /target --whole --exclude .velero --mirror --termination-log /dev/termination-log"
+        );
+        assert_eq!(
+            join(Job::Whole { mirror: false }),
+            "copy --from /source --to /target --whole --exclude .velero --termination-log /dev/termination-log",
+            "extra files kept"
+        );
+        assert_eq!(
+            join(Job::Clear),
+            "copy --clear --to /target --exclude .velero --termination-log /dev/termination-log"
+        );
+        let clearing = pod(Copier {
+            name: "refill-copy-data-abc".into(),
+            namespace: "shop",
+            source_claim: None,
+            target_claim: "data",
+            restore_key: "velero/r1".into(),
+            restore_uid: "uid-1",
+            nodes: &[],
+            tolerations: &[],
+            image: "refill.local/refill:dev",
+            job: Job::Clear,
+        });
+        let spec = clearing.spec.unwrap();
+        let volumes = spec.volumes.unwrap();
+        assert_eq!(volumes.len(), 1, "no scratch claim to read from");
+        assert_eq!(
+            volumes[0]
+                .persistent_volume_claim
+                .as_ref()
+                .unwrap()
+                .claim_name,
+            "data"
+        );
+        assert!(spec.affinity.is_none(), "the claim's volume decides where");
     }
 
     fn ended(exit_code: i32, message: &str) -> Pod {

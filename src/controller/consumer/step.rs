@@ -45,11 +45,13 @@ pub fn consumer_step(
     };
     // A workload to switch runs on while its new claim is filled: it is stopped only
     // once the data is there, which keeps its downtime to the switch itself.
+    // Likewise a staged or path restore fills its scratch claim first, and stops its
+    // consumers only for the copy.
     let needs_stop = volumes.iter().any(|v| {
         if switching {
             v.phase == VolumePhase::Switching
         } else {
-            v.phase.is_active()
+            v.holds_consumers_stopped()
         }
     });
     match record.state {
@@ -131,6 +133,60 @@ mod tests {
             consumer_step(&failed, 0, FailurePolicy::KeepStopped),
             Step::KeepStopped
         );
+    }
+
+    #[test]
+    fn a_staged_restore_stops_its_consumers_only_after_the_fill() {
+        use ConsumerState as S;
+        use ConsumerStep as Step;
+        use VolumePhase as V;
+        let rows = [
+            (
+                "stand-in on the scratch claim",
+                V::StartingStandIn,
+                S::Running,
+                Step::Nothing,
+            ),
+            ("filling", V::Restoring, S::Running, Step::Nothing),
+            (
+                "filled, stand-in going",
+                V::RemovingStandIn,
+                S::Running,
+                Step::Nothing,
+            ),
+            ("filled: mark", V::Quiescing, S::Running, Step::Mark),
+            ("marked: stop", V::Quiescing, S::Stopping, Step::Stop),
+            ("copying", V::Copying, S::Stopped, Step::Nothing),
+            (
+                "a fill rolled back: never stopped",
+                V::Aborting,
+                S::Running,
+                Step::Nothing,
+            ),
+            (
+                "a copy rolled back: still stopped",
+                V::Aborting,
+                S::Stopped,
+                Step::Nothing,
+            ),
+            (
+                "canceled during the fill",
+                V::Canceled,
+                S::Running,
+                Step::Nothing,
+            ),
+            ("copied: back", V::Completed, S::Stopped, Step::Resume),
+        ];
+        for (name, phase, state, want) in rows {
+            let mut filled = volume("a", phase);
+            filled.scratch_pvc = Some("refill-scratch-a-1".into());
+            let s = DataRestoreStatus {
+                volumes: vec![filled],
+                consumers: vec![consumer(&["a"], state)],
+                ..Default::default()
+            };
+            assert_eq!(consumer_step(&s, 0, FailurePolicy::Resume), want, "{name}");
+        }
     }
 
     fn consumer(pvcs: &[&str], state: ConsumerState) -> ConsumerRecord {

@@ -51,13 +51,13 @@ fn duration_or(value: Option<&str>, default: &str) -> (Duration, String) {
     (parsed, text.to_string())
 }
 
-/// Whether a volume holds one of the spec.parallel slots: from the stop of its consumers
-/// until no data moves for it any more (its node agent, or its copier). Removing a
-/// stand-in and switching workloads move none, and wait for others' pods, so they do
-/// not hold back the next volumes; a path restore's stand-in is followed by its copier.
+/// Whether a volume holds one of the spec.parallel slots: from its start until no data
+/// moves for it any more (its node agent, or its copier). Removing a stand-in and
+/// switching workloads move none, and wait for others' pods, so they do not hold back
+/// the next volumes; a staged or path restore's stand-in is followed by its copier.
 fn holds_slot(volume: &VolumeStatus) -> bool {
     match volume.phase {
-        VolumePhase::RemovingStandIn => volume.paths.is_some(),
+        VolumePhase::RemovingStandIn => volume.fills_scratch_first(),
         VolumePhase::Switching => false,
         phase => phase.is_active(),
     }
@@ -155,14 +155,23 @@ pub async fn record(
         return Ok(());
     }
     let slots = free_slots(status, dr.spec.parallel);
-    let starting: Vec<usize> = status
+    let pending = status
         .volumes
         .iter()
         .enumerate()
         .filter(|(_, v)| v.phase == VolumePhase::Pending)
         .map(|(i, _)| i)
-        .take(slots)
-        .collect();
+        .take(slots);
+    // A volume whose scratch claim is filled stops its consumers only now: they are
+    // looked for again on each pass until stopped, as some may have come up during
+    // the fill.
+    let stopping_after_fill = status
+        .volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.fills_scratch_first() && v.phase == VolumePhase::Quiescing)
+        .map(|(i, _)| i);
+    let starting: Vec<usize> = pending.chain(stopping_after_fill).collect();
     if !starting.is_empty() {
         start_volumes(dr, ctx, status, &starting, seen).await?;
     }
@@ -178,8 +187,10 @@ pub async fn record(
     Ok(())
 }
 
-/// Moves volumes from Pending to Quiescing, recording their consumers as found now
-/// (new ones may have appeared since validation) and what brings each back.
+/// Moves volumes on from Pending (to Quiescing, or for a volume whose scratch claim is
+/// filled first to StartingStandIn), recording their consumers as found now (new ones
+/// may have appeared since validation) and what brings each back; and records again
+/// the consumers of volumes about to stop them after their fill.
 async fn start_volumes(
     dr: &DataRestore,
     ctx: &Context,
@@ -285,11 +296,18 @@ async fn start_volumes(
                         .and_then(|p| p.spec.as_ref())
                         .or_else(|| refs.iter().find_map(|r| r.template.as_deref()));
                     let volume = &mut status.volumes[i];
+                    if volume.phase != VolumePhase::Pending {
+                        continue;
+                    }
                     if let Some(spec) = spec {
                         volume.consumer_security = Some(security_of(spec));
                         volume.consumer_tolerations = tolerations_to_keep(spec);
                     }
-                    volume.phase = VolumePhase::Quiescing;
+                    volume.phase = if volume.fills_scratch_first() {
+                        VolumePhase::StartingStandIn
+                    } else {
+                        VolumePhase::Quiescing
+                    };
                     volume.start_time = Some(now.clone());
                     volume.message = None;
                 }
@@ -474,11 +492,12 @@ pub async fn work(
         .view(&ctx.client, &ctx.config.namespace, &uid)
         .await?;
     // Only a volume about to get its stand-in needs the helper's settings; they are
-    // read while consumers are stopped.
-    let needs_helper = status
-        .volumes
-        .iter()
-        .any(|v| v.phase == VolumePhase::Quiescing);
+    // read while consumers are stopped (or a scratch claim's fill starts).
+    let needs_helper = status.volumes.iter().any(|v| match v.phase {
+        VolumePhase::Quiescing | VolumePhase::Clearing => !v.fills_scratch_first(),
+        VolumePhase::StartingStandIn => v.stand_in_pod.is_none(),
+        _ => false,
+    });
     let helper = async {
         if needs_helper {
             restore_helper::read_source(&ctx.client, &ctx.config.namespace)
@@ -696,9 +715,10 @@ mod tests {
 
     #[test]
     fn a_volume_whose_data_is_in_frees_its_slot_unless_a_copy_follows() {
-        let volume = |phase, paths: bool| VolumeStatus {
+        // A copy follows for a staged or path restore, whose scratch claim is filled.
+        let volume = |phase, scratch: bool| VolumeStatus {
             phase,
-            paths: paths.then(Default::default),
+            scratch_pvc: scratch.then(|| "refill-scratch-data-1".to_string()),
             ..Default::default()
         };
         let status = |volumes| DataRestoreStatus {

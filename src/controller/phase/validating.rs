@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use tracing::info;
 
 use crate::api::{
-    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, ExtraFiles, Phase, RestoreTarget,
+    ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, RestoreTarget,
     VolumePhase, VolumeStatus,
 };
 use crate::controller::error::Category;
@@ -92,7 +92,7 @@ pub async fn validate(
                 .spec
                 .fills_scratch_first(&v.pvc)
                 .then(|| labels::scratch_claim_name(split(&v.pvc).1, &dr.name_any())),
-            keep_extra_files: dr.spec.extra_files == ExtraFiles::Keep,
+            keep_extra_files: dr.spec.keeps_extra_files(),
             pvc_uid: v.pvc_uid.clone(),
             ..Default::default()
         })
@@ -118,9 +118,10 @@ pub async fn validate(
     status.git_ops = plan.git_ops.clone();
     status.phase = Phase::Restoring;
     let note = format!(
-        "restoring {} volumes from backup {}",
+        "restoring {} volumes from backup {}. {}",
         status.volumes.len(),
-        plan.backup_name
+        plan.backup_name,
+        dr.spec.way()
     );
     ctx.event(dr, false, reasons::VALIDATED, note);
     if dr.spec.writes_under_running_consumers() {

@@ -27,15 +27,50 @@ pub struct Applied {
 
 const PARTLY_WRITTEN: &str = "the node agent may have written part of the backup before it stopped, so the volume may hold a mix of old and restored files; restore it again to get the backup's files";
 const PATHS_PARTLY_WRITTEN: &str = "the copier may have written part of the chosen paths before it stopped, so they may hold a mix of old and restored files; restore them again to get the backup's files";
+const STAGED_PARTLY_WRITTEN: &str = "the copier may have written part of the backup from the scratch claim before it stopped, so the volume may hold a mix of old and restored files; restore it again to get the backup's files";
+const CLEARED_PARTLY_WRITTEN: &str = "refill had begun removing the volume's files to put the backup in their place, and the backup was not all written: files may be missing; restore it again to get the backup's files";
+
+/// Who may have left a volume half written, which says what it may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// Velero's node agent, over the old files.
+    NodeAgent,
+    /// refill's copier, over the chosen paths.
+    PathCopier,
+    /// refill's copier, from a staged restore's scratch claim.
+    StagedCopier,
+    /// refill's copier emptied the volume, then maybe the node agent.
+    Cleared,
+}
+
+impl Writer {
+    /// The writer of `volume`, from how it is restored.
+    pub fn of(volume: &VolumeStatus) -> Writer {
+        if volume.paths.is_some() {
+            Writer::PathCopier
+        } else if volume.fills_scratch_first() {
+            Writer::StagedCopier
+        } else if volume.clears_first() {
+            Writer::Cleared
+        } else {
+            Writer::NodeAgent
+        }
+    }
+}
 
 /// The message of a volume that ended, with the plain warning when it may be half
-/// written (`paths`: by a path restore's copier).
-pub fn ending_message(message: &str, partly_written: bool, paths: bool) -> String {
-    match (partly_written, paths) {
-        (false, _) => message.to_string(),
-        (true, false) => format!("{message}; {PARTLY_WRITTEN}"),
-        (true, true) => format!("{message}; {PATHS_PARTLY_WRITTEN}"),
+/// written by `writer`.
+pub fn ending_message(message: &str, partly_written: bool, writer: Writer) -> String {
+    if !partly_written {
+        return message.to_string();
     }
+    let what = match writer {
+        Writer::NodeAgent => PARTLY_WRITTEN,
+        Writer::PathCopier => PATHS_PARTLY_WRITTEN,
+        Writer::StagedCopier => STAGED_PARTLY_WRITTEN,
+        Writer::Cleared => CLEARED_PARTLY_WRITTEN,
+    };
+    format!("{message}; {what}")
 }
 
 pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Applied {
@@ -64,6 +99,14 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             volume.message = message;
             volume.warning = None;
         }
+        Change::Copied(summary) if volume.phase == VolumePhase::Clearing => {
+            volume.message = Some(format!(
+                "emptied ({} removed); removing the copier pod",
+                entries(summary.deleted)
+            ));
+            volume.warning = None;
+            volume.cleared = Some(summary.deleted);
+        }
         Change::Copied(summary) => {
             volume.message = Some(format!(
                 "copied: {}; removing the copier pod",
@@ -76,10 +119,15 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             volume.phase = VolumePhase::Completed;
             volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
             let copied = volume.copied.as_ref().map(|c| c.line());
+            let what = if volume.paths.is_some() {
+                "chosen paths restored"
+            } else {
+                "restored from the scratch claim"
+            };
             let (message, text) = match (&volume.target_pvc, copied) {
                 (_, Some(copied)) => (
-                    format!("chosen paths restored: {copied}"),
-                    format!("{pvc}: chosen paths restored: {copied}"),
+                    format!("{what}: {copied}"),
+                    format!("{pvc}: {what}: {copied}"),
                 ),
                 (Some(_), None) => {
                     let into = volume.written_claim();
@@ -88,7 +136,16 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
                         format!("{pvc} restored into PVC {into}"),
                     )
                 }
-                (None, None) => ("restored".to_string(), format!("{pvc} restored")),
+                (None, None) => match volume.cleared {
+                    Some(n) => (
+                        format!(
+                            "restored into the emptied volume ({} removed first)",
+                            entries(n)
+                        ),
+                        format!("{pvc} restored exactly ({} removed first)", entries(n)),
+                    ),
+                    None => ("restored".to_string(), format!("{pvc} restored")),
+                },
             };
             volume.message = Some(message);
             volume.warning = None;
@@ -101,7 +158,8 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
         }
         Change::Abort { outcome, message } => {
             // The copier writes the PVC itself: whatever it did so far stays.
-            volume.partly_written |= volume.phase == VolumePhase::Copying;
+            volume.partly_written |=
+                matches!(volume.phase, VolumePhase::Copying | VolumePhase::Clearing);
             volume.phase = VolumePhase::Aborting;
             volume.outcome = Some(outcome);
             volume.abort_time = Some(stored(now));
@@ -130,6 +188,15 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
     applied
 }
 
+/// `3 entries`, `1 entry`.
+fn entries(n: u64) -> String {
+    if n == 1 {
+        "1 entry".into()
+    } else {
+        format!("{n} entries")
+    }
+}
+
 fn end(
     volume: &mut VolumeStatus,
     outcome: VolumePhase,
@@ -139,7 +206,9 @@ fn end(
     applied: &mut Applied,
 ) {
     let pvc = volume.pvc.clone();
-    let message = ending_message(message, partly_written, volume.paths.is_some());
+    // An emptied volume lost its files, whatever ended it.
+    let partly_written = partly_written || volume.cleared.is_some();
+    let message = ending_message(message, partly_written, Writer::of(volume));
     volume.phase = outcome;
     volume.partly_written = partly_written;
     volume.warning = None;
@@ -169,6 +238,7 @@ mod tests {
             phase,
             total_bytes: 10,
             bytes_done: 4,
+            keep_extra_files: true,
             ..Default::default()
         }
     }

@@ -1,19 +1,27 @@
 //! The life of one volume as a pure function: from what the pass saw, what happens next.
 //!
 //! ```text
-//! Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─▶ RemovingStandIn ─┬──────────────▶ Completed
-//!    │           │               │                │              │          ├─▶ Copying ─┤ (paths)
-//!    │           │               │                │              │          └─▶ Switching ┘ (switchWorkloads)
-//!    │           └──────(a writer may exist)──────┴──────────────┴──────────────┴─▶ Aborting ─▶ Failed | Canceled
-//!    └──(nothing started; or Switching)─────────────────────────────────────────────────────▶ Failed | Canceled
+//! Direct:  Pending ─▶ Quiescing ─▶ [Clearing] ─▶ StartingStandIn ─▶ Restoring ─▶ RemovingStandIn ─┬─▶ Completed
+//!                                                                                  (switchWorkloads) └─▶ Switching ─▶ Completed
+//! Staged, paths:
+//!          Pending ─▶ StartingStandIn ─▶ Restoring ─▶ RemovingStandIn ─▶ Quiescing ─▶ Copying ─▶ Completed
+//!
+//! Any phase where a writer may exist ──▶ Aborting ─▶ Failed | Canceled
+//! Any phase where none can (or Switching) ──────────▶ Failed | Canceled
 //! ```
 //!
 //! Once the node agent is done (RemovingStandIn), `restore-wait` cleans up and the
 //! stand-in goes; the volume's slot of spec.parallel is free by then, but its
 //! consumers wait until the stand-in is gone.
 //!
-//! A path restore's node agent fills a scratch claim, not the PVC; refill's copier pod
-//! then copies the chosen paths into the PVC (Copying), and is the writer to wait for.
+//! Direct with extra files deleted (the default) empties the PVC first (Clearing,
+//! refill's copier pod, once the consumers are stopped), so that the node agent,
+//! which only writes what the snapshot holds, leaves the volume exactly as the backup.
+//!
+//! A staged or path restore's node agent fills a scratch claim, not the PVC, while the
+//! consumers still run: nothing writes the PVC until they are stopped (Quiescing, after
+//! the fill). refill's copier pod then makes the PVC equal to the scratch claim, or
+//! copies the chosen paths (Copying), and is the writer to wait for.
 //!
 //! A restore into new claims that switches workloads onto them stops those workloads
 //! only once the new claim holds the backup (Switching), waits until none of their
@@ -291,7 +299,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             if let Some(stop) = stop {
                 return end_or_abort(seen, stop.outcome, stop.why);
             }
-            quiescing(pvc, seen, rules)
+            quiescing(volume, seen, rules)
         }
         VolumePhase::StartingStandIn | VolumePhase::Restoring => {
             if let Some(stop) = stop {
@@ -305,7 +313,23 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             {
                 return data_in(volume, seen, rules);
             }
-            if let Some(problem) = lost_hold(pvc, seen, rules.online) {
+            // Filled before anything is stopped: the stand-in holds the scratch claim,
+            // and the consumers' pods mount the PVC meanwhile.
+            if volume.phase == VolumePhase::StartingStandIn
+                && volume.fills_scratch_first()
+                && volume.stand_in_pod.is_none()
+                && seen.stand_in == StandIn::Absent
+            {
+                return doing(
+                    Effect::CreateStandIn,
+                    Change::Stay {
+                        message: None,
+                        warning: None,
+                    },
+                );
+            }
+            let beside_consumers = rules.online || volume.fills_scratch_first();
+            if let Some(problem) = lost_hold(pvc, seen, beside_consumers) {
                 return failed(problem);
             }
             if volume.phase == VolumePhase::StartingStandIn {
@@ -345,7 +369,8 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
     }
 }
 
-fn quiescing(pvc: &str, seen: &Seen, rules: &Rules) -> Step {
+fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
+    let pvc = &volume.pvc;
     if seen.claim == Claim::Deleted {
         return end_or_abort(
             seen,
@@ -374,6 +399,31 @@ fn quiescing(pvc: &str, seen: &Seen, rules: &Rules) -> Step {
         }
         return stay(format!("waiting for pods to release the volume: {users}"));
     }
+    // Nothing else mounts the PVC now. The next writer is a copier pod (Clearing,
+    // Copying) when there is one, else the stand-in.
+    let next = if volume.fills_scratch_first() {
+        Some(VolumePhase::Copying)
+    } else if volume.clears_first() {
+        Some(VolumePhase::Clearing)
+    } else {
+        None
+    };
+    if let Some(next) = next {
+        return match &seen.stand_in {
+            StandIn::Absent => Step {
+                effect: None,
+                change: Change::Advance(next),
+            },
+            StandIn::Other { .. } => other_stand_in(pvc, seen),
+            // A stand-in of this restore before the copier: left from a fill, or from
+            // a pass that did not get to write its status. It goes first.
+            StandIn::Ours { name, .. } => without_stand_in(
+                seen,
+                Some(format!("waiting for the old stand-in pod {name} to go")),
+                Change::Advance(next),
+            ),
+        };
+    }
     match &seen.stand_in {
         StandIn::Absent => doing(
             Effect::CreateStandIn,
@@ -388,6 +438,14 @@ fn quiescing(pvc: &str, seen: &Seen, rules: &Rules) -> Step {
         StandIn::Ours { name, .. } => {
             stay(format!("waiting for the old stand-in pod {name} to go"))
         }
+        StandIn::Other { .. } => other_stand_in(pvc, seen),
+    }
+}
+
+/// Another restore's stand-in holds the claim: waited for while it goes, else the
+/// volume fails.
+fn other_stand_in(pvc: &str, seen: &Seen) -> Step {
+    match &seen.stand_in {
         StandIn::Other {
             name,
             restore,
@@ -402,6 +460,7 @@ fn quiescing(pvc: &str, seen: &Seen, rules: &Rules) -> Step {
                 "PVC {pvc} is being restored by DataRestore {restore} (stand-in pod {name}); restore it again after that one ends"
             ),
         ),
+        _ => stay(None),
     }
 }
 
@@ -548,10 +607,13 @@ fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step 
             "restored; waiting for restore-wait in stand-in pod {name} to finish"
         ));
     }
-    let then = match (&volume.paths, &volume.target_pvc) {
-        (Some(_), _) => Change::Advance(VolumePhase::Copying),
-        (None, Some(_)) if rules.switch => Change::Advance(VolumePhase::Switching),
-        _ => Change::Completed,
+    let then = if volume.fills_scratch_first() {
+        // The scratch claim holds the backup: only now are the consumers stopped.
+        Change::Advance(VolumePhase::Quiescing)
+    } else if volume.target_pvc.is_some() && rules.switch {
+        Change::Advance(VolumePhase::Switching)
+    } else {
+        Change::Completed
     };
     without_stand_in(
         seen,
@@ -560,36 +622,67 @@ fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step 
     )
 }
 
-/// The copier writes the chosen paths into the PVC: like the node agent's, its writes
-/// must not meet a running consumer, and the volume ends only after its pod is gone.
+/// The copier writes the PVC (Copying: the scratch claim's files, or the chosen paths;
+/// Clearing: it empties it): like the node agent's, its writes must not meet a running
+/// consumer, and the volume goes on only after its pod is gone.
 fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     let pvc = &volume.pvc;
+    let clearing = volume.phase == VolumePhase::Clearing;
+    let doing_what = if clearing {
+        "removing what the volume holds before the backup is written into"
+    } else if volume.paths.is_some() {
+        "copying the chosen paths into"
+    } else {
+        "making the backup's files from the scratch claim into"
+    };
     if seen.claim == Claim::Deleted {
         return failed(format!("PVC {pvc} was deleted during the restore"));
     }
     if !seen.foreign_pods.is_empty() && !rules.online {
         return failed(seen.restarted.clone().unwrap_or_else(|| {
             format!(
-                "pod {} mounts {pvc} while its paths are copied; refill stopped copying",
+                "pod {} mounts {pvc} while refill's copier writes it; refill stopped copying",
                 seen.foreign_pods.join(", ")
             )
         }));
     }
+    let done = if clearing {
+        volume.cleared.is_some()
+    } else {
+        volume.copied.is_some()
+    };
     match &seen.copier {
-        Copier::Absent => match &volume.copied {
-            Some(_) => Step {
-                effect: None,
-                change: Change::Completed,
-            },
-            // Also when someone deleted it midway: copying again gives the same files.
-            None => doing(
-                Effect::CreateCopier,
-                Change::Stay {
-                    message: Some(format!("copying the chosen paths into PVC {pvc}")),
-                    warning: None,
-                },
+        // Emptied: the stand-in comes next, and with it the node agent.
+        Copier::Absent if done && clearing => match &seen.stand_in {
+            StandIn::Absent => doing(
+                Effect::CreateStandIn,
+                Change::Advance(VolumePhase::StartingStandIn),
             ),
+            // Made by a pass whose status write was lost.
+            StandIn::Ours {
+                terminating: false, ..
+            } => Step {
+                effect: None,
+                change: Change::Advance(VolumePhase::StartingStandIn),
+            },
+            StandIn::Ours { name, .. } => {
+                stay(format!("waiting for the old stand-in pod {name} to go"))
+            }
+            StandIn::Other { .. } => other_stand_in(pvc, seen),
         },
+        Copier::Absent if done => Step {
+            effect: None,
+            change: Change::Completed,
+        },
+        // Also when someone deleted it midway: copying (or clearing) again gives the
+        // same files.
+        Copier::Absent => doing(
+            Effect::CreateCopier,
+            Change::Stay {
+                message: Some(format!("{doing_what} PVC {pvc}")),
+                warning: None,
+            },
+        ),
         Copier::Present {
             ended: None,
             name,
@@ -597,7 +690,7 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             ..
         } => stay(match waiting {
             Some(why) => format!("copier pod {name} is not running yet: {why}"),
-            None => format!("copying the chosen paths into PVC {pvc} (pod {name})"),
+            None => format!("{doing_what} PVC {pvc} (pod {name})"),
         }),
         Copier::Present {
             ended: Some(Ok(summary)),
@@ -730,11 +823,12 @@ fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
         // Canceled before any node agent took it: once the stand-in is gone, none can
         // (a node agent starts only while the pod's restore-wait runs).
     }
-    // A path restore's node agent writes only its scratch claim; its copier's writes
-    // were marked when it aborted.
+    // A staged or path restore's node agent writes only its scratch claim; its copier's
+    // writes (and a clearing's) were marked when it aborted. An emptied volume has
+    // lost its files whatever the node agent did.
     let agent_wrote_pvc =
         volume.scratch_pvc.is_none() && seen.pvr.as_ref().is_some_and(Pvr::started);
-    let partly_written = volume.partly_written || agent_wrote_pvc;
+    let partly_written = volume.partly_written || agent_wrote_pvc || volume.cleared.is_some();
     without_stand_in(seen, message, Change::Finish { partly_written })
 }
 

@@ -104,15 +104,23 @@ pub async fn found(
             Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
         pod_volume_restore = pvrs.get_opt(&pvr_name).await?.map(Arc::new);
     }
-    let (copier, scratch) = match &volume.scratch_pvc {
-        Some(scratch) if copier_may_exist(volume.phase) => {
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-            let copier_name = labels::copier_pod_name(&volume.pvc);
-            futures::try_join!(pods.get_opt(&copier_name), claims.get_opt(scratch))?
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+    let copier_name = labels::copier_pod_name(&volume.pvc);
+    let copier = async {
+        match copier_may_exist(volume) {
+            true => pods.get_opt(&copier_name).await,
+            false => Ok(None),
         }
-        _ => (None, None),
     };
+    // Made with the stand-in, before the fill; read once it may be left to delete.
+    let scratch = async {
+        match &volume.scratch_pvc {
+            Some(scratch) if copier_may_exist(volume) => claims.get_opt(scratch).await,
+            _ => Ok(None),
+        }
+    };
+    let (copier, scratch) = futures::try_join!(copier, scratch)?;
     Ok(Found {
         stand_in,
         pod_volume_restore,
@@ -121,10 +129,16 @@ pub async fn found(
     })
 }
 
-/// From Copying on, a path restore's copier may exist and its scratch claim be left to
-/// delete; before, neither is read (the scratch claim is made with the stand-in).
-fn copier_may_exist(phase: VolumePhase) -> bool {
-    phase == VolumePhase::Copying || phase == VolumePhase::Aborting || phase.is_terminal()
+/// From Clearing or Copying on, a volume's copier may exist (and a staged or path
+/// restore's scratch claim be left to delete); before, neither is read.
+fn copier_may_exist(volume: &VolumeStatus) -> bool {
+    let has_copier = volume.fills_scratch_first() || volume.clears_first();
+    let phase = volume.phase;
+    let since_copier = matches!(
+        phase,
+        VolumePhase::Clearing | VolumePhase::Copying | VolumePhase::Aborting
+    ) || phase.is_terminal();
+    has_copier && since_copier
 }
 
 /// The copier pod as [`decide`](super::decide) needs to know it.
@@ -292,13 +306,12 @@ pub async fn seen(
         foreign_pods.push(pod.name_any());
     }
 
-    let watching = matches!(
-        volume.phase,
-        VolumePhase::Quiescing
-            | VolumePhase::StartingStandIn
-            | VolumePhase::Restoring
-            | VolumePhase::Copying
-    );
+    // While a scratch claim is filled, the consumers run on by design.
+    let watching = match volume.phase {
+        VolumePhase::Quiescing | VolumePhase::Clearing | VolumePhase::Copying => true,
+        VolumePhase::StartingStandIn | VolumePhase::Restoring => !volume.fills_scratch_first(),
+        _ => false,
+    };
     let restarted = if watching {
         let records = status
             .consumers

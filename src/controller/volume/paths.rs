@@ -1,5 +1,6 @@
-//! The effects of a path restore besides the stand-in's: its copier pod, and the
-//! scratch claim deleted once the volume ended.
+//! The effects of a volume's copier besides the stand-in's: its pod (a path or staged
+//! restore's copy, a direct restore's clearing), and the scratch claim deleted once the
+//! volume ended.
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, PostParams, Preconditions};
@@ -8,7 +9,7 @@ use tracing::info;
 
 use crate::api::{VolumePhase, VolumeStatus};
 use crate::controller::Result;
-use crate::controller::copier::{self, Copier};
+use crate::controller::copier::{self, Copier, Job};
 use crate::controller::error::has_status;
 use crate::labels;
 
@@ -17,30 +18,43 @@ use super::execute::{Act, refused_as};
 use super::observe::{Found, split};
 
 pub async fn create_copier(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option<Change>> {
-    let (Some(paths), Some(scratch)) = (&volume.paths, &volume.scratch_pvc) else {
-        return Ok(None);
-    };
     let (ns, claim) = split(&volume.pvc);
+    // A clearing runs where the PVC's volume is, or for an unbound claim on the
+    // stand-in's candidates; a copy where the stand-in filled the scratch claim.
+    let (job, source_claim, nodes) = match (&volume.paths, &volume.scratch_pvc) {
+        (Some(paths), Some(scratch)) => {
+            (Job::Paths(paths), Some(scratch.as_str()), node_of(volume))
+        }
+        (None, Some(scratch)) => (
+            Job::Whole {
+                mirror: !volume.keep_extra_files,
+            },
+            Some(scratch.as_str()),
+            node_of(volume),
+        ),
+        (_, None) if volume.clears_first() => (Job::Clear, None, volume.candidate_nodes.clone()),
+        _ => return Ok(None),
+    };
     let name = labels::copier_pod_name(&volume.pvc);
     let dr = act.dr;
     let pod = copier::pod(Copier {
         name: name.clone(),
         namespace: ns,
-        source_claim: scratch,
+        source_claim,
         target_claim: claim,
         restore_key: format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any()),
         restore_uid: act.uid,
-        node: volume.node.as_deref(),
+        nodes: &nodes,
         tolerations: &volume.consumer_tolerations,
         image: &act.ctx.config.copier_image,
-        paths,
+        job,
     });
     let made = Api::<Pod>::namespaced(act.ctx.client.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await;
     match made {
         Ok(_) => {
-            info!(pvc = %volume.pvc, copier = %name, "copying the chosen paths");
+            info!(pvc = %volume.pvc, copier = %name, job = ?job, "started the copier");
             Ok(None)
         }
         // Made by the pass before a restart; the next pass looks at it.
@@ -50,6 +64,11 @@ pub async fn create_copier(act: &Act<'_>, volume: &VolumeStatus) -> Result<Optio
             message: format!("the API server refused copier pod {name}: {why}"),
         }),
     }
+}
+
+/// The node the stand-in filled the scratch claim on.
+fn node_of(volume: &VolumeStatus) -> Vec<String> {
+    volume.node.iter().cloned().collect()
 }
 
 /// The scratch claim goes once nothing mounts it; its volume goes with it (the

@@ -1,0 +1,267 @@
+//! Rows for the ways that keep a restore exact or its downtime short: a direct
+//! restore's clearing before the node agent writes, and a staged restore whose scratch
+//! claim is filled while the consumers run, which stops them only for the copy.
+
+use super::*;
+
+fn cleared(v: VolumeStatus) -> VolumeStatus {
+    VolumeStatus {
+        cleared: Some(3),
+        ..v
+    }
+}
+
+fn stand_in_made(v: VolumeStatus) -> VolumeStatus {
+    VolumeStatus {
+        stand_in_pod: Some("refill-data-1".into()),
+        ..v
+    }
+}
+
+fn emptied() -> Option<Result<CopySummary, String>> {
+    Some(Ok(CopySummary {
+        deleted: 3,
+        ..Default::default()
+    }))
+}
+
+#[test]
+fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in() {
+    use PodVolumePhase as P;
+    use VolumePhase::*;
+    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+        (
+            "quiesced: clear before the stand-in",
+            exact(volume(Quiescing)),
+            seen(StandIn::Absent, None),
+            rules(),
+            Want::Advance(None, Clearing),
+        ),
+        (
+            "quiescing still waits for the consumers' pods",
+            exact(volume(Quiescing)),
+            with_users(seen(StandIn::Absent, None), &["web-1"], None),
+            rules(),
+            Want::Stay(None, Some("waiting for pods to release")),
+        ),
+        (
+            "clearing starts the copier",
+            exact(volume(Clearing)),
+            seen(StandIn::Absent, None),
+            rules(),
+            Want::Stay(
+                Some(Effect::CreateCopier),
+                Some("removing what the volume holds"),
+            ),
+        ),
+        (
+            "clearing waits for the copier",
+            exact(volume(Clearing)),
+            with_copier(seen(StandIn::Absent, None), copier(None, false)),
+            rules(),
+            Want::Stay(None, Some("refill-copy-data-1")),
+        ),
+        (
+            "cleared: recorded, the copier removed",
+            exact(volume(Clearing)),
+            with_copier(seen(StandIn::Absent, None), copier(emptied(), false)),
+            rules(),
+            Want::Copied(Some(Effect::DeleteCopier)),
+        ),
+        (
+            "cleared, copier gone: the stand-in and its PodVolumeRestore",
+            cleared(exact(volume(Clearing))),
+            seen(StandIn::Absent, None),
+            rules(),
+            Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
+        ),
+        (
+            "cleared, the copier still going",
+            cleared(exact(volume(Clearing))),
+            with_copier(seen(StandIn::Absent, None), copier(emptied(), true)),
+            rules(),
+            Want::Copied(None),
+        ),
+        (
+            "cleared, stand-in made before a lost status write: followed",
+            cleared(exact(volume(Clearing))),
+            seen(ours(), None),
+            rules(),
+            Want::Advance(None, StartingStandIn),
+        ),
+        (
+            "cleared, another restore's stand-in holds the claim",
+            cleared(exact(volume(Clearing))),
+            seen(others(false), None),
+            rules(),
+            Want::End(Failed, "being restored by DataRestore velero/first"),
+        ),
+        (
+            "the clearing failed",
+            exact(volume(Clearing)),
+            with_copier(
+                seen(StandIn::Absent, None),
+                copier(Some(Err("unlinkat x: Permission denied".into())), false),
+            ),
+            rules(),
+            Want::Abort(Failed, "Permission denied"),
+        ),
+        (
+            "a consumer came back while clearing: stop",
+            exact(volume(Clearing)),
+            with_users(
+                with_copier(seen(StandIn::Absent, None), copier(None, false)),
+                &["web-1"],
+                None,
+            ),
+            rules(),
+            Want::Abort(Failed, "web-1"),
+        ),
+        (
+            "canceled while clearing",
+            exact(volume(Clearing)),
+            with_copier(seen(StandIn::Absent, None), copier(None, false)),
+            canceled(),
+            Want::Abort(Canceled, "canceled"),
+        ),
+        (
+            "an abort after the clearing is partly written, even before the agent",
+            cleared(exact(aborting(Failed))),
+            seen(StandIn::Absent, canceled_pvr(P::New)),
+            rules(),
+            Want::Finish(true),
+        ),
+        (
+            "keeping extra files: no clearing",
+            volume(Quiescing),
+            seen(StandIn::Absent, None),
+            rules(),
+            Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
+        ),
+    ];
+    let now = at(NOW);
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, now), want);
+    }
+}
+
+#[test]
+fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
+    use PodVolumePhase as P;
+    use VolumePhase::*;
+    let running_app = |s: Seen| with_users(s, &["web-1"], None);
+    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+        (
+            "started: the stand-in on the scratch claim, beside the running app",
+            staged(volume(StartingStandIn)),
+            running_app(seen(StandIn::Absent, None)),
+            rules(),
+            Want::Stay(Some(Effect::CreateStandIn), None),
+        ),
+        (
+            "the stand-in made: its PodVolumeRestore, the app still running",
+            stand_in_made(staged(volume(StartingStandIn))),
+            running_app(seen(ours(), None)),
+            rules(),
+            Want::Stay(Some(Effect::CreatePodVolumeRestore), None),
+        ),
+        (
+            "filling beside the running app",
+            stand_in_made(staged(volume(Restoring))),
+            running_app(seen(running_since(NOW - 5), pvr(P::InProgress))),
+            rules(),
+            Want::Stay(None, None),
+        ),
+        (
+            "a made stand-in that vanished still fails the volume",
+            stand_in_made(staged(volume(Restoring))),
+            seen(StandIn::Absent, pvr(P::InProgress)),
+            rules(),
+            Want::Abort(Failed, "disappeared"),
+        ),
+        (
+            "filled: the stand-in goes",
+            stand_in_made(staged(volume(Restoring))),
+            running_app(seen(cleaned_up(), pvr(P::Completed))),
+            rules(),
+            Want::DataIn(Some(Effect::DeleteStandIn), "removing the stand-in"),
+        ),
+        (
+            "filled and the stand-in gone: only now the consumers stop",
+            stand_in_made(staged(volume(RemovingStandIn))),
+            running_app(seen(StandIn::Absent, pvr(P::Completed))),
+            rules(),
+            Want::Advance(None, Quiescing),
+        ),
+        (
+            "stopping: waits for the app's pods",
+            staged(volume(Quiescing)),
+            running_app(seen(StandIn::Absent, pvr(P::Completed))),
+            rules(),
+            Want::Stay(None, Some("waiting for pods to release")),
+        ),
+        (
+            "stopped: the copy, never a second stand-in",
+            staged(volume(Quiescing)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Advance(None, Copying),
+        ),
+        (
+            "stopped with a stand-in of ours left: it goes first",
+            staged(volume(Quiescing)),
+            seen(cleaned_up(), pvr(P::Completed)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("old stand-in")),
+        ),
+        (
+            "copying makes the PVC equal to the scratch claim",
+            staged(volume(Copying)),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Stay(
+                Some(Effect::CreateCopier),
+                Some("backup's files from the scratch claim"),
+            ),
+        ),
+        (
+            "canceled during the fill: rolled back, nothing was stopped",
+            stand_in_made(staged(volume(Restoring))),
+            running_app(seen(running_since(NOW - 5), pvr(P::InProgress))),
+            canceled(),
+            Want::Abort(Canceled, "canceled"),
+        ),
+        (
+            "canceled after the fill, before the stop: ends at once",
+            staged(volume(Quiescing)),
+            running_app(seen(StandIn::Absent, None)),
+            canceled(),
+            Want::End(Canceled, "canceled"),
+        ),
+        (
+            "a fill's abort leaves the PVC as it was",
+            staged(aborting(Canceled)),
+            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            rules(),
+            Want::Finish(false),
+        ),
+        (
+            "the fill's PodVolumeRestore failed",
+            stand_in_made(staged(volume(Restoring))),
+            running_app(seen(running_since(NOW - 5), pvr(P::Failed))),
+            rules(),
+            Want::Abort(Failed, "agent says"),
+        ),
+        (
+            "ended: the scratch claim goes",
+            staged(volume(Canceled)),
+            with_scratch(seen(StandIn::Absent, None)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteScratchClaim), None),
+        ),
+    ];
+    let now = at(NOW);
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, now), want);
+    }
+}
