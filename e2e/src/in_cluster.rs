@@ -205,6 +205,20 @@ async fn wait_for_leader(
     Ok(leader)
 }
 
+/// The controller pod that holds the Lease now, if one does.
+pub async fn leader(client: &Client, velero_namespace: &str) -> Result<Option<Pod>> {
+    let holder = Api::<Lease>::namespaced(client.clone(), velero_namespace)
+        .get_opt(LEASE)
+        .await?
+        .and_then(|l| l.spec?.holder_identity);
+    match holder {
+        Some(name) => Ok(Api::<Pod>::namespaced(client.clone(), CONTROLLER_SA.0)
+            .get_opt(&name)
+            .await?),
+        None => Ok(None),
+    }
+}
+
 /// Installs refill with its Helm chart (`charts/refill`, helm built by
 /// `e2e/cluster/build-helm.sh`) as a user would, with the image of this checkout and
 /// the values this cluster needs (the local image, Velero's namespace, the real

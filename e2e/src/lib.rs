@@ -32,6 +32,7 @@ pub mod node_agent;
 pub mod own_cluster;
 pub mod support;
 pub mod velero;
+pub mod velero_app;
 
 pub use cluster::{
     COMPONENTS, Cluster, LOCAL_PATH_CLASS, NODES, PAUSE_IMAGE, REAL_NODE_LABEL, REAL_NODE_TAINT,

@@ -9,6 +9,10 @@
 //	                          files in nested directories, with a symlink and
 //	                          chosen modes and owners, the same on every run
 //	testbox sleep             waits for SIGTERM or SIGINT
+//	testbox scribble DIR SECS writes a new small file into DIR every 50 ms, as
+//	                          an app that keeps writing does; on SIGTERM or
+//	                          SIGINT stops writing, lingers SECS seconds (a
+//	                          slow shutdown), then exits
 //	testbox api PATH          GETs PATH from the API server with the pod's
 //	                          ServiceAccount (in-cluster config), prints the body
 //	testbox -p DIR ... -a create|delete
@@ -37,7 +41,7 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(2, "usage: testbox write FILE TEXT | check FILE SHA256 | tree DIR MIB | sleep | api PATH | -p DIR -a create|delete")
+		fail(2, "usage: testbox write FILE TEXT | check FILE SHA256 | tree DIR MIB | sleep | scribble DIR SECS | api PATH | -p DIR -a create|delete")
 	}
 	var err error
 	switch os.Args[1] {
@@ -56,6 +60,11 @@ func main() {
 			fail(2, "usage: testbox tree DIR MIB")
 		}
 		err = tree(os.Args[2], os.Args[3])
+	case "scribble":
+		if len(os.Args) != 4 {
+			fail(2, "usage: testbox scribble DIR SECS")
+		}
+		err = scribble(os.Args[2], os.Args[3])
 	case "sleep":
 		signals := make(chan os.Signal, 1)
 		signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
@@ -72,6 +81,32 @@ func main() {
 	}
 	if err != nil {
 		fail(1, "testbox: "+err.Error())
+	}
+}
+
+func scribble(dir, linger string) error {
+	var secs int
+	if _, err := fmt.Sscanf(linger, "%d", &secs); err != nil {
+		return fmt.Errorf("SECS %q: %v", linger, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-signals:
+			time.Sleep(time.Duration(secs) * time.Second)
+			return nil
+		case now := <-tick.C:
+			name := filepath.Join(dir, fmt.Sprintf("%08d", n))
+			if err := os.WriteFile(name, []byte(now.String()), 0o644); err != nil {
+				return err
+			}
+		}
 	}
 }
 
