@@ -71,79 +71,12 @@ enum Command {
         #[command(flatten)]
         election: ElectionArgs,
     },
-    /// Copy chosen paths of a restored snapshot into a volume, keeping owners, modes,
-    /// times, links and extended attributes (what a path restore's copier pod runs).
-    Copy(CopyArgs),
+    /// Copy chosen paths of a restored snapshot into a volume, or its whole tree,
+    /// keeping owners, modes, times, links and extended attributes; or empty a volume
+    /// (what refill's copier pods run).
+    Copy(refill::copy::CopyArgs),
     /// Print a shell completion script, e.g. `refill completion bash > /etc/bash_completion.d/refill`.
     Completion { shell: clap_complete::Shell },
-}
-
-#[derive(clap::Args)]
-struct CopyArgs {
-    /// The restored snapshot.
-    #[arg(long, value_name = "DIR")]
-    from: std::path::PathBuf,
-    /// The volume the paths go back into.
-    #[arg(long, value_name = "DIR")]
-    to: std::path::PathBuf,
-    /// A path to put back, a glob relative to the roots (repeatable).
-    #[arg(long, value_name = "GLOB", required = true)]
-    include: Vec<String>,
-    /// A path to leave as it is, even under an included one (repeatable).
-    #[arg(long, value_name = "GLOB")]
-    exclude: Vec<String>,
-    /// Also delete what --to has under the included paths and --from does not.
-    #[arg(long)]
-    mirror: bool,
-    /// Where to write the report as well (a pod's /dev/termination-log).
-    #[arg(long, value_name = "FILE")]
-    termination_log: Option<std::path::PathBuf>,
-}
-
-/// Runs `refill copy`: 0 copied, 1 failed, 2 a bad pattern.
-fn copy(args: &CopyArgs) -> i32 {
-    let log = |report: &str| {
-        if let Some(path) = &args.termination_log
-            && let Err(e) = std::fs::write(path, report)
-        {
-            eprintln!("refill copy: cannot write {}: {e}", path.display());
-        }
-    };
-    for (flag, patterns) in [("--include", &args.include), ("--exclude", &args.exclude)] {
-        for pattern in patterns {
-            if let Some(why) = refill::copy::pattern_error(pattern) {
-                let message = format!("{flag} {why}");
-                eprintln!("refill copy: {message}");
-                log(&refill::copy::error_report(&message));
-                return 2;
-            }
-        }
-    }
-    let selection = refill::copy::Selection {
-        include: args.include.clone(),
-        exclude: args.exclude.clone(),
-    };
-    let selection = match refill::copy::Matcher::new(&selection) {
-        Ok(selection) => selection,
-        Err(why) => {
-            eprintln!("refill copy: {why}");
-            log(&refill::copy::error_report(&why));
-            return 2;
-        }
-    };
-    match refill::copy::copy(&args.from, &args.to, &selection, args.mirror) {
-        Ok(summary) => {
-            let report = refill::copy::report(&summary);
-            println!("{report}");
-            log(&report);
-            0
-        }
-        Err(e) => {
-            eprintln!("refill copy: {e}");
-            log(&refill::copy::error_report(&e.to_string()));
-            1
-        }
-    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -284,7 +217,7 @@ async fn main() -> anyhow::Result<()> {
                 outcome => outcome?,
             }
         }
-        Command::Copy(args) => std::process::exit(copy(&args)),
+        Command::Copy(args) => std::process::exit(refill::copy::run(&args)),
         Command::Completion { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "refill", &mut std::io::stdout());

@@ -185,22 +185,26 @@ impl Dir {
             .map_err(|e| self.error("remove", name, e))
     }
 
-    /// Removes the directory `name` with everything in it.
-    pub fn remove_all(&self, name: &OsStr) -> Result<(), CopyError> {
+    /// Removes the directory `name` with everything in it; how many entries went, the
+    /// directory included.
+    pub fn remove_all(&self, name: &OsStr) -> Result<u64, CopyError> {
         let dir = self.open_dir(name)?;
+        let mut removed = 1;
         for entry in dir.names()? {
-            dir.remove(&entry, &dir.stat(&entry)?)?;
+            removed += dir.remove(&entry, &dir.stat(&entry)?)?;
         }
         drop(dir);
-        self.remove_dir(name)
+        self.remove_dir(name)?;
+        Ok(removed)
     }
 
-    /// Removes `name`, whose metadata is `meta`, whatever it is.
-    pub fn remove(&self, name: &OsStr, meta: &Metadata) -> Result<(), CopyError> {
+    /// Removes `name`, whose metadata is `meta`, whatever it is; how many entries
+    /// went, those in a directory included.
+    pub fn remove(&self, name: &OsStr, meta: &Metadata) -> Result<u64, CopyError> {
         if meta.is_dir() {
             self.remove_all(name)
         } else {
-            self.remove_file(name)
+            self.remove_file(name).map(|()| 1)
         }
     }
 

@@ -1,10 +1,16 @@
-//! `refill copy`: puts chosen paths of a restored snapshot back into a live volume,
-//! keeping contents, mode, owner, group, times, symlinks, hard links and extended
-//! attributes. A path restore's copier pod runs it with the snapshot at `--from`
-//! (mounted read-only) and the PVC at `--to`; its summary goes to the termination log,
-//! where the controller reads it.
+//! `refill copy`: puts chosen paths of a restored snapshot, or its whole tree, back
+//! into a live volume, keeping contents, mode, owner, group, times, symlinks, hard
+//! links and extended attributes; or empties a volume (`clear`). A path restore's
+//! copier pod runs it with the snapshot at `--from` (mounted read-only) and the PVC at
+//! `--to`; its summary goes to the termination log, where the controller reads it.
 
+mod command;
+mod compare;
 mod dir;
+mod files;
+mod meta;
+mod options;
+mod prune;
 mod select;
 mod tree;
 
@@ -15,6 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::CopySummary;
 
+pub use command::{CopyArgs, run};
+pub use options::{Compare, Options, default_threads};
+pub use prune::clear;
 pub use select::{Matcher, Selection, pattern_error};
 
 /// What a copy did: the counts the restore's status keeps, and the paths skipped.
@@ -50,8 +59,9 @@ fn at<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> CopyErr
     }
 }
 
-/// Copies the entries of `source` that `selection` chooses into `dest`; with `mirror`,
-/// also deletes what `dest` has under the chosen paths and `source` does not.
+/// Copies the entries of `source` that `selection` chooses into `dest`; with
+/// `options.mirror`, also deletes what `dest` has under the chosen paths and `source`
+/// does not. A [`Matcher::whole`] also gives `dest` itself the metadata of `source`.
 ///
 /// `dest` may be changed by others meanwhile: everything there is done relative to
 /// open directory handles, never following a symlink (see `dir.rs`).
@@ -59,14 +69,32 @@ pub fn copy(
     source: &Path,
     dest: &Path,
     selection: &Matcher,
-    mirror: bool,
+    options: &Options,
 ) -> Result<Summary, CopyError> {
     let root = dir::Dir::root(dest)?;
-    let mut copy = tree::Copy::new(source, &root, selection, mirror);
-    copy.walk(Path::new(""), &root)?;
-    let mut summary = copy.summary;
-    summary.counts.skipped_count = summary.skipped.len() as u64;
-    Ok(summary)
+    let copy = tree::Copy::new(source, &root, selection, options);
+    threads(options.threads, dest)?.install(|| copy.walk(Path::new(""), &root))?;
+    copy.links_pass()?;
+    if selection.is_whole() {
+        // Last: everything made or deleted in the root changed its times.
+        meta::root_metadata(&root, source)?;
+        copy.tally(|s| s.counts.directories += 1);
+    }
+    Ok(copy.into_summary())
+}
+
+/// The stack of each thread of a copy: a walk nests as deep as the tree, and the
+/// parallel iterators' splits and the work a waiting thread takes up stack on it.
+const THREAD_STACK: usize = 64 * 1024 * 1024;
+
+/// The threads of one copy (`count` of them, one at the least).
+fn threads(count: usize, dest: &Path) -> Result<rayon::ThreadPool, CopyError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(count.max(1))
+        .stack_size(THREAD_STACK)
+        .thread_name(|i| format!("refill-copy-{i}"))
+        .build()
+        .map_err(|e| at("start threads for", dest)(io::Error::other(e)))
 }
 
 /// The largest report kept in a termination log (Kubernetes keeps 4096 bytes).

@@ -73,6 +73,8 @@ pub struct Matcher {
     exclude: GlobSet,
     include_prefixes: Vec<Prefix>,
     exclude_prefixes: Vec<Prefix>,
+    /// Chooses the whole tree, its root included (see [`Matcher::whole`]).
+    whole: bool,
 }
 
 impl Matcher {
@@ -86,7 +88,26 @@ impl Matcher {
             exclude,
             include_prefixes,
             exclude_prefixes,
+            whole: false,
         })
+    }
+
+    /// Chooses every path but the excluded ones, and the root itself: a copy gives the
+    /// live root the snapshot root's metadata too.
+    pub fn whole(exclude: &[String]) -> Result<Self, String> {
+        let selection = Selection {
+            include: vec!["**".into()],
+            exclude: exclude.to_vec(),
+        };
+        Ok(Self {
+            whole: true,
+            ..Self::new(&selection)?
+        })
+    }
+
+    /// Whether this is a [`Matcher::whole`].
+    pub fn is_whole(&self) -> bool {
+        self.whole
     }
 
     /// Whether `path` (relative to the root, e.g. `db/data/x.dat`) is to be copied.
@@ -279,6 +300,24 @@ mod tests {
                 "include {include:?} exclude {exclude:?}: {dir}"
             );
         }
+    }
+
+    #[test]
+    fn the_whole_tree_is_chosen_but_for_what_is_excluded() {
+        let whole = Matcher::whole(&[".velero".into(), "**/*.tmp".into()]).unwrap();
+        assert!(whole.is_whole() && !matcher(&["**"], &[]).is_whole());
+        for (path, chosen) in [
+            ("a", true),
+            (".hidden", true),
+            ("deep/down/.x", true),
+            (".velero", false),
+            (".velero/x", false),
+            ("a/.velero", true),
+            ("a/b.tmp", false),
+        ] {
+            assert_eq!(whole.is_chosen(path), chosen, "{path}");
+        }
+        assert!(Matcher::whole(&["../x".into()]).is_err());
     }
 
     #[test]

@@ -17,6 +17,19 @@ fn selection(include: &[&str], exclude: &[&str]) -> Matcher {
     .unwrap()
 }
 
+/// A copy's options but mirror.
+fn plain() -> Options {
+    Options::default()
+}
+
+/// A copy's options with mirror.
+fn mirror() -> Options {
+    Options {
+        mirror: true,
+        ..Options::default()
+    }
+}
+
 fn write(root: &Path, rel: &str, content: &[u8]) {
     let path = root.join(rel);
     fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -25,6 +38,11 @@ fn write(root: &Path, rel: &str, content: &[u8]) {
 
 fn read(root: &Path, rel: &str) -> Vec<u8> {
     fs::read(root.join(rel)).unwrap()
+}
+
+/// Files left as they were, and files written.
+fn unchanged_and_written(summary: &Summary) -> (u64, u64) {
+    (summary.counts.unchanged, summary.counts.files_written)
 }
 
 fn mtime(path: &Path) -> FileTime {
@@ -51,7 +69,7 @@ fn corrupted_and_deleted_files_come_back_and_newer_files_elsewhere_stay() {
     write(l, "logs/app.log", b"newer log, kept");
     write(l, "notes.txt", b"written since the backup");
 
-    let summary = copy(b, l, &selection(&["db"], &[]), false).unwrap();
+    let summary = copy(b, l, &selection(&["db"], &[]), &plain()).unwrap();
     for name in ["a", "b", "c"] {
         assert_eq!(
             read(l, &format!("db/{name}.dat")),
@@ -88,7 +106,7 @@ fn owners_modes_times_links_and_attributes_are_kept() {
     write(l, "app/run.sh", b"old");
     xattr::set(l.join("app/run.sh"), "user.stale", b"x").unwrap();
 
-    copy(b, l, &selection(&["app"], &[]), false).unwrap();
+    copy(b, l, &selection(&["app"], &[]), &plain()).unwrap();
     let got = fs::metadata(l.join("app/run.sh")).unwrap();
     assert_eq!((got.uid(), got.gid()), (1234, 5678));
     assert_eq!(got.mode() & 0o7777, 0o4750, "setuid survives the chown");
@@ -135,18 +153,14 @@ fn files_already_right_are_left_but_same_size_corruption_is_found() {
         }
     }
     let before = fs::metadata(l.join("d/same")).unwrap().ino();
-    let summary = copy(b, l, &selection(&["d/*"], &[]), false).unwrap();
+    let summary = copy(b, l, &selection(&["d/*"], &[]), &plain()).unwrap();
     assert_eq!(
         fs::metadata(l.join("d/same")).unwrap().ino(),
         before,
         "not rewritten"
     );
     assert_eq!(read(l, "d/rotted"), b"0123456789");
-    assert_eq!(
-        (summary.counts.unchanged, summary.counts.files_written),
-        (1, 1),
-        "{summary:?}"
-    );
+    assert_eq!(unchanged_and_written(&summary), (1, 1), "{summary:?}");
 }
 
 #[test]
@@ -166,11 +180,11 @@ fn mirror_deletes_only_under_chosen_paths_and_never_what_is_excluded() {
     );
 
     let (include, exclude) = (["db"], ["db/keep", "**/cache"]);
-    let without = copy(b, l, &selection(&include, &exclude), false).unwrap();
+    let without = copy(b, l, &selection(&include, &exclude), &plain()).unwrap();
     assert_eq!(without.counts.deleted, 0);
     assert!(l.join("db/stray").exists(), "only mirror deletes");
 
-    let summary = copy(b, l, &selection(&include, &exclude), true).unwrap();
+    let summary = copy(b, l, &selection(&include, &exclude), &mirror()).unwrap();
     assert!(!l.join("db/stray").exists());
     assert!(!l.join("db/straydir").exists());
     assert!(l.join("db/keep/x").exists(), "excluded");
@@ -190,7 +204,7 @@ fn a_symlink_in_the_live_tree_is_replaced_never_written_through() {
     write(b, "conf/app.yaml", b"from the backup");
     symlink(outside.path(), l.join("conf")).unwrap();
 
-    copy(b, l, &selection(&["conf/app.yaml"], &[]), false).unwrap();
+    copy(b, l, &selection(&["conf/app.yaml"], &[]), &plain()).unwrap();
     assert!(fs::symlink_metadata(l.join("conf")).unwrap().is_dir());
     assert_eq!(read(l, "conf/app.yaml"), b"from the backup");
     assert_eq!(
@@ -234,7 +248,7 @@ fn a_live_file_linked_elsewhere_is_made_anew_and_unchosen_directories_are_left()
     fs::create_dir_all(b.join("deep/er/still")).unwrap();
     symlink("/srv/web", l.join("web")).unwrap();
 
-    copy(b, l, &selection(&["db", "**/x.log"], &[]), false).unwrap();
+    copy(b, l, &selection(&["db", "**/x.log"], &[]), &plain()).unwrap();
     fs::write(l.join("elsewhere"), b"changed through the other name").unwrap();
     assert_eq!(read(l, "db/a"), b"same", "still linked to the other name");
     assert!(
@@ -258,44 +272,81 @@ fn root() -> bool {
     tempfile::tempfile().unwrap().metadata().unwrap().uid() == 0
 }
 
-/// Everything about the tree at `root` that a copy going astray would change: each
-/// entry's kind, mode, owner, modification time and content or target.
-fn state(root: &Path) -> Vec<(std::path::PathBuf, String)> {
-    let mut all = Vec::new();
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        let meta = fs::symlink_metadata(&path).unwrap();
+/// Everything about the tree at `root` that a copy going astray would change, and a
+/// whole-tree mirror must make the same, by path relative to it ("" for the root
+/// itself): each entry's kind, mode, owner, modification time, extended attributes,
+/// content or target, and which other name a file shares its inode with.
+fn state(root: &Path) -> State {
+    state_but(root, &[])
+}
+
+/// What [`state`] tells of each entry, by path.
+type State = std::collections::BTreeMap<String, String>;
+
+/// [`state`] but for the root's entries named in `skip`.
+fn state_but(root: &Path, skip: &[&str]) -> State {
+    use std::collections::{BTreeMap, HashMap};
+    let mut metas = BTreeMap::new();
+    let mut pending = vec![std::path::PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        let meta = fs::symlink_metadata(root.join(&rel)).unwrap();
+        if meta.is_dir() {
+            for entry in fs::read_dir(root.join(&rel)).unwrap() {
+                let name = entry.unwrap().file_name();
+                if !(rel.as_os_str().is_empty() && skip.iter().any(|s| name == *s)) {
+                    pending.push(rel.join(name));
+                }
+            }
+        }
+        metas.insert(rel, meta);
+    }
+    let mut first_name = HashMap::new();
+    for (rel, meta) in &metas {
+        first_name.entry(meta.ino()).or_insert_with(|| rel.clone());
+    }
+    let mut all = BTreeMap::new();
+    for (rel, meta) in &metas {
+        let path = root.join(rel);
         let what = if meta.is_dir() {
-            let mut names: Vec<_> = fs::read_dir(&path)
-                .unwrap()
-                .map(|e| e.unwrap().file_name())
+            let mut names: Vec<_> = metas
+                .keys()
+                .filter(|p| p.parent() == Some(rel.as_path()))
+                .map(|p| p.file_name().unwrap().to_owned())
                 .collect();
             names.sort();
-            pending.extend(names.iter().map(|n| path.join(n)));
             format!("directory {names:?}")
         } else if meta.is_symlink() {
             format!("symlink to {:?}", fs::read_link(&path).unwrap())
         } else {
             format!(
-                "file {:?}",
-                String::from_utf8_lossy(&fs::read(&path).unwrap())
+                "file {:?}, {} links, inode of {:?}",
+                String::from_utf8_lossy(&fs::read(&path).unwrap()),
+                meta.nlink(),
+                first_name[&meta.ino()],
             )
         };
+        let xattrs: Vec<_> = match meta.is_symlink() {
+            true => Vec::new(),
+            false => xattr::list(&path)
+                .unwrap()
+                .map(|n| (n.clone(), xattr::get(&path, &n).unwrap()))
+                .collect(),
+        };
         let how = format!(
-            "{what}, mode {:o}, owner {}:{}, modified {}",
+            "{what}, mode {:o}, owner {}:{}, modified {}, attributes {xattrs:?}",
             meta.mode(),
             meta.uid(),
             meta.gid(),
-            FileTime::from_last_modification_time(&meta)
+            FileTime::from_last_modification_time(meta)
         );
-        all.push((path, how));
+        all.insert(rel.to_string_lossy().into_owned(), how);
     }
     all
 }
 
 /// A directory outside the destination, with files a stray copy would write, chmod or
-/// delete: `a`, `stray`, `sub/b`, `sub/stray`.
-fn outside() -> tempfile::TempDir {
+/// delete: `a`, `stray`, `sub/b`, `sub/stray`; and its state before anything runs.
+fn outside() -> (tempfile::TempDir, State) {
     let dir = tempfile::tempdir().unwrap();
     for (rel, content) in [
         ("a", "outside a"),
@@ -306,7 +357,8 @@ fn outside() -> tempfile::TempDir {
         write(dir.path(), rel, content.as_bytes());
         fs::set_permissions(dir.path().join(rel), fs::Permissions::from_mode(0o640)).unwrap();
     }
-    dir
+    let before = state(dir.path());
+    (dir, before)
 }
 
 /// A snapshot file whose metadata differs from anything the tests make: a copy that
@@ -326,14 +378,13 @@ fn snapshot_file(root: &Path, rel: &str, content: &[u8]) {
 fn a_symlink_at_the_temporary_name_is_replaced_never_written_through() {
     let (backup, live) = trees();
     let (b, l) = (backup.path(), live.path());
-    let outside = outside();
+    let (outside, before) = outside();
     let victim = outside.path().join("a");
-    let before = state(outside.path());
     snapshot_file(b, "conf/app.yaml", b"from the backup");
     write(l, "conf/app.yaml", b"stale");
     symlink(&victim, l.join("conf/.refill-copy.app.yaml")).unwrap();
 
-    let summary = copy(b, l, &selection(&["conf"], &[]), false).unwrap();
+    let summary = copy(b, l, &selection(&["conf"], &[]), &plain()).unwrap();
     assert_eq!(summary.counts.files_written, 1, "{summary:?}");
     let put = fs::symlink_metadata(l.join("conf/app.yaml")).unwrap();
     assert!(put.is_file());
@@ -351,8 +402,7 @@ fn a_symlink_at_the_temporary_name_is_replaced_never_written_through() {
 fn a_live_symlink_where_the_snapshot_has_a_file_is_replaced_itself() {
     let (backup, live) = trees();
     let (b, l) = (backup.path(), live.path());
-    let outside = outside();
-    let before = state(outside.path());
+    let (outside, before) = outside();
     snapshot_file(b, "db/a", b"from the backup");
     snapshot_file(b, "db/x", b"linked");
     fs::hard_link(b.join("db/x"), b.join("db/y")).unwrap();
@@ -361,7 +411,7 @@ fn a_live_symlink_where_the_snapshot_has_a_file_is_replaced_itself() {
     // The second name of a hard link too: linked where the first copy is, not through it.
     symlink(outside.path().join("sub/b"), l.join("db/y")).unwrap();
 
-    copy(b, l, &selection(&["db"], &[]), false).unwrap();
+    copy(b, l, &selection(&["db"], &[]), &plain()).unwrap();
     let put = fs::symlink_metadata(l.join("db/a")).unwrap();
     assert!(put.is_file(), "the symlink itself is replaced");
     assert_eq!(read(l, "db/a"), b"from the backup");
@@ -393,14 +443,13 @@ fn a_live_directory_that_is_a_symlink_is_never_followed_even_with_mirror() {
     for (include, link, after) in cases {
         let (backup, live) = trees();
         let (b, l) = (backup.path(), live.path());
-        let outside = outside();
-        let before = state(outside.path());
+        let (outside, before) = outside();
         snapshot_file(b, "db/a", b"backup a");
         snapshot_file(b, "db/sub/b", b"backup b");
         fs::create_dir_all(l.join(link).parent().unwrap()).unwrap();
         symlink(outside.path(), l.join(link)).unwrap();
 
-        let summary = copy(b, l, &selection(include, &[]), true).unwrap();
+        let summary = copy(b, l, &selection(include, &[]), &mirror()).unwrap();
         let case = format!("include {include:?}, {link} a symlink: {summary:?}");
         assert_eq!(state(outside.path()), before, "{case}");
         let stands = match fs::symlink_metadata(l.join(link)) {
@@ -420,8 +469,7 @@ fn a_live_directory_that_is_a_symlink_is_never_followed_even_with_mirror() {
 fn a_directory_swapped_for_a_symlink_is_refused_not_followed() {
     let live = tempfile::tempdir().unwrap();
     let l = live.path();
-    let outside = outside();
-    let before = state(outside.path());
+    let (outside, before) = outside();
     fs::create_dir_all(l.join("db/sub")).unwrap();
     let root = dir::Dir::root(l).unwrap();
     let db = root.open_dir("db".as_ref()).unwrap();
@@ -475,8 +523,7 @@ fn under_attack(rounds: usize, attack: impl Fn() + Sync, mut copy_once: impl FnM
 fn a_symlink_raced_in_at_the_temporary_name_is_never_written_through() {
     let (backup, live) = trees();
     let (b, l) = (backup.path(), live.path());
-    let outside = outside();
-    let before = state(outside.path());
+    let (outside, before) = outside();
     snapshot_file(b, "d/f", b"from the backup");
     fs::create_dir(l.join("d")).unwrap();
     let temp = l.join("d/.refill-copy.f");
@@ -488,7 +535,7 @@ fn a_symlink_raced_in_at_the_temporary_name_is_never_written_through() {
         },
         || {
             let _ = fs::remove_file(l.join("d/f"));
-            match copy(b, l, &selection(&["d"], &[]), false) {
+            match copy(b, l, &selection(&["d"], &[]), &plain()) {
                 Ok(_) => {
                     assert_eq!(read(l, "d/f"), b"from the backup");
                     assert!(fs::symlink_metadata(l.join("d/f")).unwrap().is_file());
@@ -511,8 +558,7 @@ fn directories_raced_into_symlinks_are_never_followed_even_with_mirror() {
     for swapped in ["db", "db/sub"] {
         let (backup, live) = trees();
         let (b, l) = (backup.path(), live.path());
-        let outside = outside();
-        let before = state(outside.path());
+        let (outside, before) = outside();
         snapshot_file(b, "db/sub/b", b"backup b");
         let (real, aside) = (l.join(swapped), l.join(format!("{swapped}.aside")));
         let mut round = 0;
@@ -541,7 +587,7 @@ fn directories_raced_into_symlinks_are_never_followed_even_with_mirror() {
                         }
                     }
                 }
-                if let Err(e) = copy(b, l, &selection(&["db"], &[]), true) {
+                if let Err(e) = copy(b, l, &selection(&["db"], &[]), &mirror()) {
                     let why = e.to_string();
                     assert!(why.contains(&l.display().to_string()), "{why}");
                 }
@@ -549,4 +595,408 @@ fn directories_raced_into_symlinks_are_never_followed_even_with_mirror() {
         );
         assert_eq!(state(outside.path()), before, "{swapped} swapped");
     }
+}
+
+// The whole tree (`--whole`), clearing a volume (`--clear`), threads and the quicker
+// compare.
+
+/// Writes each (path, content) of `files` under `root`.
+fn fill(root: &Path, files: &[(&str, &str)]) {
+    for (rel, content) in files {
+        write(root, rel, content.as_bytes());
+    }
+}
+
+/// Owner, mode and times of `path` (never following it), set as a snapshot's.
+fn stamp(path: &Path, owner: u32, mode: u32, seconds: i64) {
+    lchown(path, Some(owner), Some(owner + 1)).unwrap();
+    if !fs::symlink_metadata(path).unwrap().is_symlink() {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let time = FileTime::from_unix_time(seconds, 123);
+    filetime::set_symlink_file_times(path, time, time).unwrap();
+}
+
+/// A snapshot with every kind of entry refill copies, and a root of its own metadata.
+fn whole_snapshot(b: &Path) {
+    fill(
+        b,
+        &[
+            ("app/run.sh", "#!/bin/true\n"),
+            ("app/conf/app.yaml", "port: 80\n"),
+            ("data/a.dat", "data a"),
+            ("was-dir", "a file where the live tree has a directory"),
+            (
+                "was-file/inside",
+                "a directory where the live tree has a file",
+            ),
+            (
+                "was-link/inside",
+                "a directory where the live tree has a symlink",
+            ),
+        ],
+    );
+    fs::hard_link(b.join("app/run.sh"), b.join("data/run-again.sh")).unwrap();
+    symlink("../data/a.dat", b.join("app/current")).unwrap();
+    xattr::set(b.join("data/a.dat"), "user.refill", b"kept").unwrap();
+    // Each its own owner (1000 on) and times; children before their directories.
+    let modes = [
+        ("app/run.sh", 0o4750),
+        ("app/conf/app.yaml", 0o600),
+        ("app/conf", 0o750),
+        ("app/current", 0o777),
+        ("app", 0o755),
+        ("data/a.dat", 0o640),
+        ("data", 0o700),
+        ("was-dir", 0o644),
+        ("was-file/inside", 0o644),
+        ("was-file", 0o711),
+        ("was-link/inside", 0o644),
+        ("was-link", 0o755),
+    ];
+    for (owner, (rel, mode)) in (1000..).zip(modes) {
+        stamp(&b.join(rel), owner, mode, 1_600_000_000 + i64::from(owner));
+    }
+    xattr::set(b, "user.root", b"the snapshot's root").unwrap();
+    stamp(b, 4242, 0o751, 1_500_000_000);
+}
+
+#[test]
+fn a_whole_tree_mirror_leaves_the_live_tree_as_the_snapshot_is() {
+    let (backup, live) = trees();
+    let (b, l) = (backup.path(), live.path());
+    let (outside, before) = outside();
+    whole_snapshot(b);
+    // The live tree: some of it right, the rest stale, swapped or extra.
+    write(l, "app/run.sh", b"stale");
+    write(l, "was-dir/x", b"a directory where the snapshot has a file");
+    write(l, "was-file", b"a file where the snapshot has a directory");
+    symlink(outside.path(), l.join("was-link")).unwrap();
+    write(l, "extra.txt", b"not in the snapshot");
+    write(l, "extra-dir/deep/x", b"nor this");
+    symlink(outside.path(), l.join("extra-link")).unwrap();
+    fs::create_dir(l.join("data")).unwrap();
+    symlink(outside.path().join("a"), l.join("data/extra-link")).unwrap();
+    write(l, ".velero/restore-marker", b"the node agent's");
+    fs::hard_link(l.join("app/run.sh"), l.join("linked-elsewhere")).unwrap();
+
+    let keep = [".velero".to_string()];
+    let summary = copy(b, l, &Matcher::whole(&keep).unwrap(), &mirror()).unwrap();
+    assert_eq!(state_but(l, &[".velero"]), state(b), "{summary:?}");
+    assert_eq!(read(l, ".velero/restore-marker"), b"the node agent's");
+    assert_eq!(state(outside.path()), before, "nothing outside changed");
+    // extra.txt; extra-dir, deep and x; both extra links; linked-elsewhere.
+    assert_eq!(summary.counts.deleted, 7, "{summary:?}");
+
+    let again = copy(b, l, &Matcher::whole(&keep).unwrap(), &mirror()).unwrap();
+    let counts = &again.counts;
+    assert_eq!(
+        (counts.files_written, counts.links, counts.deleted),
+        (0, 0, 0),
+        "all already right: {again:?}"
+    );
+    assert_eq!(
+        counts.unchanged, 8,
+        "5 files of one link, both names of the linked one, the symlink"
+    );
+    assert_eq!(state_but(l, &[".velero"]), state(b));
+}
+
+#[test]
+fn the_whole_tree_gives_the_root_its_metadata_and_only_mirror_deletes() {
+    let (backup, live) = trees();
+    let (b, l) = (backup.path(), live.path());
+    whole_snapshot(b);
+    write(l, "extra.txt", b"kept without mirror");
+
+    let summary = copy(b, l, &Matcher::whole(&[]).unwrap(), &plain()).unwrap();
+    let root = fs::symlink_metadata(l).unwrap();
+    assert_eq!(
+        (root.uid(), root.gid(), root.mode() & 0o7777),
+        (4242, 4243, 0o751)
+    );
+    assert_eq!(mtime(l), FileTime::from_unix_time(1_500_000_000, 123));
+    assert_eq!(
+        xattr::get(l, "user.root").unwrap(),
+        Some(b"the snapshot's root".to_vec())
+    );
+    assert_eq!(read(l, "extra.txt"), b"kept without mirror");
+    assert_eq!(summary.counts.deleted, 0);
+    // app, app/conf, data, was-file, was-link and the root.
+    assert_eq!(summary.counts.directories, 6, "{summary:?}");
+
+    // A chosen path alone leaves the root as it is.
+    let (backup, live) = trees();
+    whole_snapshot(backup.path());
+    copy(
+        backup.path(),
+        live.path(),
+        &selection(&["**"], &[]),
+        &plain(),
+    )
+    .unwrap();
+    assert_ne!(fs::metadata(live.path()).unwrap().uid(), 4242);
+}
+
+#[test]
+fn files_and_directories_swapped_either_way_are_put_back() {
+    let (backup, live) = trees();
+    let (b, l) = (backup.path(), live.path());
+    fill(b, &[("a", "a file"), ("b/inside", "in a directory")]);
+    fill(l, &[("a/deep/x", "a directory"), ("b", "a file")]);
+
+    let summary = copy(b, l, &Matcher::whole(&[]).unwrap(), &mirror()).unwrap();
+    assert_eq!(read(l, "a"), b"a file");
+    assert_eq!(read(l, "b/inside"), b"in a directory");
+    assert_eq!(state(l), state(b), "{summary:?}");
+    assert_eq!(
+        (summary.counts.files_written, summary.counts.deleted),
+        (2, 0),
+        "replaced, not deleted as extra: {summary:?}"
+    );
+}
+
+/// A live volume as the tenant may leave it: nested files, a read-only directory of
+/// another user, an unreadable file, a symlink to a directory outside, and
+/// Velero's `.velero`.
+fn full_volume(l: &Path, outside: &Path) {
+    write(l, "top.txt", b"top");
+    write(l, "db/a/b/c.dat", b"deep");
+    write(l, "locked/x", b"in a read-only directory");
+    write(l, "locked/sub/y", b"below it");
+    fs::set_permissions(l.join("locked/x"), fs::Permissions::from_mode(0o000)).unwrap();
+    stamp(&l.join("locked/sub"), 2000, 0o500, 1_600_000_000);
+    stamp(&l.join("locked"), 2000, 0o500, 1_600_000_000);
+    symlink(outside, l.join("to-outside")).unwrap();
+    symlink(outside, l.join("db/to-outside")).unwrap();
+    write(l, ".velero/marker", b"Velero's");
+}
+
+#[test]
+fn clear_deletes_everything_but_what_is_excluded_never_following_a_symlink() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    let (outside, before) = outside();
+    full_volume(l, outside.path());
+
+    let summary = clear(l, &Matcher::whole(&[".velero".into()]).unwrap()).unwrap();
+    let left: Vec<_> = fs::read_dir(l)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [".velero"]);
+    assert_eq!(read(l, ".velero/marker"), b"Velero's");
+    assert_eq!(state(outside.path()), before, "nothing outside deleted");
+    // top.txt; db, a, b, c.dat, db/to-outside; locked, x, sub, y; to-outside.
+    assert_eq!(summary.counts.deleted, 11, "{summary:?}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&report(&summary)).unwrap()["deleted"],
+        11
+    );
+
+    let nothing = clear(l, &Matcher::whole(&[".velero".into()]).unwrap()).unwrap();
+    assert_eq!(nothing.counts.deleted, 0);
+    let all = clear(l, &Matcher::whole(&[]).unwrap()).unwrap();
+    assert_eq!(all.counts.deleted, 2, "{all:?}");
+    assert_eq!(fs::read_dir(l).unwrap().count(), 0);
+}
+
+#[test]
+fn clear_keeps_what_is_excluded_below_the_root_too() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    write(l, "db/keep/x", b"excluded");
+    write(l, "db/go", b"not");
+    let summary = clear(l, &Matcher::whole(&["db/keep".into()]).unwrap()).unwrap();
+    assert_eq!(read(l, "db/keep/x"), b"excluded");
+    assert!(!l.join("db/go").exists());
+    assert_eq!(summary.counts.deleted, 1);
+}
+
+#[test]
+fn directories_raced_into_symlinks_never_make_clear_delete_outside() {
+    for swapped in ["db", "db/sub"] {
+        let live = tempfile::tempdir().unwrap();
+        let l = live.path();
+        let (outside, before) = outside();
+        let (real, aside) = (l.join(swapped), l.join(format!("{swapped}.aside")));
+        let mut refusals = Vec::new();
+        under_attack(
+            300,
+            || {
+                // The tenant makes its directory again (clear deletes it), puts it in
+                // place, then swaps it for a symlink to the directory outside. Only
+                // this thread makes symlinks, so its writes never go through one.
+                let _ = fs::create_dir_all(&aside);
+                let _ = fs::write(aside.join("f"), b"tenant's");
+                let _ = fs::rename(&aside, &real);
+                std::thread::yield_now();
+                if fs::rename(&real, &aside).is_ok() {
+                    let _ = symlink(outside.path(), &real);
+                    std::thread::yield_now();
+                    let _ = fs::remove_file(&real);
+                }
+            },
+            || {
+                if let Err(e) = clear(l, &Matcher::whole(&[]).unwrap()) {
+                    refusals.push(e.to_string());
+                }
+            },
+        );
+        let inside = l.display().to_string();
+        assert!(
+            refusals.iter().all(|why| why.contains(&inside)),
+            "{refusals:?}"
+        );
+        assert_eq!(state(outside.path()), before, "{swapped} swapped");
+    }
+}
+
+/// Options of `threads` threads, with mirror.
+fn threads(threads: usize) -> Options {
+    Options {
+        threads,
+        ..mirror()
+    }
+}
+
+/// Writes file `f` of directory `d`, its size and content from both, and a fixed
+/// modification time, so that only its bytes tell a changed copy.
+fn numbered_file(root: &Path, d: usize, f: usize, content: u8) {
+    let rel = format!("d{d:02}/sub{}/f{f:02}", f % 3);
+    write(root, &rel, &vec![content; (d * 37 + f * 101) % 3000]);
+    let time = FileTime::from_unix_time(1_700_000_000, 7);
+    filetime::set_file_times(root.join(rel), time, time).unwrap();
+}
+
+/// Files changed in the live tree (written by a copy), and files missing there.
+fn changed(d: usize, f: usize) -> bool {
+    (d * 20 + f).is_multiple_of(7) && !(d * 37 + f * 101).is_multiple_of(3000)
+}
+fn missing(d: usize, f: usize) -> bool {
+    (d * 20 + f).is_multiple_of(11)
+}
+
+/// A snapshot of 40 directories of 20 files each, a symlink in each, and five files
+/// linked twice.
+fn many_files_snapshot(b: &Path) {
+    for d in 0..40 {
+        for f in 0..20 {
+            numbered_file(b, d, f, b'a');
+        }
+        symlink(
+            format!("sub0/f{:02}", d % 20),
+            b.join(format!("d{d:02}/link")),
+        )
+        .unwrap();
+    }
+    for d in TWINS {
+        fs::hard_link(b.join(twin(d, "f01")), b.join(twin(d, "twin"))).unwrap();
+    }
+}
+
+/// Directories whose `sub1/f01` (neither changed nor missing) is linked to
+/// `sub1/twin` in the snapshot.
+const TWINS: [usize; 5] = [0, 2, 3, 4, 5];
+
+fn twin(d: usize, name: &str) -> String {
+    format!("d{d:02}/sub1/{name}")
+}
+
+/// The live tree of [`many_files_snapshot`]: some files changed, some missing, some
+/// extra; and each twin a copy of its own beside a first name that is right, so
+/// which is written and which linked would depend on the order they are met in.
+fn many_files_live(l: &Path) {
+    for d in 0..40 {
+        for f in (0..20).filter(|&f| !missing(d, f)) {
+            numbered_file(l, d, f, if changed(d, f) { b'X' } else { b'a' });
+        }
+        if d % 4 == 0 {
+            write(l, &format!("d{d:02}/extra"), b"extra");
+        }
+    }
+    for d in TWINS {
+        fs::copy(l.join(twin(d, "f01")), l.join(twin(d, "twin"))).unwrap();
+    }
+}
+
+#[test]
+fn any_number_of_threads_counts_and_leaves_what_one_thread_does() {
+    let (backup, one) = trees();
+    let many = tempfile::tempdir().unwrap();
+    let b = backup.path();
+    many_files_snapshot(b);
+    many_files_live(one.path());
+    many_files_live(many.path());
+
+    let whole = Matcher::whole(&[]).unwrap();
+    let sequential = copy(b, one.path(), &whole, &threads(1)).unwrap();
+    let parallel = copy(b, many.path(), &whole, &threads(8)).unwrap();
+    assert_eq!(parallel, sequential);
+    assert_eq!(state(many.path()), state(b));
+    assert_eq!(state(one.path()), state(b));
+
+    let written = (0..40)
+        .flat_map(|d| (0..20).map(move |f| (d, f)))
+        .filter(|&(d, f)| missing(d, f) || changed(d, f))
+        .count() as u64;
+    let counts = &sequential.counts;
+    assert_eq!(counts.files_written, written, "{sequential:?}");
+    // Every file of one link but those written; the twins' first names too.
+    assert_eq!(counts.unchanged, 800 - written, "{sequential:?}");
+    // 40 symlinks, and 5 twins linked to their first name.
+    assert_eq!(counts.links, 45);
+    assert_eq!(counts.deleted, 10, "the extra files");
+    // 40 directories with 3 below each, and the root.
+    assert_eq!(counts.directories, 161);
+}
+
+#[test]
+fn a_metadata_compare_leaves_a_same_size_same_time_corruption_a_contents_one_fixes() {
+    let (backup, live) = trees();
+    let (b, l) = (backup.path(), live.path());
+    let stamp = FileTime::from_unix_time(1_700_000_000, 999_999_999);
+    for (rel, ours, theirs) in [
+        ("same", "0123456789", "0123456789"),
+        ("rotted", "0123456789", "0123X56789"),
+    ] {
+        write(b, rel, ours.as_bytes());
+        write(l, rel, theirs.as_bytes());
+    }
+    write(b, "touched", b"0123456789");
+    write(l, "touched", b"0123456789");
+    for root in [b, l] {
+        for rel in ["same", "rotted", "touched"] {
+            filetime::set_file_times(root.join(rel), stamp, stamp).unwrap();
+        }
+    }
+    // A nanosecond off: not the same file for either compare.
+    let later = FileTime::from_unix_time(1_700_000_001, 0);
+    filetime::set_file_times(l.join("touched"), later, later).unwrap();
+
+    let quick = Options {
+        compare: Compare::Metadata,
+        ..plain()
+    };
+    let summary = copy(b, l, &selection(&["*"], &[]), &quick).unwrap();
+    assert_eq!(read(l, "rotted"), b"0123X56789", "taken for right");
+    assert_eq!(unchanged_and_written(&summary), (2, 1), "{summary:?}");
+    assert_eq!(mtime(&l.join("touched")), stamp);
+
+    let summary = copy(b, l, &selection(&["*"], &[]), &plain()).unwrap();
+    assert_eq!(read(l, "rotted"), b"0123456789", "found by its bytes");
+    assert_eq!(unchanged_and_written(&summary), (2, 1), "{summary:?}");
+}
+
+#[test]
+fn a_deep_tree_is_copied_on_threads_of_their_own() {
+    let (backup, live) = trees();
+    let (b, l) = (backup.path(), live.path());
+    let deep = "d/".repeat(400);
+    write(b, &format!("{deep}bottom"), b"far down");
+    write(b, "wide/x", b"beside it");
+    let summary = copy(b, l, &Matcher::whole(&[]).unwrap(), &threads(4)).unwrap();
+    assert_eq!(read(l, &format!("{deep}bottom")), b"far down");
+    assert_eq!(summary.counts.directories, 402, "{summary:?}");
+    assert_eq!(state(l), state(b));
 }

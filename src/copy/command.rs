@@ -1,0 +1,227 @@
+//! `refill copy`'s command line: what it is told, what it runs, and its exit code: 0
+//! done, 1 failed, 2 a bad pattern or usage. The report goes to standard output and,
+//! when asked, to a termination log, where the controller reads it.
+
+use std::path::PathBuf;
+
+use clap::builder::RangedU64ValueParser;
+
+use super::options::{Compare, Options, default_threads};
+use super::select::{Matcher, Selection, pattern_error};
+use super::{CopyError, Summary, clear, copy, error_report, report};
+
+/// Copy chosen paths of a restored snapshot into a volume, or the whole tree, or
+/// empty a volume.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CopyArgs {
+    /// The restored snapshot.
+    #[arg(long, value_name = "DIR", required_unless_present = "clear")]
+    pub from: Option<PathBuf>,
+    /// The volume the paths go back into (with --clear, the one emptied).
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// A path to put back, a glob relative to the roots (repeatable).
+    #[arg(long, value_name = "GLOB", required_unless_present_any = ["whole", "clear"])]
+    pub include: Vec<String>,
+    /// A path to leave as it is, even under an included one (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Put back the whole tree rather than --include's paths, --to's own owner, mode,
+    /// extended attributes and times included.
+    ///
+    /// Every entry but the excluded ones. With --mirror, --to ends as --from is: the
+    /// same entries with the same contents, owners, modes, times, symlinks and hard
+    /// links, but for what is excluded.
+    #[arg(long, conflicts_with = "include")]
+    pub whole: bool,
+    /// Also delete what --to has under the included paths and --from does not.
+    #[arg(long)]
+    pub mirror: bool,
+    /// Copy nothing: delete every entry of --to but those --exclude matches.
+    ///
+    /// Never follows a symlink: one is deleted itself. The report's `deleted` counts
+    /// each file, link and directory that went.
+    #[arg(long, conflicts_with_all = ["from", "include", "whole", "mirror", "compare"])]
+    pub clear: bool,
+    /// How a file already right in --to is told, and left as it is: `metadata` reads
+    /// no bytes, and so misses a file corrupted in place that kept its size and times.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t)]
+    pub compare: Compare,
+    /// Files compared and written at once; by default one per core, at least 2 and
+    /// at most 16.
+    #[arg(long, value_name = "N",
+          default_value_t = default_threads(std::thread::available_parallelism().ok()),
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub threads: usize,
+    /// Where to write the report as well (a pod's /dev/termination-log).
+    #[arg(long, value_name = "FILE")]
+    pub termination_log: Option<PathBuf>,
+}
+
+/// Why `refill copy` did not complete.
+#[derive(Debug)]
+enum Failure {
+    /// A pattern it cannot use, or flags that do not go together.
+    Usage(String),
+    /// The copy or clear itself.
+    Failed(CopyError),
+}
+
+/// Runs `refill copy` as `args` tell: 0 done, 1 failed, 2 a bad pattern or usage.
+pub fn run(args: &CopyArgs) -> i32 {
+    let log = |report: &str| {
+        if let Some(path) = &args.termination_log
+            && let Err(e) = std::fs::write(path, report)
+        {
+            eprintln!("refill copy: cannot write {}: {e}", path.display());
+        }
+    };
+    let (message, code) = match execute(args) {
+        Ok(summary) => {
+            let report = report(&summary);
+            println!("{report}");
+            log(&report);
+            return 0;
+        }
+        Err(Failure::Usage(why)) => (why, 2),
+        Err(Failure::Failed(e)) => (e.to_string(), 1),
+    };
+    eprintln!("refill copy: {message}");
+    log(&error_report(&message));
+    code
+}
+
+fn execute(args: &CopyArgs) -> Result<Summary, Failure> {
+    let selection = matcher(args).map_err(Failure::Usage)?;
+    let done = match (&args.from, args.clear) {
+        (None, true) => clear(&args.to, &selection),
+        (Some(from), false) => copy(from, &args.to, &selection, &options(args)),
+        (Some(_), true) => return Err(Failure::Usage("--clear copies nothing: no --from".into())),
+        (None, false) => return Err(Failure::Usage("--from is needed".into())),
+    };
+    done.map_err(Failure::Failed)
+}
+
+/// What `args` choose: the whole tree with --whole and --clear (less what is
+/// excluded), --include's paths otherwise. The error names the flag and the pattern.
+fn matcher(args: &CopyArgs) -> Result<Matcher, String> {
+    for (flag, patterns) in [("--include", &args.include), ("--exclude", &args.exclude)] {
+        if let Some(why) = patterns.iter().find_map(|p| pattern_error(p)) {
+            return Err(format!("{flag} {why}"));
+        }
+    }
+    if args.whole || args.clear {
+        if !args.include.is_empty() {
+            return Err("--include chooses paths; --whole and --clear take the whole tree".into());
+        }
+        return Matcher::whole(&args.exclude);
+    }
+    if args.include.is_empty() {
+        return Err("--include is needed (or --whole)".into());
+    }
+    Matcher::new(&Selection {
+        include: args.include.clone(),
+        exclude: args.exclude.clone(),
+    })
+}
+
+fn options(args: &CopyArgs) -> Options {
+    Options {
+        mirror: args.mirror,
+        compare: args.compare,
+        threads: args.threads,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: CopyArgs,
+    }
+
+    fn parse(line: &str) -> Result<CopyArgs, ErrorKind> {
+        let words = std::iter::once("copy").chain(line.split_whitespace());
+        Cli::try_parse_from(words)
+            .map(|cli| cli.args)
+            .map_err(|e| e.kind())
+    }
+
+    #[test]
+    fn flags_that_do_not_go_together_are_usage_errors() {
+        let refused = [
+            (
+                "--from s --to d --whole --include db",
+                ErrorKind::ArgumentConflict,
+            ),
+            ("--to d --clear --from s", ErrorKind::ArgumentConflict),
+            ("--to d --clear --include db", ErrorKind::ArgumentConflict),
+            ("--to d --clear --mirror", ErrorKind::ArgumentConflict),
+            (
+                "--to d --clear --compare metadata",
+                ErrorKind::ArgumentConflict,
+            ),
+            ("--from s --to d", ErrorKind::MissingRequiredArgument),
+            ("--to d --whole", ErrorKind::MissingRequiredArgument),
+            (
+                "--from s --to d --whole --threads 0",
+                ErrorKind::ValueValidation,
+            ),
+            (
+                "--from s --to d --whole --compare size",
+                ErrorKind::InvalidValue,
+            ),
+        ];
+        for (line, kind) in refused {
+            assert_eq!(parse(line).unwrap_err(), kind, "{line}");
+        }
+    }
+
+    #[test]
+    fn each_way_is_told_as_given() {
+        let whole =
+            parse("--from s --to d --whole --mirror --exclude .velero --threads 1").unwrap();
+        assert!(whole.whole && whole.mirror && whole.include.is_empty());
+        assert_eq!((whole.threads, whole.compare), (1, Compare::Contents));
+        let options = options(&whole);
+        assert!(options.mirror && options.threads == 1);
+        assert!(matcher(&whole).unwrap().is_whole());
+
+        let clear = parse("--to d --clear --exclude .velero").unwrap();
+        assert!(clear.clear && clear.from.is_none());
+        let keep = matcher(&clear).unwrap();
+        assert!(keep.is_whole() && !keep.is_chosen(".velero") && keep.is_chosen("data"));
+
+        let paths = parse("--from s --to d --include db --compare metadata").unwrap();
+        assert_eq!(paths.compare, Compare::Metadata);
+        assert!(paths.threads >= 2, "the default is at least 2");
+        assert!(!matcher(&paths).unwrap().is_whole());
+    }
+
+    #[test]
+    fn what_clap_cannot_see_is_refused_too() {
+        let mut args = parse("--to d --clear").unwrap();
+        args.from = Some("s".into());
+        assert!(matches!(execute(&args), Err(Failure::Usage(_))));
+        let mut args = parse("--from s --to d --include db").unwrap();
+        args.whole = true;
+        assert!(matcher(&args).unwrap_err().contains("--include"));
+        args.include.clear();
+        args.whole = false;
+        assert!(matcher(&args).unwrap_err().contains("--include is needed"));
+        let bad = parse("--from s --to d --whole --exclude ../x").unwrap();
+        assert!(matcher(&bad).unwrap_err().starts_with("--exclude \"../x\""));
+        args.include = vec!["/etc".into()];
+        assert!(
+            matcher(&args)
+                .unwrap_err()
+                .starts_with("--include \"/etc\"")
+        );
+    }
+}
