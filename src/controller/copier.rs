@@ -45,7 +45,10 @@ pub enum Job<'a> {
     /// Copies the chosen paths of the scratch claim.
     Paths(&'a PathRestore),
     /// Makes the PVC hold what the scratch claim holds; with `mirror`, nothing more.
-    Whole { mirror: bool },
+    Whole {
+        /// Also remove what the scratch claim does not hold.
+        mirror: bool,
+    },
     /// Empties the PVC before the node agent writes the backup into it.
     Clear,
 }
@@ -54,8 +57,11 @@ pub enum Job<'a> {
 /// `restore-wait`: neither copied, removed nor cleared.
 const VELERO_FOLDER: &str = ".velero";
 
+/// What a copier pod is made of.
 pub struct Copier<'a> {
+    /// The pod's name, derived from the PVC.
     pub name: String,
+    /// The PVC's namespace.
     pub namespace: &'a str,
     /// The scratch claim, holding the whole snapshot (none to clear).
     pub source_claim: Option<&'a str>,
@@ -63,13 +69,16 @@ pub struct Copier<'a> {
     pub target_claim: &'a str,
     /// `namespace/name` of the DataRestore.
     pub restore_key: String,
+    /// The DataRestore's UID, in the pod's labels.
     pub restore_uid: &'a str,
     /// Where it may run: the scratch claim's node (the stand-in's), or an unbound
     /// claim's candidate nodes; none where the claim's volume decides.
     pub nodes: &'a [String],
     /// The consumer's tolerations: the volume may be on a tainted node.
     pub tolerations: &'a [Toleration],
+    /// refill's own image.
     pub image: &'a str,
+    /// What it does.
     pub job: Job<'a>,
 }
 
@@ -123,6 +132,7 @@ fn claim_volume(name: &str, claim: &str, read_only: bool) -> Volume {
     }
 }
 
+/// The copier pod: root with only the capabilities its job needs, on the nodes given.
 pub fn pod(c: Copier<'_>) -> Pod {
     let mut mounts = vec![VolumeMount {
         name: "target".into(),

@@ -4,7 +4,7 @@
 mod concurrent;
 mod consumer;
 mod context;
-mod copier;
+pub mod copier;
 mod error;
 mod gitops;
 pub mod health;
