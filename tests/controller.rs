@@ -1459,8 +1459,9 @@ async fn a_stand_in_the_quota_refuses_fails_at_once_and_brings_the_app_back() ->
                 "spec": {"hard": {"requests.cpu": cpu, "requests.memory": "4Gi"}},
             }))?)
         };
-        // A quota that asks every container for requests admits the stand-in: its idle
-        // container carries the restore helper's.
+        // A quota that asks every container for requests admits the stand-in (its idle
+        // container carries the restore helper's) and the copier that empties the
+        // volume first.
         quotas.create(&PostParams::default(), &quota("4")?).await?;
         let _controller = s.controller().await?;
         let agent = s.node_agent();
@@ -1480,7 +1481,12 @@ async fn a_stand_in_the_quota_refuses_fails_at_once_and_brings_the_app_back() ->
             })
             .await?;
         let started = std::time::Instant::now();
-        s.restore("r2", s.spec("b1", &["data"])).await?;
+        // Extra files kept: no copier comes before the stand-in.
+        let keep = DataRestoreSpec {
+            extra_files: refill::api::ExtraFiles::Keep,
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r2", keep).await?;
         let dr = s.finished("r2").await?;
         let status = dr.status.unwrap();
         ensure!(status.phase == Phase::Failed, "{status:#?}");

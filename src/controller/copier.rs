@@ -4,9 +4,10 @@
 //! snapshot, mounted read-only); or, before a direct restore, it empties the PVC.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, SecurityContext,
-    Toleration, Volume, VolumeMount,
+    Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, ResourceRequirements,
+    SecurityContext, Toleration, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::{CopySummary, PathRestore};
 use crate::controller::stand_in::{candidate_affinity, own_pod_metadata, unscheduled};
@@ -132,6 +133,24 @@ fn claim_volume(name: &str, claim: &str, read_only: bool) -> Volume {
     }
 }
 
+/// What the copier asks for: a namespace whose quota wants requests of every
+/// container admits it. Memory is small and flat (a buffer per thread, the hard links
+/// seen); no CPU limit, so that a large volume's compare uses what the node has spare.
+fn resources() -> ResourceRequirements {
+    let quantity = |q: &str| Quantity(q.to_string());
+    ResourceRequirements {
+        requests: Some(
+            [
+                ("cpu".to_string(), quantity("100m")),
+                ("memory".to_string(), quantity("64Mi")),
+            ]
+            .into(),
+        ),
+        limits: Some([("memory".to_string(), quantity("512Mi"))].into()),
+        ..Default::default()
+    }
+}
+
 /// The copier pod: root with only the capabilities its job needs, on the nodes given.
 pub fn pod(c: Copier<'_>) -> Pod {
     let mut mounts = vec![VolumeMount {
@@ -178,6 +197,7 @@ pub fn pod(c: Copier<'_>) -> Pod {
                 image: Some(c.image.to_string()),
                 image_pull_policy: Some("IfNotPresent".into()),
                 args: Some(args(c.job)),
+                resources: Some(resources()),
                 volume_mounts: Some(mounts),
                 security_context: Some(security),
                 ..Default::default()

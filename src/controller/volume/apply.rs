@@ -142,7 +142,7 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
                             "restored into the emptied volume ({} removed first)",
                             entries(n)
                         ),
-                        format!("{pvc} restored exactly ({} removed first)", entries(n)),
+                        format!("{pvc} restored"),
                     ),
                     None => ("restored".to_string(), format!("{pvc} restored")),
                 },

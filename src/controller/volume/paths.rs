@@ -59,7 +59,8 @@ pub async fn create_copier(act: &Act<'_>, volume: &VolumeStatus) -> Result<Optio
         }
         // Made by the pass before a restart; the next pass looks at it.
         Err(e) if has_status(&e, 409) => Ok(None),
-        Err(e) => refused_as(Err(e.into()), |why| Change::Abort {
+        // Never made, it wrote nothing: the volume ends at once.
+        Err(e) => refused_as(Err(e.into()), |why| Change::End {
             outcome: VolumePhase::Failed,
             message: format!("the API server refused copier pod {name}: {why}"),
         }),
