@@ -791,3 +791,59 @@ impl ConsumerRecord {
         (self.kind, &self.namespace, &self.name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_files_go_unless_kept_or_the_consumers_keep_running() {
+        let spec = |method, extra_files, consumers| DataRestoreSpec {
+            method,
+            extra_files,
+            consumers,
+            ..Default::default()
+        };
+        use ConsumerPolicy::{None as Online, ScaleDown};
+        use ExtraFiles::{Delete, Keep};
+        use RestoreMethod::{Direct, Staged};
+        assert!(!spec(Direct, Delete, ScaleDown).keeps_extra_files());
+        assert!(spec(Direct, Keep, ScaleDown).keeps_extra_files());
+        assert!(
+            spec(Direct, Delete, Online).keeps_extra_files(),
+            "never emptied under a running app"
+        );
+        assert!(!spec(Staged, Delete, Online).keeps_extra_files());
+        assert!(spec(Direct, Delete, ScaleDown).way().contains("emptied"));
+        assert!(
+            spec(Staged, Delete, ScaleDown)
+                .way()
+                .contains("scratch claim")
+        );
+        assert!(
+            spec(Direct, Delete, Online)
+                .way()
+                .contains("method Staged removes them")
+        );
+    }
+
+    #[test]
+    fn staged_and_path_restores_fill_a_scratch_claim_first() {
+        let staged = DataRestoreSpec {
+            method: RestoreMethod::Staged,
+            ..Default::default()
+        };
+        assert!(staged.fills_scratch_first("shop/data"));
+        let into_new = DataRestoreSpec {
+            target: RestoreTarget::NewClaim,
+            ..staged
+        };
+        assert!(!into_new.fills_scratch_first("shop/data"));
+        let paths = DataRestoreSpec {
+            pvc_paths: [("shop/data".to_string(), PathRestore::default())].into(),
+            ..Default::default()
+        };
+        assert!(paths.fills_scratch_first("shop/data"));
+        assert!(!paths.fills_scratch_first("shop/other"));
+    }
+}
