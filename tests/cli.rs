@@ -334,6 +334,22 @@ async fn completions_and_usage_errors_need_no_cluster() -> Result<()> {
             &["restore", "create", "r1", "--pvc", "a/b"][..],
             "--from-backup",
         ),
+        (
+            &[
+                "restore",
+                "create",
+                "r1",
+                "--from-backup",
+                "b1",
+                "--pvc",
+                "a/b",
+                "--path",
+                "db",
+                "--method",
+                "staged",
+            ][..],
+            "--method",
+        ),
         (&["controller", "--concurrency", "0"][..], "--concurrency"),
         (
             &["controller", "--requests-per-namespace", "0"][..],

@@ -556,6 +556,19 @@ mod tests {
             "{}",
             words[1]
         );
+
+        let mut spec = sample().spec;
+        spec.template.target = crate::api::RestoreTarget::NewClaim;
+        spec.template.method = crate::api::RestoreMethod::Staged;
+        let words = flag_errors(&spec);
+        assert_eq!(words.len(), 1, "{words:#?}");
+        assert!(
+            words[0].starts_with("--method: is staged, but --target is new-claim")
+                && words[0]
+                    .ends_with("leave out --method, or leave --target out to restore in place"),
+            "{}",
+            words[0]
+        );
     }
 
     #[test]
