@@ -21,7 +21,7 @@ use super::dry_run::name_is_free;
 use super::errors::{CliError, Kind, Result, Target};
 use super::format::{self, Table, age, from_now, or_dash, when, when_next};
 use super::get::{self, backup_of, newest_first};
-use super::{output, selector, spec};
+use super::{how, output, selector, spec};
 
 pub async fn run(ctx: &Ctx, command: &ScheduleCommand) -> Result<()> {
     let kind = Kind::DataRestoreSchedule;
@@ -265,6 +265,8 @@ pub fn render(schedule: &DataRestoreSchedule, restores: &[DataRestore], now: Tim
                 spec.template.consumers, spec.template.on_failure
             ),
         ),
+        ("Method", how::method(&spec.template)),
+        ("Extra files", how::extra_files(&spec.template)),
         (
             "Created",
             when(schedule.metadata.creation_timestamp.as_ref(), now),
@@ -475,7 +477,9 @@ mod tests {
                  History:        keeps 5 completed, 3 failed\n\
                  Restores:       --pvc shop/data-db-0; --selector 'app=db'\n\
                  From:           the backup it was started for\n\
-                 Consumers:      ScaleDown, on failure Resume\n"
+                 Consumers:      ScaleDown, on failure Resume\n\
+                 Method:         Direct — the app stops, then the node agent writes the backup into each PVC: it is down for the whole restore\n\
+                 Extra files:    deleted (each volume will hold exactly the backup)\n"
             ),
             "{text}"
         );
