@@ -142,7 +142,8 @@ pub enum MethodArg {
     /// keep running, then stop them only while refill copies the difference into the
     /// PVC. The scratch claim has the PVC's StorageClass and size: there must be room
     /// for a second copy of each volume for as long as the restore runs. What the app
-    /// writes during the fill is discarded.
+    /// writes during the fill is discarded. Not with --target new-claim, which stops
+    /// nothing.
     Staged,
 }
 
@@ -160,7 +161,8 @@ pub enum ExtraFilesArg {
     /// Remove the files and directories the backup does not hold: each volume ends
     /// holding exactly the backup.
     Delete,
-    /// Write the backup's files over what is there and remove nothing.
+    /// Write the backup's files over what is there and remove nothing. Not with
+    /// --target new-claim, whose new claim holds only the backup.
     Keep,
 }
 
