@@ -51,9 +51,12 @@ pub fn extra_files(spec: &DataRestoreSpec) -> String {
     if let Some(paths) = &spec.paths {
         return mirror(paths);
     }
-    let words = match spec.extra_files {
-        ExtraFiles::Delete => "deleted (each volume will hold exactly the backup)",
-        ExtraFiles::Keep => "kept (the backup is merged over what is there)",
+    let words = match (spec.extra_files, spec.keeps_extra_files()) {
+        (ExtraFiles::Keep, _) => "kept (the backup is merged over what is there)",
+        (ExtraFiles::Delete, true) => {
+            "kept: a volume is not emptied under an app that keeps running (consumers None); method Staged removes them"
+        }
+        (ExtraFiles::Delete, false) => "deleted (each volume will hold exactly the backup)",
     };
     match own_paths(spec) {
         true => format!("{words}; a PVC with paths of its own (pvcPaths) follows its paths.mirror"),
@@ -131,6 +134,18 @@ mod tests {
                     && !words.contains("stops"),
                 "{words}"
             );
+            // A direct restore does not empty a volume under a running app; a staged
+            // one removes extra files with its copy.
+            let extra = extra_files(&online);
+            match chosen {
+                RestoreMethod::Direct => assert!(
+                    extra.starts_with(
+                        "kept: a volume is not emptied under an app that keeps running"
+                    ),
+                    "{extra}"
+                ),
+                RestoreMethod::Staged => assert!(extra.starts_with("deleted ("), "{extra}"),
+            }
         }
     }
 
