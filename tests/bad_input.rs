@@ -59,6 +59,16 @@ fn cli(args: &[&str], code: i32, flag: &str, says: &'static str) -> Option<Cli> 
     })
 }
 
+/// [`cli`] with the flags written as one line, split at spaces.
+fn cli_line(line: &str, code: i32, flag: &str, says: &'static str) -> Option<Cli> {
+    cli(
+        &line.split_whitespace().collect::<Vec<_>>(),
+        code,
+        flag,
+        says,
+    )
+}
+
 fn failed(field: &'static str, says: &'static str) -> Direct {
     Direct::Failed { field, says }
 }
@@ -66,6 +76,7 @@ fn failed(field: &'static str, says: &'static str) -> Direct {
 fn cases(ns: &str) -> Vec<Case> {
     let p = |name: &str| format!("{ns}/{name}");
     let data = p("data");
+    let solo = p("solo");
     let spec = |backup: &str, pvcs: &[&str]| json!({"backupName": backup, "pvcs": pvcs.iter().map(|n| p(n)).collect::<Vec<_>>()});
     let with = |mut base: Value, extra: Value| {
         for (k, v) in extra.as_object().unwrap() {
@@ -607,6 +618,76 @@ fn cases(ns: &str) -> Vec<Case> {
                 1,
                 "--path /etc/passwd",
                 "\"/etc/passwd\" is absolute; paths are relative to the volume's root",
+            ),
+        },
+        Case {
+            name: "staged-into-new-claim",
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"target": "NewClaim", "method": "Staged"}),
+            ),
+            direct: failed("spec.method", "is Staged, but spec.target is NewClaim"),
+            cli: cli_line(
+                &format!("--from-backup b1 --pvc {solo} --target new-claim --method staged"),
+                1,
+                "--method",
+                "is staged, but --target is new-claim",
+            ),
+        },
+        Case {
+            name: "extra-files-kept-in-new-claim",
+            spec: with(
+                spec("b1", &["solo"]),
+                json!({"target": "NewClaim", "extraFiles": "Keep"}),
+            ),
+            direct: failed("spec.extraFiles", "a new claim holds only the backup"),
+            cli: cli_line(
+                &format!("--from-backup b1 --pvc {solo} --target new-claim --extra-files keep"),
+                1,
+                "--extra-files",
+                "a new claim holds only the backup",
+            ),
+        },
+        Case {
+            name: "extra-files-kept-with-paths",
+            spec: with(
+                spec("b1", &["data"]),
+                json!({"paths": {"include": ["db"]}, "extraFiles": "Keep"}),
+            ),
+            direct: failed(
+                "spec.extraFiles",
+                "deletes under the paths only with spec.paths.mirror",
+            ),
+            // Refused by the flags themselves: a path restore takes no --extra-files.
+            cli: cli_line(
+                &format!("--from-backup b1 --pvc {data} --path db --extra-files keep"),
+                2,
+                "--extra-files",
+                "cannot be used with",
+            ),
+        },
+        Case {
+            name: "method-unknown",
+            spec: with(spec("b1", &["solo"]), json!({"method": "Copy"})),
+            direct: Direct::Refused {
+                field: "spec.method",
+            },
+            cli: cli_line(
+                &format!("--from-backup b1 --pvc {solo} --method copy"),
+                2,
+                "--method",
+                "invalid value 'copy'",
+            ),
+        },
+        Case {
+            name: "staged-unbound-without-candidates",
+            spec: with(spec("b1", &["unbound"]), json!({"method": "Staged"})),
+            direct: failed("spec.candidateNodes[", "binds on first consumer"),
+            cli: cli_line(
+                &format!("--from-backup b1 --pvc {} --method staged", p("unbound")),
+                1,
+                &format!("--candidate-nodes {}=...", p("unbound")),
+                "binds on first consumer",
             ),
         },
         Case {

@@ -245,6 +245,13 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
             .ok()?;
         let out = &run.stdout;
         assert!(out.starts_with("Dry run: nothing was changed."), "{out}");
+        assert!(
+            out.contains("\nMethod:        Direct — the app stops")
+                && out.contains(
+                    "\nExtra files:   deleted (each volume will hold exactly the backup)"
+                ),
+            "{out}"
+        );
         let volume = out
             .lines()
             .find(|l| l.trim_start().starts_with(&pvc))
@@ -333,6 +340,22 @@ async fn completions_and_usage_errors_need_no_cluster() -> Result<()> {
         (
             &["restore", "create", "r1", "--pvc", "a/b"][..],
             "--from-backup",
+        ),
+        (
+            &[
+                "restore",
+                "create",
+                "r1",
+                "--from-backup",
+                "b1",
+                "--pvc",
+                "a/b",
+                "--path",
+                "db",
+                "--method",
+                "staged",
+            ][..],
+            "--method",
         ),
         (&["controller", "--concurrency", "0"][..], "--concurrency"),
         (
@@ -543,7 +566,7 @@ async fn create_wait_follows_the_restore_to_completed_then_describe_tells_the_st
 
             let run = refill(env, &["restore", "describe", "r1"]).await?.ok()?;
             let out = &run.stdout;
-            assert!(out.contains("Phase:       Completed"), "{out}");
+            assert!(out.contains("Phase:         Completed"), "{out}");
             let volume = out
                 .lines()
                 .find(|l| l.trim_start().starts_with(&pvc))

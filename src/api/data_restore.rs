@@ -101,14 +101,16 @@ pub struct DataRestoreSpec {
     /// only then do they stop, while refill's copier makes the PVC equal to the
     /// scratch claim (writing only what differs), so that they are down only for the
     /// difference. What the app writes during the fill is discarded all the same.
-    /// Path restores always work as Staged.
+    /// Path restores always work as Staged. Staged is refused with target NewClaim,
+    /// which fills the new claim directly and stops nothing.
     #[serde(default, skip_serializing_if = "RestoreMethod::is_direct")]
     pub method: RestoreMethod,
     /// What happens to the PVC's files and directories that the backup does not hold.
     /// Delete (the default): they are removed, and the volume ends exactly as the
     /// backup holds it (Velero's `.velero` folder aside). Keep: the backup's files are
     /// written over what is there and nothing is removed. Path restores follow their
-    /// own `mirror` instead.
+    /// own `mirror` instead. Keep is refused with target NewClaim (a new claim holds
+    /// only the backup) and with spec.paths.
     #[serde(default, skip_serializing_if = "ExtraFiles::is_delete")]
     pub extra_files: ExtraFiles,
     /// What to do with pods that mount a PVC being restored.

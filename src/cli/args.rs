@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
-use crate::api::{ConsumerPolicy, FailurePolicy, GitOpsPolicy, RestoreTarget};
+use crate::api::{
+    ConsumerPolicy, ExtraFiles, FailurePolicy, GitOpsPolicy, RestoreMethod, RestoreTarget,
+};
 
 /// The exit codes, for help texts (a macro so that `concat!` can use it).
 macro_rules! exit_codes {
@@ -127,6 +129,48 @@ impl From<TargetArg> for RestoreTarget {
         match value {
             TargetArg::InPlace => RestoreTarget::InPlace,
             TargetArg::NewClaim => RestoreTarget::NewClaim,
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MethodArg {
+    /// Stop the consumers, then have Velero's node agent write the backup into the
+    /// PVC: they are down for the whole restore.
+    Direct,
+    /// Have the node agent fill a scratch claim beside the PVC while the consumers
+    /// keep running, then stop them only while refill copies the difference into the
+    /// PVC. The scratch claim has the PVC's StorageClass and size: there must be room
+    /// for a second copy of each volume for as long as the restore runs. What the app
+    /// writes during the fill is discarded. Not with --target new-claim, which stops
+    /// nothing.
+    Staged,
+}
+
+impl From<MethodArg> for RestoreMethod {
+    fn from(value: MethodArg) -> Self {
+        match value {
+            MethodArg::Direct => RestoreMethod::Direct,
+            MethodArg::Staged => RestoreMethod::Staged,
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraFilesArg {
+    /// Remove the files and directories the backup does not hold: each volume ends
+    /// holding exactly the backup.
+    Delete,
+    /// Write the backup's files over what is there and remove nothing. Not with
+    /// --target new-claim, whose new claim holds only the backup.
+    Keep,
+}
+
+impl From<ExtraFilesArg> for ExtraFiles {
+    fn from(value: ExtraFilesArg) -> Self {
+        match value {
+            ExtraFilesArg::Delete => ExtraFiles::Delete,
+            ExtraFilesArg::Keep => ExtraFiles::Keep,
         }
     }
 }
@@ -254,6 +298,17 @@ pub struct RestoreArgs {
     /// With --path: also delete what the PVC has under the paths and the backup does not.
     #[arg(long, requires = "paths")]
     pub mirror: bool,
+
+    /// How each whole PVC is put back [default: direct]. Not with --path: a path
+    /// restore always fills a scratch claim first.
+    #[arg(long, value_enum, value_name = "METHOD", conflicts_with = "paths")]
+    pub method: Option<MethodArg>,
+
+    /// What becomes of the files and directories a PVC holds and the backup does not
+    /// [default: delete]. Not with --path: a path restore deletes only under its paths,
+    /// with --mirror.
+    #[arg(long, value_enum, value_name = "WHAT", conflicts_with = "paths")]
+    pub extra_files: Option<ExtraFilesArg>,
 
     /// What to do with workloads that mount a PVC being restored [default: scale-down].
     #[arg(long, value_enum, value_name = "POLICY")]
@@ -469,6 +524,80 @@ pub fn duration_text(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
+    /// `refill restore ...` and `refill schedule ...` as clap reads them.
+    #[derive(Parser, Debug)]
+    enum Line {
+        #[command(subcommand)]
+        Restore(RestoreCommand),
+        #[command(subcommand)]
+        Schedule(ScheduleCommand),
+    }
+
+    /// `refill restore create r1 --from-backup b1 --pvc shop/data` and `more`.
+    fn restore_create(more: &[&str]) -> Result<RestoreArgs, clap::Error> {
+        let base = ["refill", "restore", "create", "r1", "--from-backup", "b1"];
+        let line = base.iter().chain(&["--pvc", "shop/data"]).chain(more);
+        match Line::try_parse_from(line)? {
+            Line::Restore(RestoreCommand::Create(args)) => Ok(args.restore),
+            other => unreachable!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn method_and_extra_files_are_read_from_their_flags() {
+        let defaults = restore_create(&[]).unwrap();
+        assert_eq!((defaults.method, defaults.extra_files), (None, None));
+        let staged = restore_create(&["--method", "staged", "--extra-files", "keep"]).unwrap();
+        assert_eq!(
+            (staged.method, staged.extra_files),
+            (Some(MethodArg::Staged), Some(ExtraFilesArg::Keep))
+        );
+        let direct = restore_create(&["--method=direct", "--extra-files=delete"]).unwrap();
+        assert_eq!(
+            (direct.method, direct.extra_files),
+            (Some(MethodArg::Direct), Some(ExtraFilesArg::Delete))
+        );
+        for (flag, wrong) in [("--method", "copy"), ("--extra-files", "merge")] {
+            let error = restore_create(&[flag, wrong]).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::InvalidValue, "{error}");
+            assert!(error.to_string().contains(flag), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_path_restore_takes_neither_method_nor_extra_files() {
+        for flag in [
+            ["--method", "staged"],
+            ["--method", "direct"],
+            ["--extra-files", "keep"],
+            ["--extra-files", "delete"],
+        ] {
+            let error = restore_create(&[&flag[..], &["--path", "db"]].concat()).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::ArgumentConflict, "{error}");
+            let text = error.to_string();
+            assert!(text.contains(flag[0]) && text.contains("--path"), "{text}");
+        }
+        let mirrored = restore_create(&["--path", "db", "--mirror"]).unwrap();
+        assert_eq!((mirrored.method, mirrored.extra_files), (None, None));
+    }
+
+    #[test]
+    fn a_schedule_takes_method_and_extra_files_for_its_template() {
+        let line = "refill schedule create standby --follow-schedule nightly --pvc shop/data \
+                    --method staged --extra-files keep";
+        let Line::Schedule(ScheduleCommand::Create(args)) =
+            Line::try_parse_from(line.split_whitespace()).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (args.restore.method, args.restore.extra_files),
+            (Some(MethodArg::Staged), Some(ExtraFilesArg::Keep))
+        );
+    }
 
     #[test]
     fn durations_are_checked_and_kept_as_written() {

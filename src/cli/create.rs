@@ -195,6 +195,14 @@ pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
         }
     }
     for (field, flag) in [
+        ("spec.method: is Staged", "--method: is staged"),
+        ("spec.extraFiles: is Keep", "--extra-files: is keep"),
+        ("remove spec.method", "leave out --method"),
+        ("remove spec.extraFiles", "leave out --extra-files"),
+        ("spec.method", "--method"),
+        ("spec.extraFiles", "--extra-files"),
+        ("set spec.paths.mirror to true", "add --mirror"),
+        ("spec.paths.mirror", "--mirror"),
         ("spec.paths.include", "--path"),
         ("remove spec.paths", "leave out --path"),
         ("spec.paths", "--path"),
@@ -362,6 +370,49 @@ mod tests {
                 "spec.pvcs, spec.includedNamespaces and spec.selector are all empty, so no PVC is selected"
             ),
             "--pvc, --include-namespaces and --selector are all missing, so no PVC is selected"
+        );
+    }
+
+    #[test]
+    fn method_and_extra_files_refusals_read_as_their_flags() {
+        let words = |change: fn(&mut DataRestoreSpec)| {
+            let mut spec = DataRestoreSpec {
+                backup_name: Some("b".into()),
+                pvcs: vec!["shop/a".into()],
+                ..Default::default()
+            };
+            change(&mut spec);
+            let errors = crate::plan::spec_errors(&spec);
+            assert_eq!(errors.len(), 1, "{errors:#?}");
+            let words = flag_words(&spec, &errors[0]);
+            assert!(!words.contains("spec."), "{words}");
+            words
+        };
+        assert_eq!(
+            words(|s| {
+                s.method = crate::api::RestoreMethod::Staged;
+                s.target = crate::api::RestoreTarget::NewClaim;
+            }),
+            "--method: is staged, but --target is new-claim, which fills a new claim directly and stops nothing, so there is no downtime to shorten; leave out --method, or leave --target out to restore in place"
+        );
+        assert_eq!(
+            words(|s| {
+                s.extra_files = crate::api::ExtraFiles::Keep;
+                s.target = crate::api::RestoreTarget::NewClaim;
+            }),
+            "--extra-files: is keep, but --target is new-claim, and a new claim holds only the backup, so there is nothing to keep; leave out --extra-files, or leave --target out to restore in place"
+        );
+        // The CLI refuses --extra-files with --path itself; a spec made otherwise
+        // still reads as the flags.
+        assert_eq!(
+            words(|s| {
+                s.extra_files = crate::api::ExtraFiles::Keep;
+                s.paths = Some(crate::api::PathRestore {
+                    include: vec!["db".into()],
+                    ..Default::default()
+                });
+            }),
+            "--extra-files: is keep, but --path puts back only some paths of every PVC, which leaves the rest of each volume as it is and deletes under the paths only with --mirror; leave out --extra-files (and add --mirror to delete what the backup lacks under the paths), or leave out --path to restore whole volumes"
         );
     }
 

@@ -14,7 +14,7 @@ use super::client::Ctx;
 use super::errors::{Kind, Result, Target};
 use super::format::{self, Table, age, bytes_of, or_dash, when};
 use super::get::{backup_of, volumes_done};
-use super::output;
+use super::{how, output};
 
 /// Events shown without --details.
 const RECENT_EVENTS: usize = 20;
@@ -99,6 +99,8 @@ pub fn render(
             dr.spec.consumers, dr.spec.on_failure
         ),
     );
+    field("Method", how::method(&dr.spec));
+    field("Extra files", how::extra_files(&dr.spec));
     field(
         "Created",
         when(dr.metadata.creation_timestamp.as_ref(), now),
@@ -327,9 +329,9 @@ mod tests {
             ..Event::default()
         };
         let text = render(&sample(), &[event], None, now);
-        assert!(text.starts_with("Name:        fix-db\nNamespace:   velero\nBackup:      nightly\nPhase:       Restoring\n"), "{text}");
+        assert!(text.starts_with("Name:          fix-db\nNamespace:     velero\nBackup:        nightly\nPhase:         Restoring\n"), "{text}");
         assert!(
-            text.contains("Started:     5m ago (2026-01-01T11:00:00Z)"),
+            text.contains("Started:       5m ago (2026-01-01T11:00:00Z)"),
             "{text}"
         );
         assert!(text.contains("shop/data-db-0   Restoring   node-a   refill-data-db-0-abc   fix-db-1234          512 B/2.0 KiB   -"), "{text}");
@@ -339,12 +341,33 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(
+            text.contains(
+                "Consumers:     ScaleDown, on failure Resume\n\
+                 Method:        Direct — the app stops, then the node agent writes the backup into each PVC: it is down for the whole restore\n\
+                 Extra files:   deleted (each volume will hold exactly the backup)\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("Warnings:\n  - careful\n"), "{text}");
         assert!(
             text.contains("4m    Normal   Quiesced   scaled StatefulSet shop/db from 3 to 0 (x2)"),
             "{text}"
         );
         assert!(!text.contains("Volume plugin restores"), "{text}");
+    }
+
+    #[test]
+    fn describe_says_which_method_and_what_becomes_of_extra_files() {
+        let mut dr = sample();
+        dr.spec.method = crate::api::RestoreMethod::Staged;
+        dr.spec.extra_files = crate::api::ExtraFiles::Keep;
+        let text = render(&dr, &[], None, "2026-01-01T11:05:00Z".parse().unwrap());
+        assert!(
+            text.contains("\nMethod:        Staged — the node agent fills a scratch claim beside each PVC while the app runs")
+                && text.contains("\nExtra files:   kept (the backup is merged over what is there)\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -374,7 +397,7 @@ mod tests {
         dr.status = None;
         let text = render(&dr, &[], None, "2026-01-01T11:05:00Z".parse().unwrap());
         assert!(
-            text.contains("Phase:       - (no controller has picked it up yet"),
+            text.contains("Phase:         - (no controller has picked it up yet"),
             "{text}"
         );
         assert!(text.contains("Volumes:\n  none yet\n"), "{text}");

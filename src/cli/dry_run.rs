@@ -11,8 +11,8 @@ use super::args::OutputFormat;
 use super::client::{Ctx, Namespaced};
 use super::create::refused;
 use super::errors::{Kind, Result, Target, already_exists, is_not_found};
-use super::format::{Table, bytes, gitops_table, or_dash};
-use super::output;
+use super::format::{self, Table, bytes, gitops_table, or_dash};
+use super::{how, output};
 
 pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> Result<()> {
     name_is_free::<DataRestore>(ctx, Kind::DataRestore, &dr.name_any()).await?;
@@ -70,6 +70,10 @@ pub fn render(dr: &DataRestore, plan: &Plan) -> String {
         bytes(total),
         plan.backup_name
     );
+    out += &format::fields(vec![
+        ("Method", how::method(&dr.spec)),
+        ("Extra files", how::extra_files(&dr.spec)),
+    ]);
 
     out += "\nVolumes:\n";
     let mut table = Table::new(&[
@@ -215,7 +219,10 @@ mod tests {
             warnings: vec!["something to know".into()],
         };
         let text = render(&dr, &plan);
-        assert!(text.starts_with("Dry run: nothing was changed. Restore \"r1\" would put back 1 volume(s), 1.2 MiB, from backup \"nightly\"."), "{text}");
+        assert!(text.starts_with("Dry run: nothing was changed. Restore \"r1\" would put back 1 volume(s), 1.2 MiB, from backup \"nightly\".\n\
+            Method:        Direct — the app stops, then the node agent writes the backup into each PVC: it is down for the whole restore\n\
+            Extra files:   deleted (each volume will hold exactly the backup)\n\
+            \nVolumes:\n"), "{text}");
         assert!(
             text.contains(
                 "shop/data-db-0   3f2a9c     1.2 MiB   kopia      nightly-x7k2p   node-a (PV pv-1)"

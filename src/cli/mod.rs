@@ -26,6 +26,7 @@ mod dry_run;
 mod errors;
 mod format;
 mod get;
+mod how;
 mod output;
 mod progress;
 mod schedule;

@@ -21,7 +21,7 @@ use super::dry_run::name_is_free;
 use super::errors::{CliError, Kind, Result, Target};
 use super::format::{self, Table, age, from_now, or_dash, when, when_next};
 use super::get::{self, backup_of, newest_first};
-use super::{output, selector, spec};
+use super::{how, output, selector, spec};
 
 pub async fn run(ctx: &Ctx, command: &ScheduleCommand) -> Result<()> {
     let kind = Kind::DataRestoreSchedule;
@@ -265,6 +265,8 @@ pub fn render(schedule: &DataRestoreSchedule, restores: &[DataRestore], now: Tim
                 spec.template.consumers, spec.template.on_failure
             ),
         ),
+        ("Method", how::method(&spec.template)),
+        ("Extra files", how::extra_files(&spec.template)),
         (
             "Created",
             when(schedule.metadata.creation_timestamp.as_ref(), now),
@@ -475,7 +477,9 @@ mod tests {
                  History:        keeps 5 completed, 3 failed\n\
                  Restores:       --pvc shop/data-db-0; --selector 'app=db'\n\
                  From:           the backup it was started for\n\
-                 Consumers:      ScaleDown, on failure Resume\n"
+                 Consumers:      ScaleDown, on failure Resume\n\
+                 Method:         Direct — the app stops, then the node agent writes the backup into each PVC: it is down for the whole restore\n\
+                 Extra files:    deleted (each volume will hold exactly the backup)\n"
             ),
             "{text}"
         );
@@ -555,6 +559,19 @@ mod tests {
             words[1].starts_with("--pvc, --include-namespaces and --selector are all missing"),
             "{}",
             words[1]
+        );
+
+        let mut spec = sample().spec;
+        spec.template.target = crate::api::RestoreTarget::NewClaim;
+        spec.template.method = crate::api::RestoreMethod::Staged;
+        let words = flag_errors(&spec);
+        assert_eq!(words.len(), 1, "{words:#?}");
+        assert!(
+            words[0].starts_with("--method: is staged, but --target is new-claim")
+                && words[0]
+                    .ends_with("leave out --method, or leave --target out to restore in place"),
+            "{}",
+            words[0]
         );
     }
 

@@ -102,8 +102,8 @@ pub fn restore_spec(
             mirror: args.mirror,
         }),
         pvc_paths: BTreeMap::new(),
-        method: Default::default(),
-        extra_files: Default::default(),
+        method: args.method.map(Into::into).unwrap_or_default(),
+        extra_files: args.extra_files.map(Into::into).unwrap_or_default(),
         consumers: args.consumers.map(Into::into).unwrap_or_default(),
         acknowledge_running_consumers: args.acknowledge_running_consumers,
         on_failure: args.on_failure.map(Into::into).unwrap_or_default(),
@@ -193,8 +193,8 @@ fn dedup(items: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ConsumerPolicy, FailurePolicy};
-    use crate::cli::args::{ConsumersArg, FollowArgs, OnFailureArg};
+    use crate::api::{ConsumerPolicy, ExtraFiles, FailurePolicy, RestoreMethod};
+    use crate::cli::args::{ConsumersArg, ExtraFilesArg, FollowArgs, MethodArg, OnFailureArg};
 
     fn args() -> CreateArgs {
         CreateArgs {
@@ -246,6 +246,8 @@ mod tests {
             "shop/data-0=node-a,node-b".into(),
             "shop/data-0=node-c".into(),
         ];
+        r.method = Some(MethodArg::Staged);
+        r.extra_files = Some(ExtraFilesArg::Keep);
         r.consumers = Some(ConsumersArg::Detach);
         r.on_failure = Some(OnFailureArg::KeepStopped);
         r.parallel = Some(2);
@@ -263,6 +265,8 @@ mod tests {
             spec.candidate_nodes["shop/data-0"],
             vec!["node-a", "node-b", "node-c"]
         );
+        assert_eq!(spec.method, RestoreMethod::Staged);
+        assert_eq!(spec.extra_files, ExtraFiles::Keep);
         assert_eq!(spec.consumers, ConsumerPolicy::Detach);
         assert_eq!(spec.on_failure, FailurePolicy::KeepStopped);
         assert_eq!(spec.parallel, Some(2));
@@ -276,6 +280,8 @@ mod tests {
     #[test]
     fn defaults_leave_the_policies_at_the_api_defaults() {
         let spec = build(&args(), "velero").unwrap().spec;
+        assert_eq!(spec.method, RestoreMethod::Direct);
+        assert_eq!(spec.extra_files, ExtraFiles::Delete);
         assert_eq!(spec.consumers, ConsumerPolicy::ScaleDown);
         assert_eq!(spec.on_failure, FailurePolicy::Resume);
         assert!(spec.restore_helper.is_none());
@@ -311,6 +317,7 @@ mod tests {
         a.keep_completed = Some(5);
         a.keep_failed = Some(1);
         a.restore.consumers = Some(ConsumersArg::Detach);
+        a.restore.method = Some(MethodArg::Staged);
         let schedule = build_schedule(&a, "velero").unwrap();
         assert_eq!(schedule.metadata.name.as_deref(), Some("standby"));
         assert_eq!(schedule.metadata.namespace.as_deref(), Some("velero"));
@@ -322,6 +329,7 @@ mod tests {
         assert_eq!(spec.failed_history_limit, Some(1));
         assert_eq!(spec.template.pvcs, vec!["shop/data-0"]);
         assert_eq!(spec.template.consumers, ConsumerPolicy::Detach);
+        assert_eq!(spec.template.method, RestoreMethod::Staged);
         assert!(spec.template.backup_name.is_none() && spec.template.schedule_name.is_none());
         assert!(crate::controller::schedule_spec_errors(&spec).is_empty());
     }

@@ -226,9 +226,10 @@ pub fn plan(spec: &DataRestoreSpec, restore: &str, facts: &Facts) -> Result<Plan
             &facts.nodes,
         )
         .and_then(|(placement, warning)| {
-            // A claim beside the PVC is filled where the PVC's volume is, so that what
-            // copies from it (a path restore's copier) or mounts it later can reach both.
-            let beside = new_claim || spec.paths_for(pvc_key).is_some();
+            // A claim beside the PVC (a new claim, or the scratch claim of a staged or
+            // path restore) is filled where the PVC's volume is, so that what copies
+            // from it into the PVC (the copier) or mounts it later can reach both.
+            let beside = new_claim || spec.fills_scratch_first(pvc_key);
             let placement = if beside {
                 beside_original(placement)
             } else {
@@ -324,9 +325,14 @@ pub fn plan(spec: &DataRestoreSpec, restore: &str, facts: &Facts) -> Result<Plan
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{PodVolumeBackupSpec, PodVolumeBackupStatus, PodVolumePhase};
+    use crate::api::{
+        PathRestore, PodVolumeBackupSpec, PodVolumeBackupStatus, PodVolumePhase, RestoreMethod,
+    };
     use crate::labels::PVC_NAME_ANNOTATION;
-    use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaimSpec};
+    use k8s_openapi::api::core::v1::{
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
+        PersistentVolumeClaimSpec, PersistentVolumeSpec, VolumeNodeAffinity,
+    };
 
     /// Backup `b1` holding `shop/data`, which exists and is bound.
     fn facts() -> Facts {
@@ -367,6 +373,99 @@ mod tests {
             pvcs: vec!["shop/data".into()],
             ..Default::default()
         }
+    }
+
+    /// `facts()` with the volume of shop/data a local PV on node-b.
+    fn on_a_local_volume() -> Facts {
+        let term = NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: "kubernetes.io/hostname".into(),
+                operator: "In".into(),
+                values: Some(vec!["node-b".into()]),
+            }]),
+            ..Default::default()
+        };
+        let pv = PersistentVolume {
+            spec: Some(PersistentVolumeSpec {
+                node_affinity: Some(VolumeNodeAffinity {
+                    required: Some(NodeSelector {
+                        node_selector_terms: vec![term],
+                    }),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut facts = facts();
+        facts.pvs.insert("pv-1".into(), pv);
+        facts
+    }
+
+    /// `facts()` with shop/data unbound, of a WaitForFirstConsumer class, and node-a.
+    fn unbound() -> Facts {
+        let mut facts = facts();
+        let pvc = facts.pvcs.get_mut("shop/data").unwrap();
+        pvc.spec = Some(PersistentVolumeClaimSpec {
+            storage_class_name: Some("local".into()),
+            ..Default::default()
+        });
+        let class = StorageClass {
+            volume_binding_mode: Some("WaitForFirstConsumer".into()),
+            ..Default::default()
+        };
+        facts.storage_classes.insert("local".into(), class);
+        facts.nodes.insert("node-a".into());
+        facts
+    }
+
+    fn placed(spec: &DataRestoreSpec, facts: &Facts) -> Result<Placement, Invalid> {
+        plan(spec, "r1", facts).map(|plan| plan.volumes[0].placement.clone())
+    }
+
+    #[test]
+    fn a_staged_volume_is_filled_where_the_pvcs_volume_is_as_a_path_restore_is() {
+        let facts = on_a_local_volume();
+        let direct = placed(&spec(), &facts).unwrap();
+        assert_eq!(
+            direct,
+            Placement::BoundTo {
+                pv: "pv-1".into(),
+                nodes: vec!["node-b".into()]
+            }
+        );
+        let beside = Placement::BesideOriginal(vec!["node-b".into()]);
+        let staged = DataRestoreSpec {
+            method: RestoreMethod::Staged,
+            ..spec()
+        };
+        assert_eq!(placed(&staged, &facts).unwrap(), beside);
+        let paths = DataRestoreSpec {
+            paths: Some(PathRestore {
+                include: vec!["db".into()],
+                ..Default::default()
+            }),
+            ..spec()
+        };
+        assert_eq!(placed(&paths, &facts).unwrap(), beside);
+    }
+
+    #[test]
+    fn a_staged_unbound_wait_for_first_consumer_claim_needs_candidates_as_any() {
+        let mut staged = DataRestoreSpec {
+            method: RestoreMethod::Staged,
+            ..spec()
+        };
+        let err = placed(&staged, &unbound()).unwrap_err();
+        assert_eq!(err.errors.len(), 1, "{err}");
+        assert!(
+            err.errors[0].starts_with("spec.candidateNodes[\"shop/data\"]: missing"),
+            "{err}"
+        );
+        staged.candidate_nodes = [("shop/data".to_string(), vec!["node-a".to_string()])].into();
+        assert_eq!(
+            placed(&staged, &unbound()).unwrap(),
+            Placement::Candidates(vec!["node-a".into()])
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::api::{DataRestoreSpec, PathRestore, RestoreHelperOverrides, RestoreTarget};
+use crate::api::{
+    DataRestoreSpec, ExtraFiles, PathRestore, RestoreHelperOverrides, RestoreMethod, RestoreTarget,
+};
 
 /// Every mistake in the spec that can be told without the cluster, in field order.
 pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
@@ -56,6 +58,7 @@ pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
             "{field}: spec.target is NewClaim, which gets the whole backup into a new claim; remove the paths, or leave spec.target out to put the paths back in place"
         ));
     }
+    whole_volume_errors(spec, &mut errors);
     if spec.switch_workloads && spec.target != RestoreTarget::NewClaim {
         errors.push(
             "spec.switchWorkloads: workloads are switched only onto the new claims of a restore into new claims, and spec.target is InPlace; set spec.target to NewClaim, or remove spec.switchWorkloads".into(),
@@ -87,6 +90,32 @@ pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
         ));
     }
     errors
+}
+
+/// spec.method and spec.extraFiles say how a whole volume is put back in place. A new
+/// claim is filled directly, stops nothing and holds only the backup; a path restore
+/// always fills a scratch claim first and deletes only under its paths, with `mirror`.
+/// A choice that cannot apply is refused rather than ignored, so that nobody expects
+/// what will not happen.
+fn whole_volume_errors(spec: &DataRestoreSpec, errors: &mut Vec<String>) {
+    let new_claim = spec.target == RestoreTarget::NewClaim;
+    if new_claim && spec.method == RestoreMethod::Staged {
+        errors.push(
+            "spec.method: is Staged, but spec.target is NewClaim, which fills a new claim directly and stops nothing, so there is no downtime to shorten; remove spec.method, or leave spec.target out to restore in place".into(),
+        );
+    }
+    if spec.extra_files != ExtraFiles::Keep {
+        return;
+    }
+    if new_claim {
+        errors.push(
+            "spec.extraFiles: is Keep, but spec.target is NewClaim, and a new claim holds only the backup, so there is nothing to keep; remove spec.extraFiles, or leave spec.target out to restore in place".into(),
+        );
+    } else if spec.paths.is_some() {
+        errors.push(
+            "spec.extraFiles: is Keep, but spec.paths puts back only some paths of every PVC, which leaves the rest of each volume as it is and deletes under the paths only with spec.paths.mirror; remove spec.extraFiles (and set spec.paths.mirror to true to delete what the backup lacks under the paths), or remove spec.paths to restore whole volumes".into(),
+        );
+    }
 }
 
 /// Parses a duration as the controller reads `timeout` and `volumeTimeout`.
@@ -629,6 +658,94 @@ mod tests {
             s.target = RestoreTarget::NewClaim;
         });
         assert!(new_claim.contains("NewClaim"), "{new_claim}");
+    }
+
+    /// Only the path `db`.
+    fn db_only() -> PathRestore {
+        PathRestore {
+            include: vec!["db".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn method_and_extra_files_are_for_whole_volumes_put_back_in_place() {
+        use ExtraFiles::{Delete, Keep};
+        use RestoreMethod::{Direct, Staged};
+        use RestoreTarget::{InPlace, NewClaim};
+        let refusals = [
+            (
+                "spec.method",
+                Staged,
+                Delete,
+                NewClaim,
+                None,
+                "but spec.target is NewClaim",
+            ),
+            (
+                "spec.extraFiles",
+                Direct,
+                Keep,
+                NewClaim,
+                None,
+                "holds only the backup",
+            ),
+            (
+                "spec.extraFiles",
+                Direct,
+                Keep,
+                InPlace,
+                Some(db_only()),
+                "spec.paths.mirror",
+            ),
+        ];
+        for (field, method, extra_files, target, paths, says) in refusals {
+            let error = one_error(field, |s| {
+                (s.method, s.extra_files, s.target, s.paths) = (method, extra_files, target, paths)
+            });
+            // What to do: drop the choice, or restore whole volumes in place.
+            let what_to_do = format!("; remove {field}");
+            assert!(
+                error.contains(says) && error.contains(&what_to_do),
+                "{error}"
+            );
+        }
+        let both = errors_of(|s| {
+            s.method = RestoreMethod::Staged;
+            s.extra_files = ExtraFiles::Keep;
+            s.target = RestoreTarget::NewClaim;
+        });
+        assert_eq!(both.len(), 2, "{both:#?}");
+        assert!(both[0].starts_with("spec.method: ") && both[1].starts_with("spec.extraFiles: "));
+
+        for method in [RestoreMethod::Direct, RestoreMethod::Staged] {
+            for extra_files in [ExtraFiles::Delete, ExtraFiles::Keep] {
+                assert_eq!(
+                    errors_of(|s| {
+                        s.method = method;
+                        s.extra_files = extra_files;
+                    }),
+                    Vec::<String>::new(),
+                    "{method:?} {extra_files:?}"
+                );
+            }
+        }
+        // A path restore fills a scratch claim first anyway.
+        assert_eq!(
+            errors_of(|s| {
+                s.method = RestoreMethod::Staged;
+                s.paths = Some(db_only());
+            }),
+            Vec::<String>::new()
+        );
+        // The PVCs without paths of their own are whole volumes, whose files are kept.
+        assert_eq!(
+            errors_of(|s| {
+                s.extra_files = ExtraFiles::Keep;
+                s.pvc_paths = [("shop/data-db-0".to_string(), db_only())].into();
+            }),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -83,12 +83,34 @@ pub fn spec_errors(spec: &DataRestoreScheduleSpec) -> Vec<String> {
         filled.backup_name = Some("each-run".into());
     }
     for error in crate::plan::spec_errors(&filled) {
-        errors.push(match error.strip_prefix("spec.") {
-            Some(rest) => format!("spec.template.{rest}"),
-            None => format!("spec.template: {error}"),
+        errors.push(match error.starts_with("spec.") {
+            true => under_template(&error),
+            false => format!("spec.template: {error}"),
         });
     }
     errors
+}
+
+/// A message of a DataRestore's checks about the template: each field it names, the
+/// one at fault and those it goes against (`spec.target is NewClaim`), is named where
+/// it is in the schedule, under spec.template. Only a field name is changed, where one
+/// starts (first, or after a space or a parenthesis): a quoted value stays as written.
+fn under_template(message: &str) -> String {
+    let mut out = String::with_capacity(message.len() + 32);
+    let mut copied = 0;
+    for (at, field) in message.match_indices("spec.") {
+        let starts_a_field = message[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c == ' ' || c == '(');
+        if starts_a_field {
+            out.push_str(&message[copied..at]);
+            out.push_str("spec.template.");
+            copied = at + field.len();
+        }
+    }
+    out.push_str(&message[copied..]);
+    out
 }
 
 fn chrono_of(at: Timestamp) -> chrono::DateTime<chrono::Utc> {
@@ -285,7 +307,7 @@ pub fn conditions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::DataRestoreSpec;
+    use crate::api::{DataRestoreSpec, ExtraFiles, PathRestore, RestoreMethod, RestoreTarget};
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + second).unwrap()
@@ -419,6 +441,65 @@ mod tests {
             "{errors:?}"
         );
         assert!(spec_errors(&following()).is_empty());
+    }
+
+    #[test]
+    fn a_template_names_its_fields_and_those_they_go_against_under_the_template() {
+        let mut staged = following();
+        staged.template.target = RestoreTarget::NewClaim;
+        staged.template.method = RestoreMethod::Staged;
+        staged.template.extra_files = ExtraFiles::Keep;
+        let errors = spec_errors(&staged);
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(
+            errors[0].starts_with(
+                "spec.template.method: is Staged, but spec.template.target is NewClaim"
+            ) && errors[0]
+                .contains("remove spec.template.method, or leave spec.template.target out"),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[1].starts_with(
+                "spec.template.extraFiles: is Keep, but spec.template.target is NewClaim"
+            ),
+            "{}",
+            errors[1]
+        );
+        let mut kept = following();
+        kept.template.extra_files = ExtraFiles::Keep;
+        kept.template.paths = Some(PathRestore {
+            include: vec!["db".into()],
+            ..Default::default()
+        });
+        let errors = spec_errors(&kept);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert!(
+            errors[0].starts_with(
+                "spec.template.extraFiles: is Keep, but spec.template.paths puts back"
+            ) && errors[0].contains("only with spec.template.paths.mirror")
+                && !errors[0].contains(" spec.paths"),
+            "{}",
+            errors[0]
+        );
+        let mut whole = following();
+        whole.template.method = RestoreMethod::Staged;
+        whole.template.extra_files = ExtraFiles::Keep;
+        assert!(spec_errors(&whole).is_empty());
+    }
+
+    #[test]
+    fn only_field_names_are_put_under_the_template() {
+        assert_eq!(
+            under_template("spec.pvcs, spec.includedNamespaces and spec.selector are all empty"),
+            "spec.template.pvcs, spec.template.includedNamespaces and spec.template.selector are all empty"
+        );
+        assert_eq!(
+            under_template(
+                "spec.backupName: \"spec.x\" is not a backup name (see spec.scheduleName)"
+            ),
+            "spec.template.backupName: \"spec.x\" is not a backup name (see spec.template.scheduleName)"
+        );
     }
 
     #[test]

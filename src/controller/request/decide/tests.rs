@@ -26,6 +26,29 @@ fn claims_of_the_own_namespace_become_the_data_restores_by_namespace_and_name() 
     assert!(dr.restore_helper.is_none() && dr.stand_in_image.is_none());
 }
 
+/// A request restores whole claims in place: it has no target and no paths, so every
+/// method and every choice of extra files is one its DataRestore can carry out.
+#[test]
+fn method_and_extra_files_are_carried_into_a_data_restore_that_takes_them() {
+    use crate::api::{ExtraFiles, RestoreMethod};
+    for method in [RestoreMethod::Direct, RestoreMethod::Staged] {
+        for extra_files in [ExtraFiles::Delete, ExtraFiles::Keep] {
+            let request = DataRestoreRequestSpec {
+                method,
+                extra_files,
+                ..spec("nightly", &["data"])
+            };
+            let dr = data_restore_spec("team-a", &request, &holding(&["team-a"])).unwrap();
+            assert_eq!((dr.method, dr.extra_files), (method, extra_files));
+            assert_eq!(
+                crate::plan::spec_errors(&dr),
+                Vec::<String>::new(),
+                "{method:?} {extra_files:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn no_claims_named_means_every_claim_of_the_namespace_in_the_backup() {
     let dr = data_restore_spec("team-a", &spec("nightly", &[]), &holding(&["team-a"])).unwrap();
