@@ -47,8 +47,9 @@ enum Command {
         /// controller per cluster should).
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "REFILL_REQUESTS")]
         requests: bool,
-        /// The image of a path restore's copier pod: refill's own, which runs `refill
-        /// copy`. Give the controller's image.
+        /// The image of refill's copier pods (a direct restore's clearing, a staged or
+        /// path restore's copy): refill's own, which runs `refill copy`. Give the
+        /// controller's image.
         #[arg(long, env = "REFILL_COPIER_IMAGE", default_value = refill::controller::DEFAULT_COPIER_IMAGE)]
         copier_image: String,
         /// Passes each controller (DataRestores, DataRestoreRequests,

@@ -981,7 +981,12 @@ async fn a_consumer_scaled_up_mid_restore_stops_the_volume_and_names_who() -> Re
         let s = scene(env).await?;
         let dir = web_with_backup(&s, "node-a", 2, b"live", b"old").await?;
         let _controller = s.controller().await?;
-        s.restore("r1", s.spec("b1", &["data"])).await?;
+        // Extra files kept, so that the files the node agent never wrote are the app's.
+        let keep = DataRestoreSpec {
+            extra_files: refill::api::ExtraFiles::Keep,
+            ..s.spec("b1", &["data"])
+        };
+        s.restore("r1", keep).await?;
         s.wait_volume("r1", VolumePhase::Restoring).await?;
 
         let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
@@ -1397,8 +1402,11 @@ async fn with_no_node_agent_the_restore_warns_then_times_out_and_brings_the_app_
             ..Default::default()
         };
         let _controller = ControllerHandle::start_with(s.env.cluster, config).await?;
+        // Extra files kept: nothing of the volume is touched before a node agent takes
+        // the PodVolumeRestore, so that none taking it writes nothing.
         let spec = DataRestoreSpec {
             volume_timeout: Some("20s".into()),
+            extra_files: refill::api::ExtraFiles::Keep,
             ..s.spec("b1", &["data"])
         };
         s.restore("r1", spec).await?;
@@ -1698,6 +1706,8 @@ async fn the_admission_guard_lets_refill_restore_and_refuses_any_other_pod() -> 
         let images = [
             refill::controller::DEFAULT_STAND_IN_IMAGE,
             refill::controller::FALLBACK_HELPER_IMAGE,
+            // The copier empties each volume before the node agent writes.
+            refill::controller::DEFAULT_COPIER_IMAGE,
         ];
         let objects = guard_for(&s.ns, &images)?;
         let apply = PatchParams::apply("refill-e2e").force();

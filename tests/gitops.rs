@@ -220,7 +220,9 @@ async fn with_gitops_ignored_flux_scales_the_app_back_and_the_volume_fails_unwri
         s.backup("b1", &[s.backed_up("web", "web-0", &[("f", b"old")])])
             .await?;
         let _controller = s.controller().await?;
+        // Extra files kept: the volume is untouched until the node agent writes.
         let mut spec = s.spec("b1", &["web"]);
+        spec.extra_files = refill::api::ExtraFiles::Keep;
         spec.git_ops = Some(GitOpsSpec {
             policy: GitOpsPolicy::Ignore,
             ..Default::default()
@@ -647,7 +649,12 @@ async fn a_cancel_or_a_delete_while_paused_puts_the_kustomization_back() -> Resu
         let _controller = s.controller().await?;
         let restores: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
         for (name, how) in [("canceled", "cancel"), ("deleted", "delete")] {
-            s.restore(name, s.spec("b1", &["web"])).await?;
+            // Extra files kept: the volume is untouched until the node agent writes.
+            let keep = refill::api::DataRestoreSpec {
+                extra_files: refill::api::ExtraFiles::Keep,
+                ..s.spec("b1", &["web"])
+            };
+            s.restore(name, keep).await?;
             wait_gitops(&s, name, GitOpsState::Paused).await?;
             s.wait_volume(name, VolumePhase::Restoring).await?;
             ensure!(kustomization(&s).await?.data["spec"]["suspend"] == true);

@@ -48,12 +48,11 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
                 &fixture::request("wide", &wide, &["data"])?,
             )
             .await?;
-        requests
-            .create(
-                &PostParams::default(),
-                &fixture::request("fix", "b1", &["data"])?,
-            )
-            .await?;
+        // Extra files kept: the claim's files are the team's until the node agent writes,
+        // and it must not write beside the lookalike below.
+        let mut fix = fixture::request("fix", "b1", &["data"])?;
+        fix.spec.extra_files = refill::api::ExtraFiles::Keep;
+        requests.create(&PostParams::default(), &fix).await?;
         fixture::refused_naming(&requests, "wide", "spec.backupName", TIMEOUT).await?;
 
         // While the data would move, a pod of the team's wearing the stand-in's labels

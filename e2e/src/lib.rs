@@ -28,6 +28,7 @@ pub mod demo;
 pub mod fixture;
 pub mod flux;
 pub mod in_cluster;
+pub mod kubelet;
 pub mod node_agent;
 pub mod own_cluster;
 pub mod support;

@@ -36,17 +36,12 @@
 //! `refill.dev/restore-wait-done: "true"`, which lets the simulated kubelet run it.
 //! Pod events and finished restores trigger that check; nothing polls.
 //!
-//! It plays the kubelet for refill's copier pods on its nodes too (kwok runs no
-//! containers): their own `refill copy` command line runs in this process against the
-//! claims' directories, and their status ends as a kubelet's would (see [`copier`]).
-//!
 //! With [`NodeAgentConfig::write_log`] set it logs when each write into a volume began
 //! and ended (see [`writes`]), for tests that prove nothing was written while an
 //! application pod of the volume ran. With [`NodeAgentConfig::stop_delay`] a copy goes
 //! on writing that long after a cancel or deletion, as a real data mover may.
 
 mod agent;
-mod copier;
 pub mod data;
 pub mod decide;
 mod job;
@@ -60,6 +55,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
 
+pub use agent::volume_root;
 pub use data::write_snapshot;
 pub use writes::{VolumeWrite, read_write_log};
 

@@ -231,6 +231,9 @@ async fn measure(
 ) -> Result<Outcome> {
     // The node agent restores at once and in parallel: the data path is not measured.
     let _agent = node_agent::spawn(admin.clone(), agent_config(scene));
+    // The kubelets' part kwok does not play: copier pods (a restore empties each
+    // volume first).
+    let _kubelet = crate::kubelet::spawn(admin.clone(), None);
     let mut end_state_checked = Vec::new();
 
     // --- refill, every volume at once ---------------------------------------------

@@ -53,6 +53,9 @@ pub(super) async fn progress_check(
         agent_cfg.bytes_per_second = Some(bytes_per_second);
         let agent_report_interval = agent_cfg.progress_interval;
         let _agent = node_agent::spawn(admin.clone(), agent_cfg);
+        // The kubelets' part kwok does not play: copier pods (a restore empties each
+        // volume first).
+        let _kubelet = crate::kubelet::spawn(admin.clone(), None);
         let cursor = audit::Cursor::now(cluster)?;
         let (ctl, credential) = start_idle_controller(cluster, options, &scene, "bench").await?;
         let spec = restore_spec(&scene, Some(n as u32));

@@ -2,7 +2,7 @@
 //! pods, and a task per restore or restore-helper check. Decisions come from
 //! [`super::decide`], file work from [`super::data`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,6 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::NodeAgentConfig;
-use super::copier;
 use super::data::{self};
 use super::decide::{self, HelperWait, Nodes, PvrAction, RESTORE_WAIT_DONE, Skip, StartupAction};
 use super::job::Job;
@@ -46,11 +45,6 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// Whether this agent serves `node`.
-    pub(super) fn serves(&self, node: &str) -> bool {
-        self.nodes.contains(node)
-    }
-
     pub(super) fn slots_of(&self, node: &str) -> Arc<Semaphore> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots
@@ -98,8 +92,6 @@ struct Agent {
     busy: HashMap<String, watch::Sender<Stop>>,
     /// Pods with a restore-helper check under way; `true` if another one is due.
     checking: HashMap<ObjectRef<Pod>, bool>,
-    /// refill's copier pods (by UID) run already, or running.
-    copiers: HashSet<String>,
     tasks: JoinSet<Outcome>,
     started: bool,
 }
@@ -141,7 +133,6 @@ pub(super) async fn run(client: Client, cfg: NodeAgentConfig) -> Result<()> {
         pod_store,
         busy: HashMap::new(),
         checking: HashMap::new(),
-        copiers: HashSet::new(),
         tasks: JoinSet::new(),
         started: false,
     };
@@ -201,7 +192,6 @@ impl Agent {
                     }
                 }
                 self.check_helper(&pod);
-                self.run_copier(&pod);
             }
             Event::InitDone => {
                 for pvr in self.pvr_store.state() {
@@ -209,7 +199,6 @@ impl Agent {
                 }
                 for pod in self.pod_store.state() {
                     self.check_helper(&pod);
-                    self.run_copier(&pod);
                 }
             }
             Event::Delete(_) | Event::Init | Event::InitApply(_) => {}
@@ -308,24 +297,6 @@ impl Agent {
         }
     }
 
-    /// Plays the kubelet for one of refill's copier pods: runs it once, then ends it.
-    fn run_copier(&mut self, pod: &Pod) {
-        let Some(uid) = pod.uid() else {
-            return;
-        };
-        if !copier::is_due(pod, |node| self.shared.serves(node)) || !self.copiers.insert(uid) {
-            return;
-        }
-        let shared = self.shared.clone();
-        let pod = pod.clone();
-        self.tasks.spawn(async move {
-            if let Err(e) = copier::run(&shared, &pod).await {
-                tracing::warn!(pod = %pod.name_any(), "copier pod: {e:#}");
-            }
-            Outcome::None
-        });
-    }
-
     /// Runs the restore helper's check for a held pod, at most one at a time per pod.
     fn check_helper(&mut self, pod: &Pod) {
         let Some(wait) = decide::helper_wait(pod, &self.shared.nodes) else {
@@ -402,7 +373,7 @@ async fn end_leftover(
 
 /// The directory holding the files of the pod's volume: pod volume → claim →
 /// bound PersistentVolume → its local or hostPath path.
-pub(super) async fn volume_root(client: &Client, pod: &Pod, volume: &str) -> Result<PathBuf> {
+pub async fn volume_root(client: &Client, pod: &Pod, volume: &str) -> Result<PathBuf> {
     let namespace = pod.namespace().unwrap_or_default();
     let claim_name = decide::claim_of(pod, volume).map_err(anyhow::Error::msg)?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);

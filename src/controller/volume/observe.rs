@@ -116,7 +116,7 @@ pub async fn found(
     // Made with the stand-in, before the fill; read once it may be left to delete.
     let scratch = async {
         match &volume.scratch_pvc {
-            Some(scratch) if copier_may_exist(volume) => claims.get_opt(scratch).await,
+            Some(scratch) if scratch_may_be_left(volume) => claims.get_opt(scratch).await,
             _ => Ok(None),
         }
     };
@@ -129,16 +129,24 @@ pub async fn found(
     })
 }
 
-/// From Clearing or Copying on, a volume's copier may exist (and a staged or path
-/// restore's scratch claim be left to delete); before, neither is read.
+/// From Clearing or Copying on, a volume's copier may exist; before, it is not read.
+/// An ended volume saw its copier gone before it ended, so it is not read either: a
+/// large restore's ended volumes would cost a read each on every pass.
 fn copier_may_exist(volume: &VolumeStatus) -> bool {
     let has_copier = volume.fills_scratch_first() || volume.clears_first();
-    let phase = volume.phase;
-    let since_copier = matches!(
-        phase,
-        VolumePhase::Clearing | VolumePhase::Copying | VolumePhase::Aborting
-    ) || phase.is_terminal();
-    has_copier && since_copier
+    has_copier
+        && matches!(
+            volume.phase,
+            VolumePhase::Clearing | VolumePhase::Copying | VolumePhase::Aborting
+        )
+}
+
+/// A staged or path restore's scratch claim may be left to delete from Copying on
+/// (it is made with the stand-in, and deleted once the volume ended).
+fn scratch_may_be_left(volume: &VolumeStatus) -> bool {
+    volume.fills_scratch_first()
+        && (matches!(volume.phase, VolumePhase::Copying | VolumePhase::Aborting)
+            || volume.phase.is_terminal())
 }
 
 /// The copier pod as [`decide`](super::decide) needs to know it.
@@ -439,6 +447,12 @@ pub fn follow(volume: &mut VolumeStatus, found: &Found, uid: &str) {
     {
         volume.copier_uid = pod.metadata.uid.clone();
     }
+    // The record is of the copier there is: once none is, the next one refill makes
+    // (a copy or clearing done again, after a restart lost what the last one did) is
+    // recorded anew instead of being taken for another's pod.
+    if found.copier.is_none() && copier_may_exist(volume) {
+        volume.copier_uid = None;
+    }
     if let Some(pod) = &found.stand_in {
         volume.stand_in_pod = Some(pod.name_any());
         if volume.stand_in_uid.is_none() && is_own_writer(pod, uid, volume) {
@@ -553,6 +567,42 @@ mod tests {
             ..Default::default()
         });
         pvr
+    }
+
+    #[test]
+    fn a_copier_made_again_is_recorded_anew_once_the_last_one_is_gone() {
+        let clearing = VolumeStatus {
+            pvc: "shop/data".into(),
+            phase: VolumePhase::Clearing,
+            copier_uid: Some("u-first".into()),
+            ..Default::default()
+        };
+        let mut gone = clearing.clone();
+        follow(&mut gone, &Found::default(), "r");
+        assert_eq!(gone.copier_uid, None, "looked for, and none is there");
+        let mut copier = Pod::default();
+        copier.metadata.name = Some(labels::copier_pod_name("shop/data"));
+        copier.metadata.uid = Some("u-second".into());
+        copier.metadata.labels = Some(
+            [
+                (labels::ROLE.to_string(), labels::ROLE_COPIER.to_string()),
+                (labels::DATA_RESTORE_UID.to_string(), "r".to_string()),
+            ]
+            .into(),
+        );
+        let found = Found {
+            copier: Some(copier),
+            ..Found::default()
+        };
+        follow(&mut gone, &found, "r");
+        assert_eq!(gone.copier_uid.as_deref(), Some("u-second"));
+        // Where the copier is not looked for, its absence says nothing.
+        let mut restoring = VolumeStatus {
+            phase: VolumePhase::Restoring,
+            ..clearing
+        };
+        follow(&mut restoring, &Found::default(), "r");
+        assert_eq!(restoring.copier_uid.as_deref(), Some("u-first"));
     }
 
     #[test]
