@@ -1000,3 +1000,37 @@ fn a_deep_tree_is_copied_on_threads_of_their_own() {
     assert_eq!(summary.counts.directories, 402, "{summary:?}");
     assert_eq!(state(l), state(b));
 }
+
+#[test]
+fn skipped_entries_are_listed_in_the_walks_order_whatever_the_threads() {
+    let backup = tempfile::tempdir().unwrap();
+    let b = backup.path();
+    for rel in ["z/fifo", "a.x/fifo", "a/b/fifo", "a/fifo"] {
+        fs::create_dir_all(b.join(rel).parent().unwrap()).unwrap();
+        let mode = rustix::fs::Mode::from_raw_mode(0o600);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            b.join(rel),
+            rustix::fs::FileType::Fifo,
+            mode,
+            0,
+        )
+        .unwrap();
+    }
+    for count in [1, 8] {
+        let live = tempfile::tempdir().unwrap();
+        let summary = copy(
+            b,
+            live.path(),
+            &Matcher::whole(&[]).unwrap(),
+            &threads(count),
+        )
+        .unwrap();
+        assert_eq!(
+            summary.skipped,
+            ["a/b/fifo", "a/fifo", "a.x/fifo", "z/fifo"],
+            "{count} threads"
+        );
+        assert_eq!(summary.counts.skipped_count, 4);
+    }
+}

@@ -67,7 +67,10 @@ impl<'a> Copy<'a> {
             .summary
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
-        summary.skipped.sort();
+        // In the order a walk of one thread meets them: by path, component by component.
+        summary
+            .skipped
+            .sort_by(|a, b| Path::new(a).cmp(Path::new(b)));
         summary.counts.skipped_count = summary.skipped.len() as u64;
         summary
     }
