@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::{Api, Client};
 use refill::api::PodVolumeBackup;
 use serde_json::json;
@@ -267,4 +270,64 @@ fn curl(args: &[&str]) -> Result<String> {
         bail!("curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The node agent's DaemonSet, as `velero install` names it.
+const NODE_AGENT: &str = "node-agent";
+
+/// The node agent's arguments: what [`set_node_agent_args`] changes and puts back.
+pub async fn node_agent_args(client: &Client) -> Result<Vec<String>> {
+    let daemon_set = Api::<DaemonSet>::namespaced(client.clone(), VELERO_NAMESPACE)
+        .get(NODE_AGENT)
+        .await?;
+    daemon_set
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().find(|c| c.name == NODE_AGENT))
+        .map(|c| c.args.unwrap_or_default())
+        .context("the node agent's DaemonSet has no node-agent container")
+}
+
+/// Gives the node agent `args` and waits until every node runs a new pod of it:
+/// it reads its ConfigMap (`--node-agent-configmap`) only when it starts.
+pub async fn set_node_agent_args(
+    client: &Client,
+    args: &[String],
+    timeout: Duration,
+) -> Result<()> {
+    let api = Api::<DaemonSet>::namespaced(client.clone(), VELERO_NAMESPACE);
+    let patch = json!({ "spec": { "template": { "spec": { "containers": [
+        { "name": NODE_AGENT, "args": args }
+    ] } } } });
+    let patched = api
+        .patch(
+            NODE_AGENT,
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await?;
+    let generation = patched.metadata.generation.unwrap_or_default();
+    wait_for("the node agent rolled out", timeout, || async {
+        let status = api.get(NODE_AGENT).await?.status.unwrap_or_default();
+        let desired = status.desired_number_scheduled;
+        Ok(
+            (status.observed_generation.unwrap_or_default() >= generation
+                && status.updated_number_scheduled.unwrap_or_default() == desired
+                && status.number_available.unwrap_or_default() == desired
+                && status.number_ready == desired)
+                .then_some(()),
+        )
+    })
+    .await
+}
+
+/// The ConfigMap the node agent reads its data-path settings from (Velero's
+/// `--node-agent-configmap`), holding only `loadConcurrency.globalConfig`: how many
+/// volumes each node agent moves at once (1 unless set).
+pub fn load_concurrency_config(name: &str, per_node: u32) -> Result<ConfigMap> {
+    let config = json!({ "loadConcurrency": { "globalConfig": per_node } });
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": VELERO_NAMESPACE },
+        "data": { "node-agent-config.json": config.to_string() },
+    }))?)
 }

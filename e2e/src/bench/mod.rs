@@ -14,6 +14,7 @@ pub mod baseline;
 pub mod cli;
 pub mod floor;
 pub mod progress;
+pub mod real_data;
 pub mod report;
 pub mod restore_floor;
 pub mod results;
@@ -447,11 +448,17 @@ const QUIET_LOAD: f64 = 1.0;
 /// its namespaces' deletion) to fade below [`QUIET_LOAD`], so that each size starts on
 /// an equally quiet machine; returns the load it starts with.
 async fn settled_load(wait: Duration) -> f64 {
+    load_below(QUIET_LOAD, wait).await
+}
+
+/// Waits (at most `wait`) for the 1-minute load average to fall below `below`, and
+/// returns it: benchmarks share the machine, and start each part alike.
+pub async fn load_below(below: f64, wait: Duration) -> f64 {
     let started = std::time::Instant::now();
     loop {
         let load = load_average();
-        if load < QUIET_LOAD || started.elapsed() >= wait {
-            if load >= QUIET_LOAD && !wait.is_zero() {
+        if load < below || started.elapsed() >= wait {
+            if load >= below && !wait.is_zero() {
                 eprintln!(
                     "[bench] load average still {load:.2} after {}s; starting anyway",
                     wait.as_secs()

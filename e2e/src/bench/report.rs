@@ -61,7 +61,8 @@ fn parallel(r: &RefillRun) -> String {
     }
 }
 
-fn machine() -> String {
+/// The machine, as a results file names it: cores, CPU, memory.
+pub fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -78,7 +79,8 @@ fn machine() -> String {
     format!("{cores} cores ({model}), {mem_gib:.0} GiB")
 }
 
-fn revision() -> String {
+/// refill's commit, and whether src/ differs from it.
+pub fn revision() -> String {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let git = |args: &[&str]| {
         std::process::Command::new("git")
