@@ -83,8 +83,10 @@ pub fn copy(
     Ok(copy.into_summary())
 }
 
-/// The stack of each thread of a copy: a walk nests as deep as the tree, and the
-/// parallel iterators' splits and the work a waiting thread takes up stack on it.
+/// The stack of each thread of a copy: a walk nests as deep as the tree (at most about
+/// 2000 levels, as the snapshot's paths have at most 4096 bytes), and the parallel
+/// iterators' splits and the work a waiting thread takes up stack on it. 16 MiB was
+/// too little for 2000 levels in a debug build. Only what is used is ever resident.
 const THREAD_STACK: usize = 64 * 1024 * 1024;
 
 /// The threads of one copy (`count` of them, one at the least).

@@ -286,17 +286,22 @@ type State = std::collections::BTreeMap<String, String>;
 /// [`state`] but for the root's entries named in `skip`.
 fn state_but(root: &Path, skip: &[&str]) -> State {
     use std::collections::{BTreeMap, HashMap};
-    let mut metas = BTreeMap::new();
+    // Each entry's metadata, and each directory's names (sorted), by relative path.
+    let (mut metas, mut listings) = (BTreeMap::new(), HashMap::new());
     let mut pending = vec![std::path::PathBuf::new()];
     while let Some(rel) = pending.pop() {
         let meta = fs::symlink_metadata(root.join(&rel)).unwrap();
         if meta.is_dir() {
+            let mut names = Vec::new();
             for entry in fs::read_dir(root.join(&rel)).unwrap() {
                 let name = entry.unwrap().file_name();
                 if !(rel.as_os_str().is_empty() && skip.iter().any(|s| name == *s)) {
-                    pending.push(rel.join(name));
+                    pending.push(rel.join(&name));
+                    names.push(name);
                 }
             }
+            names.sort();
+            listings.insert(rel.clone(), names);
         }
         metas.insert(rel, meta);
     }
@@ -308,13 +313,7 @@ fn state_but(root: &Path, skip: &[&str]) -> State {
     for (rel, meta) in &metas {
         let path = root.join(rel);
         let what = if meta.is_dir() {
-            let mut names: Vec<_> = metas
-                .keys()
-                .filter(|p| p.parent() == Some(rel.as_path()))
-                .map(|p| p.file_name().unwrap().to_owned())
-                .collect();
-            names.sort();
-            format!("directory {names:?}")
+            format!("directory {:?}", listings[rel])
         } else if meta.is_symlink() {
             format!("symlink to {:?}", fs::read_link(&path).unwrap())
         } else {
@@ -989,15 +988,18 @@ fn a_metadata_compare_leaves_a_same_size_same_time_corruption_a_contents_one_fix
 }
 
 #[test]
-fn a_deep_tree_is_copied_on_threads_of_their_own() {
+fn a_tree_as_deep_as_a_path_may_be_is_copied_on_threads_of_their_own() {
     let (backup, live) = trees();
     let (b, l) = (backup.path(), live.path());
-    let deep = "d/".repeat(400);
+    // 2000 levels: the snapshot is read by path, and a path has at most 4096 bytes.
+    // Each level nests a walk on a thread's stack, with the parallel iterators' own
+    // frames: this aborts the whole process when the threads' stacks are too small.
+    let deep = "d/".repeat(2000);
     write(b, &format!("{deep}bottom"), b"far down");
     write(b, "wide/x", b"beside it");
     let summary = copy(b, l, &Matcher::whole(&[]).unwrap(), &threads(4)).unwrap();
     assert_eq!(read(l, &format!("{deep}bottom")), b"far down");
-    assert_eq!(summary.counts.directories, 402, "{summary:?}");
+    assert_eq!(summary.counts.directories, 2002, "{summary:?}");
     assert_eq!(state(l), state(b));
 }
 
