@@ -20,6 +20,27 @@ use crate::{LOCAL_PATH_CLASS, TESTBOX_IMAGE, fixture, real_node_annotations, wai
 /// Real pods, kopia and a busy two-core machine: generous bounds.
 pub const TIMEOUT: Duration = Duration::from_secs(300);
 
+/// One controller pod serves every test of a test binary, as one installed refill
+/// serves a cluster; the first test to need it installs it.
+static CONTROLLER: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// refill's controller from `manifests/`, installed once per test binary.
+pub async fn controller(env: &crate::TestEnv) -> Result<()> {
+    CONTROLLER
+        .get_or_try_init(|| async {
+            crate::in_cluster::install_controller(
+                env.cluster,
+                &env.client,
+                VELERO_NAMESPACE,
+                TIMEOUT,
+            )
+            .await
+            .map(|_| ())
+        })
+        .await?;
+    Ok(())
+}
+
 /// Every pod of `namespace`, stand-ins included, goes to a real node.
 pub async fn on_real_nodes(client: &Client, namespace: &str) -> Result<()> {
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())

@@ -8,7 +8,8 @@
 //! cancel, a refused scratch claim or a controller restart before the stop leaves the
 //! app untouched.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -22,23 +23,40 @@ use refill::api::{
 };
 use refill::labels;
 use refill_e2e::velero::{self, VELERO_NAMESPACE};
-use refill_e2e::velero_app::{TIMEOUT, damage, deploy_app, forget, nothing_left_behind, same_tree};
+use refill_e2e::velero_app::{
+    TIMEOUT, controller, damage, deploy_app, forget, nothing_left_behind, same_tree,
+};
 use refill_e2e::{TestEnv, fixture, in_cluster, run_test, wait_for};
 use serde_json::json;
-use tokio::sync::OnceCell;
 
-static CONTROLLER: OnceCell<()> = OnceCell::const_new();
+/// The app of [`deploy_app`] with `mib` MiB in the test's namespace, its files as
+/// they were backed up, and Velero's backup of the namespace.
+struct BackedUp {
+    ns: String,
+    client: Client,
+    app: Pod,
+    dir: PathBuf,
+    want: BTreeMap<String, velero::Entry>,
+    backup: String,
+}
 
-/// refill's controller from `manifests/`, installed once for these tests.
-async fn controller(env: &TestEnv) -> Result<()> {
-    CONTROLLER
-        .get_or_try_init(|| async {
-            in_cluster::install_controller(env.cluster, &env.client, VELERO_NAMESPACE, TIMEOUT)
-                .await
-                .map(|_| ())
-        })
-        .await?;
-    Ok(())
+/// refill's controller installed, and [`BackedUp`] made.
+async fn backed_up(env: &TestEnv, mib: u32) -> Result<BackedUp> {
+    controller(env).await?;
+    let ns = env.namespace().to_string();
+    let client = env.client.clone();
+    let (app, dir) = deploy_app(&client, &ns, mib).await?;
+    let want = velero::tree(&dir)?;
+    let backup = format!("{ns}-nightly");
+    velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+    Ok(BackedUp {
+        ns,
+        client,
+        app,
+        dir,
+        want,
+        backup,
+    })
 }
 
 /// What a volume gains after its backup: a newer WAL segment, a new directory of
@@ -153,13 +171,14 @@ async fn no_scratch_claim(client: &Client, ns: &str) -> Result<()> {
 #[tokio::test]
 async fn a_direct_restore_leaves_exactly_what_the_backup_holds() -> Result<()> {
     run_test("exact-direct", |env| async move {
-        controller(&env).await?;
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
-        let (_, dir) = deploy_app(&client, &ns, 8).await?;
-        let want = velero::tree(&dir)?;
-        let backup = format!("{ns}-nightly");
-        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        let BackedUp {
+            ns,
+            client,
+            dir,
+            backup,
+            want,
+            ..
+        } = backed_up(&env, 8).await?;
         gain_files(&dir)?;
         damage(&dir)?;
 
@@ -188,13 +207,14 @@ async fn a_direct_restore_leaves_exactly_what_the_backup_holds() -> Result<()> {
 #[tokio::test]
 async fn a_staged_restore_stops_the_app_only_for_the_copy_and_ends_exact() -> Result<()> {
     run_test("exact-staged", |env| async move {
-        controller(&env).await?;
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
-        let (_, dir) = deploy_app(&client, &ns, 8).await?;
-        let want = velero::tree(&dir)?;
-        let backup = format!("{ns}-nightly");
-        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        let BackedUp {
+            ns,
+            client,
+            dir,
+            backup,
+            want,
+            ..
+        } = backed_up(&env, 8).await?;
         let writer = keep_writing(&client, &ns, 0).await?;
         gain_files(&dir)?;
         damage(&dir)?;
@@ -241,13 +261,14 @@ async fn a_staged_restore_stops_the_app_only_for_the_copy_and_ends_exact() -> Re
 #[tokio::test]
 async fn a_controller_killed_between_the_fill_and_the_stop_finishes_the_restore() -> Result<()> {
     run_test("exact-kill", |env| async move {
-        controller(&env).await?;
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
-        let (_, dir) = deploy_app(&client, &ns, 8).await?;
-        let want = velero::tree(&dir)?;
-        let backup = format!("{ns}-nightly");
-        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        let BackedUp {
+            ns,
+            client,
+            dir,
+            backup,
+            want,
+            ..
+        } = backed_up(&env, 8).await?;
         keep_writing(&client, &ns, 20).await?;
         gain_files(&dir)?;
 
@@ -277,12 +298,14 @@ async fn a_controller_killed_between_the_fill_and_the_stop_finishes_the_restore(
 #[tokio::test]
 async fn a_cancel_during_a_staged_fill_never_stops_the_app() -> Result<()> {
     run_test("exact-cancel", |env| async move {
-        controller(&env).await?;
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
-        let (app, dir) = deploy_app(&client, &ns, 64).await?;
-        let backup = format!("{ns}-nightly");
-        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        let BackedUp {
+            ns,
+            client,
+            app,
+            dir,
+            backup,
+            ..
+        } = backed_up(&env, 64).await?;
         gain_files(&dir)?;
         damage(&dir)?;
         let before = velero::tree(&dir)?;
@@ -323,12 +346,13 @@ async fn a_cancel_during_a_staged_fill_never_stops_the_app() -> Result<()> {
 #[tokio::test]
 async fn a_refused_scratch_claim_fails_the_volume_before_anything_stops() -> Result<()> {
     run_test("exact-quota", |env| async move {
-        controller(&env).await?;
-        let ns = env.namespace().to_string();
-        let client = env.client.clone();
-        let (app, _) = deploy_app(&client, &ns, 1).await?;
-        let backup = format!("{ns}-nightly");
-        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        let BackedUp {
+            ns,
+            client,
+            app,
+            backup,
+            ..
+        } = backed_up(&env, 1).await?;
         let quota = serde_json::from_value(json!({
             "metadata": { "name": "one-claim" },
             "spec": { "hard": { "persistentvolumeclaims": "1" } },

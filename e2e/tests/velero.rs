@@ -20,28 +20,12 @@ use refill::api::{
 use refill::labels;
 use refill_e2e::velero::{self, VELERO_NAMESPACE};
 use refill_e2e::velero_app::{
-    TIMEOUT, app_template, damage, deploy_app, forget, nothing_left_behind, on_real_nodes,
-    same_tree,
+    TIMEOUT, app_template, controller, damage, deploy_app, forget, nothing_left_behind,
+    on_real_nodes, same_tree,
 };
 use refill_e2e::{Cluster, LOCAL_PATH_CLASS, OwnCluster, TestEnv};
 use refill_e2e::{fixture, in_cluster, run_test, run_test_on, wait_for};
 use serde_json::json;
-use tokio::sync::OnceCell;
-
-/// One controller pod serves every test here, as one installed refill serves a
-/// cluster; the first test to need it installs it.
-static CONTROLLER: OnceCell<()> = OnceCell::const_new();
-
-async fn controller(env: &TestEnv) -> Result<()> {
-    CONTROLLER
-        .get_or_try_init(|| async {
-            in_cluster::install_controller(env.cluster, &env.client, VELERO_NAMESPACE, TIMEOUT)
-                .await
-                .map(|_| ())
-        })
-        .await?;
-    Ok(())
-}
 
 async fn restore(
     client: &Client,

@@ -424,6 +424,12 @@ fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             ),
         };
     }
+    start_stand_in(pvc, seen)
+}
+
+/// Nothing else writes the PVC: the stand-in is made (with its PodVolumeRestore), or
+/// one a pass made before its status write was lost is followed.
+fn start_stand_in(pvc: &str, seen: &Seen) -> Step {
     match &seen.stand_in {
         StandIn::Absent => doing(
             Effect::CreateStandIn,
@@ -653,23 +659,7 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     };
     match &seen.copier {
         // Emptied: the stand-in comes next, and with it the node agent.
-        Copier::Absent if done && clearing => match &seen.stand_in {
-            StandIn::Absent => doing(
-                Effect::CreateStandIn,
-                Change::Advance(VolumePhase::StartingStandIn),
-            ),
-            // Made by a pass whose status write was lost.
-            StandIn::Ours {
-                terminating: false, ..
-            } => Step {
-                effect: None,
-                change: Change::Advance(VolumePhase::StartingStandIn),
-            },
-            StandIn::Ours { name, .. } => {
-                stay(format!("waiting for the old stand-in pod {name} to go"))
-            }
-            StandIn::Other { .. } => other_stand_in(pvc, seen),
-        },
+        Copier::Absent if done && clearing => start_stand_in(pvc, seen),
         Copier::Absent if done => Step {
             effect: None,
             change: Change::Completed,
