@@ -75,6 +75,9 @@ pub enum Copier {
     },
     /// Another restore's copier (its name derives from the claim).
     Other { name: String, restore: String },
+    /// A pod with this restore's copier name and labels that refill has no record of
+    /// making: a team's, or refill's own from a pass whose status write was lost.
+    Unrecorded { name: String, terminating: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -120,6 +123,10 @@ pub enum StandIn {
         restore: String,
         terminating: bool,
     },
+    /// A pod with this restore's stand-in name and labels that refill has no record of
+    /// making (no recorded UID, and no PodVolumeRestore names it): a team's, or refill's
+    /// own from a pass whose status write was lost.
+    Unrecorded { name: String, terminating: bool },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,6 +296,11 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             ),
         })
     });
+    if volume.phase.is_active()
+        && let Some(step) = unrecorded(seen)
+    {
+        return step;
+    }
     match volume.phase {
         VolumePhase::Pending => match stop {
             Some(stop) => end_or_abort(seen, stop.outcome, stop.why),
@@ -359,14 +371,43 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                 message: volume.message.clone(),
                 warning: None,
             };
-            let helpers_gone =
-                seen.stand_in == StandIn::Absent && !matches!(seen.copier, Copier::Present { .. });
+            let helpers_gone = !matches!(seen.stand_in, StandIn::Ours { .. })
+                && !matches!(seen.copier, Copier::Present { .. });
             if seen.scratch && helpers_gone {
                 return doing(Effect::DeleteScratchClaim, stay);
             }
             without_stand_in(seen, volume.message.clone(), stay)
         }
     }
+}
+
+/// A pod under a name refill derives for its own stand-in or copier, with their labels,
+/// that refill has no record of making, goes before anything else happens: it may be a
+/// team's pod with any container in it, and refill never writes beside it or takes it
+/// for its own. Refill's own, made by a pass whose status write was lost, was never
+/// given a PodVolumeRestore (that would vouch for it) and holds nothing yet; it is made
+/// again, and recorded, once this one is gone.
+fn unrecorded(seen: &Seen) -> Option<Step> {
+    let (effect, name, terminating) = match (&seen.stand_in, &seen.copier) {
+        (StandIn::Unrecorded { name, terminating }, _) => {
+            (Effect::DeleteStandIn, name, *terminating)
+        }
+        (_, Copier::Unrecorded { name, terminating }) => (Effect::DeleteCopier, name, *terminating),
+        _ => return None,
+    };
+    let message = format!(
+        "pod {name} has refill's name and labels but refill has no record of making it; waiting for it to go"
+    );
+    Some(match terminating {
+        true => stay(message),
+        false => doing(
+            effect,
+            Change::Stay {
+                message: Some(message),
+                warning: None,
+            },
+        ),
+    })
 }
 
 fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
@@ -414,7 +455,8 @@ fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
                 effect: None,
                 change: Change::Advance(next),
             },
-            StandIn::Other { .. } => other_stand_in(pvc, seen),
+            // (An unrecorded pod went before this: [`unrecorded`].)
+            StandIn::Other { .. } | StandIn::Unrecorded { .. } => other_stand_in(pvc, seen),
             // A stand-in of this restore before the copier: left from a fill, or from
             // a pass that did not get to write its status. It goes first.
             StandIn::Ours { name, .. } => without_stand_in(
@@ -444,7 +486,7 @@ fn start_stand_in(pvc: &str, seen: &Seen) -> Step {
         StandIn::Ours { name, .. } => {
             stay(format!("waiting for the old stand-in pod {name} to go"))
         }
-        StandIn::Other { .. } => other_stand_in(pvc, seen),
+        StandIn::Other { .. } | StandIn::Unrecorded { .. } => other_stand_in(pvc, seen),
     }
 }
 
@@ -476,7 +518,7 @@ fn lost_hold(pvc: &str, seen: &Seen, online: bool) -> Option<String> {
         return Some(format!("PVC {pvc} was deleted during the restore"));
     }
     match &seen.stand_in {
-        StandIn::Absent | StandIn::Other { .. } => {
+        StandIn::Absent | StandIn::Other { .. } | StandIn::Unrecorded { .. } => {
             return Some(format!(
                 "the stand-in pod of {pvc} disappeared (deleted or evicted); the volume is not restored"
             ));
@@ -698,6 +740,8 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
         Copier::Other { name, restore } => failed(format!(
             "PVC {pvc} is being restored by DataRestore {restore} (copier pod {name}); restore it again after that one ends"
         )),
+        // Gone before this is reached: [`unrecorded`].
+        Copier::Unrecorded { .. } => stay(None),
     }
 }
 
@@ -762,7 +806,8 @@ fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step 
             );
         }
         Copier::Present { .. } => return stay(message),
-        Copier::Absent | Copier::Other { .. } => {}
+        // Not refill's to remove once the volume ended.
+        Copier::Absent | Copier::Other { .. } | Copier::Unrecorded { .. } => {}
     }
     match &seen.stand_in {
         StandIn::Ours {
@@ -775,7 +820,7 @@ fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step 
             },
         ),
         StandIn::Ours { .. } => stay(message),
-        StandIn::Absent | StandIn::Other { .. } => Step {
+        StandIn::Absent | StandIn::Other { .. } | StandIn::Unrecorded { .. } => Step {
             effect: None,
             change: then,
         },

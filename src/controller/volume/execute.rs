@@ -260,6 +260,9 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
         }
     };
     volume.stand_in_pod = Some(name);
+    // Recorded from the API's answer, not from what is found later under the name: a
+    // pod of that name refill did not make is never taken for its own.
+    volume.stand_in_uid = created.uid();
     // The node agent itself waits for restore-wait to run before it starts, as it does
     // for Velero's own restores, so the PodVolumeRestore goes out with the stand-in.
     refused_as(

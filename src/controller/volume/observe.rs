@@ -150,11 +150,17 @@ fn scratch_may_be_left(volume: &VolumeStatus) -> bool {
 }
 
 /// The copier pod as [`decide`](super::decide) needs to know it.
-pub fn copier_of(pod: &Pod, uid: &str) -> Copier {
+pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> Copier {
     if !observe::is_own_copier(pod, uid) {
         return Copier::Other {
             name: pod.name_any(),
             restore: observe::stand_in_restore(pod).unwrap_or_else(|| "another restore".into()),
+        };
+    }
+    if !is_own_writer(pod, uid, volume) {
+        return Copier::Unrecorded {
+            name: pod.name_any(),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
         };
     }
     Copier::Present {
@@ -286,7 +292,11 @@ pub async fn seen(
     let mounting = observe::pods_mounting(ctx.reads(), ns, &[claim]).await?;
 
     let mut stand_in = match &found.stand_in {
-        Some(pod) => stand_in_of(pod),
+        Some(pod) if is_own_writer(pod, uid, volume) => stand_in_of(pod),
+        Some(pod) => StandIn::Unrecorded {
+            name: pod.name_any(),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        },
         None => StandIn::Absent,
     };
     let mut foreign_pods = Vec::new();
@@ -347,7 +357,7 @@ pub async fn seen(
         copier: found
             .copier
             .as_ref()
-            .map_or(Copier::Absent, |pod| copier_of(pod, uid)),
+            .map_or(Copier::Absent, |pod| copier_of(pod, uid, volume)),
         scratch: found
             .scratch
             .as_ref()
@@ -410,19 +420,13 @@ pub fn worth_reading(
 }
 
 /// Whether `pod` is the restore's own stand-in or copier for `volume`: by its labels,
-/// its derived name, and the UID recorded when refill first saw it. Labels and names are
-/// the team's to copy; a pod of theirs that copies them still counts as a writer.
+/// its derived name, and the UID refill recorded when it made it. Labels and names are
+/// the team's to copy; a pod of theirs that copies them, before refill makes its own or
+/// in its place, is a writer like any other.
 pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     let name = pod.name_any();
-    // Before its UID is recorded, a pod made before the volume started cannot be one
-    // refill made for it: a team's pod put there first under the derived name.
-    let made_since_start = || match (&pod.metadata.creation_timestamp, &volume.start_time) {
-        (Some(made), Some(started)) => made.0 >= started.0 - CLOCK_SKEW,
-        _ => true,
-    };
-    let recorded = |uid: &Option<String>| match uid.as_deref() {
-        Some(recorded) => pod.metadata.uid.as_deref() == Some(recorded),
-        None => made_since_start(),
+    let recorded = |uid: &Option<String>| {
+        uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref()
     };
     let stand_in = observe::is_own_stand_in(pod, uid)
         && name == labels::stand_in_pod_name(&volume.written_claim())
@@ -433,6 +437,15 @@ pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     stand_in || copier
 }
 
+/// Whether this restore's PodVolumeRestore names `pod` as the one it writes through.
+/// Only refill makes PodVolumeRestores (in Velero's namespace, where teams cannot), and
+/// it makes one right after its stand-in: a stand-in whose UID a lost status write did
+/// not record is known by it.
+fn vouched_for(pod: &Pod, pvr: Option<&PodVolumeRestore>) -> bool {
+    let named = pvr.and_then(|p| p.spec.pod.uid.as_deref());
+    named.is_some() && named == pod.metadata.uid.as_deref()
+}
+
 /// Copies what the stand-in and the node agent report (node, bytes) into the record.
 pub fn follow(volume: &mut VolumeStatus, found: &Found, uid: &str) {
     // An ended volume's record is final: a PodVolumeRestore whose last progress report
@@ -441,25 +454,24 @@ pub fn follow(volume: &mut VolumeStatus, found: &Found, uid: &str) {
     if volume.phase.is_terminal() {
         return;
     }
-    if let Some(pod) = &found.copier
-        && volume.copier_uid.is_none()
-        && is_own_writer(pod, uid, volume)
-    {
-        volume.copier_uid = pod.metadata.uid.clone();
-    }
     // The record is of the copier there is: once none is, the next one refill makes
     // (a copy or clearing done again, after a restart lost what the last one did) is
-    // recorded anew instead of being taken for another's pod.
+    // recorded anew when it is made.
     if found.copier.is_none() && copier_may_exist(volume) {
         volume.copier_uid = None;
     }
     if let Some(pod) = &found.stand_in {
-        volume.stand_in_pod = Some(pod.name_any());
-        if volume.stand_in_uid.is_none() && is_own_writer(pod, uid, volume) {
+        if volume.stand_in_uid.is_none()
+            && observe::is_own_stand_in(pod, uid)
+            && vouched_for(pod, found.pod_volume_restore.as_deref())
+        {
             volume.stand_in_uid = pod.metadata.uid.clone();
         }
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            volume.node = Some(node);
+        if is_own_writer(pod, uid, volume) {
+            volume.stand_in_pod = Some(pod.name_any());
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                volume.node = Some(node);
+            }
         }
     }
     let Some(found) = &found.pod_volume_restore else {
@@ -570,7 +582,7 @@ mod tests {
     }
 
     #[test]
-    fn a_copier_made_again_is_recorded_anew_once_the_last_one_is_gone() {
+    fn a_copier_s_record_goes_with_it_and_a_copier_found_later_is_not_taken_for_refill_s() {
         let clearing = VolumeStatus {
             pvc: "shop/data".into(),
             phase: VolumePhase::Clearing,
@@ -594,8 +606,10 @@ mod tests {
             copier: Some(copier),
             ..Found::default()
         };
+        // Refill records the copier it makes from the API's answer; one found under the
+        // name is anyone's.
         follow(&mut gone, &found, "r");
-        assert_eq!(gone.copier_uid.as_deref(), Some("u-second"));
+        assert_eq!(gone.copier_uid, None);
         // Where the copier is not looked for, its absence says nothing.
         let mut restoring = VolumeStatus {
             phase: VolumePhase::Restoring,
@@ -607,7 +621,6 @@ mod tests {
 
     #[test]
     fn only_the_recorded_stand_in_and_copier_are_refill_s_writers() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
         let volume = VolumeStatus {
             pvc: "shop/data".into(),
             stand_in_uid: Some("u-stand-in".into()),
@@ -635,30 +648,70 @@ mod tests {
         assert!(!is_own_writer(&copy, "r", &volume));
         let replaced = pod(stand_in, labels::ROLE_STAND_IN, "r", "u-other");
         assert!(!is_own_writer(&replaced, "r", &volume));
-        // A copier not yet recorded is known by labels and name, until its UID is.
+        // A copier is refill's by its recorded UID only: not before one is recorded
+        // (a team's pod put under the name first), nor with another recorded.
         let copier_pod = pod(copier, labels::ROLE_COPIER, "r", "u-copier");
-        assert!(is_own_writer(&copier_pod, "r", &volume));
+        assert!(!is_own_writer(&copier_pod, "r", &volume));
         let recorded = VolumeStatus {
+            copier_uid: Some("u-copier".into()),
+            ..volume.clone()
+        };
+        assert!(is_own_writer(&copier_pod, "r", &recorded));
+        let other = VolumeStatus {
             copier_uid: Some("u-first-copier".into()),
             ..volume.clone()
         };
-        assert!(!is_own_writer(&copier_pod, "r", &recorded));
+        assert!(!is_own_writer(&copier_pod, "r", &other));
         assert!(!is_own_writer(&ours, "another-restore", &volume));
+    }
 
-        // Not yet recorded: one made before the volume started is a team's, put first
-        // under the derived name.
-        let started = VolumeStatus {
-            start_time: Some(Time("2026-01-01T10:00:00Z".parse().unwrap())),
-            ..volume
+    #[test]
+    fn an_unrecorded_stand_in_is_taken_for_refill_s_only_when_its_pod_volume_restore_names_it() {
+        let pod = |pod_uid: &str| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(labels::stand_in_pod_name("shop/data"));
+            pod.metadata.uid = Some(pod_uid.into());
+            pod.metadata.labels = Some(
+                [
+                    (labels::ROLE.to_string(), labels::ROLE_STAND_IN.to_string()),
+                    (labels::DATA_RESTORE_UID.to_string(), "r".to_string()),
+                ]
+                .into(),
+            );
+            Arc::new(pod)
         };
-        let made_at = |mut pod: Pod, at: &str| {
-            pod.metadata.creation_timestamp = Some(Time(at.parse().unwrap()));
-            pod
+        let pvr_for = |pod_uid: &str| {
+            let mut pvr = PodVolumeRestore::new("p", Default::default());
+            pvr.spec.pod.uid = Some(pod_uid.into());
+            Arc::new(pvr)
         };
-        let first = made_at(copier_pod.clone(), "2026-01-01T09:00:00Z");
-        assert!(!is_own_writer(&first, "r", &started));
-        let after = made_at(copier_pod, "2026-01-01T10:00:05Z");
-        assert!(is_own_writer(&after, "r", &started));
+        let lost = VolumeStatus {
+            pvc: "shop/data".into(),
+            phase: VolumePhase::StartingStandIn,
+            ..Default::default()
+        };
+        // Made by a pass whose status write was lost, after which its PodVolumeRestore
+        // went out: that names it.
+        let mut volume = lost.clone();
+        let found = Found {
+            stand_in: Some(pod("u-1")),
+            pod_volume_restore: Some(pvr_for("u-1")),
+            ..Found::default()
+        };
+        follow(&mut volume, &found, "r");
+        assert_eq!(volume.stand_in_uid.as_deref(), Some("u-1"));
+        assert_eq!(volume.stand_in_pod, Some(labels::stand_in_pod_name("shop/data")));
+        // A team's pod under the name and labels: no PodVolumeRestore names it.
+        for pvr in [None, Some(pvr_for("u-1"))] {
+            let mut volume = lost.clone();
+            let found = Found {
+                stand_in: Some(pod("u-team")),
+                pod_volume_restore: pvr,
+                ..Found::default()
+            };
+            follow(&mut volume, &found, "r");
+            assert_eq!((volume.stand_in_uid, volume.stand_in_pod), (None, None));
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::decide::Change;
 use super::execute::{Act, refused_as};
 use super::observe::{Found, split};
 
-pub async fn create_copier(act: &Act<'_>, volume: &VolumeStatus) -> Result<Option<Change>> {
+pub async fn create_copier(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Option<Change>> {
     let (ns, claim) = split(&volume.pvc);
     // A clearing runs where the PVC's volume is, or for an unbound claim on the
     // stand-in's candidates; a copy where the stand-in filled the scratch claim.
@@ -53,11 +53,14 @@ pub async fn create_copier(act: &Act<'_>, volume: &VolumeStatus) -> Result<Optio
         .create(&PostParams::default(), &pod)
         .await;
     match made {
-        Ok(_) => {
+        Ok(made) => {
+            // Its UID is what makes it refill's, not its name or labels.
+            volume.copier_uid = made.uid();
             info!(pvc = %volume.pvc, copier = %name, job = ?job, "started the copier");
             Ok(None)
         }
-        // Made by the pass before a restart; the next pass looks at it.
+        // Made by the pass before a restart, or by someone else: the next pass looks at
+        // it, and deletes it unless its UID is the one recorded.
         Err(e) if has_status(&e, 409) => Ok(None),
         // Never made, it wrote nothing: the volume ends at once.
         Err(e) => refused_as(Err(e.into()), |why| Change::End {

@@ -1165,3 +1165,64 @@ fn every_switching_transition() {
 }
 
 mod staged;
+
+#[test]
+fn a_pod_under_refill_s_names_that_refill_did_not_record_goes_before_anything_else() {
+    use VolumePhase::*;
+    let unrecorded = |terminating| StandIn::Unrecorded {
+        name: "refill-data-1".into(),
+        terminating,
+    };
+    let copier_unrecorded = Copier::Unrecorded {
+        name: "refill-copy-data-1".into(),
+        terminating: false,
+    };
+    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+        (
+            "put there before the stand-in: deleted, not adopted",
+            volume(Quiescing),
+            seen(unrecorded(false), None),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("no record of making it")),
+        ),
+        (
+            "while it goes, nothing else happens",
+            staged(volume(StartingStandIn)),
+            seen(unrecorded(true), None),
+            rules(),
+            Want::Stay(None, Some("no record of making it")),
+        ),
+        (
+            "put in place of refill's stand-in during the restore",
+            volume(Restoring),
+            seen(unrecorded(false), pvr(PodVolumePhase::InProgress)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("no record of making it")),
+        ),
+        (
+            "even when the restore is being canceled",
+            volume(Quiescing),
+            seen(unrecorded(false), None),
+            canceled(),
+            Want::Stay(Some(Effect::DeleteStandIn), Some("no record of making it")),
+        ),
+        (
+            "a copier refill did not record",
+            exact(volume(Clearing)),
+            with_copier(seen(StandIn::Absent, None), copier_unrecorded),
+            rules(),
+            Want::Stay(Some(Effect::DeleteCopier), Some("no record of making it")),
+        ),
+        (
+            "once the volume ended it is not refill's to remove",
+            volume(Completed),
+            seen(unrecorded(false), None),
+            rules(),
+            Want::Stay(None, None),
+        ),
+    ];
+    let now = at(NOW);
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, now), want);
+    }
+}
