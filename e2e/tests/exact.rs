@@ -166,8 +166,9 @@ async fn no_scratch_claim(client: &Client, ns: &str) -> Result<()> {
     .await
 }
 
-/// The default restore: the volume is emptied, then Velero's node agent writes the
-/// backup into it, so that what appeared after the backup goes too.
+/// The default restore: the volume's files are set aside, Velero's node agent writes
+/// the backup into the emptied volume, and what was set aside is removed, so that what
+/// appeared after the backup goes too.
 #[tokio::test]
 async fn a_direct_restore_leaves_exactly_what_the_backup_holds() -> Result<()> {
     run_test("exact-direct", |env| async move {
@@ -190,9 +191,10 @@ async fn a_direct_restore_leaves_exactly_what_the_backup_holds() -> Result<()> {
         let volume = &status.volumes[0];
         ensure!(
             volume.cleared.is_some_and(|n| n >= 7),
-            "the volume's root held 7 entries or more, {:?} were cleared",
+            "the volume's root held 7 entries or more, {:?} were set aside",
             volume.cleared
         );
+        ensure!(volume.tidied.is_some(), "{volume:#?}");
         fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
         nothing_left_behind(&client, &ns, &done).await?;
         forget(&client, &ns, &backup).await
@@ -335,6 +337,48 @@ async fn a_cancel_during_a_staged_fill_never_stops_the_app() -> Result<()> {
         ensure!(pods[0].uid() == app.uid(), "the app's pod was replaced");
         same_tree(&before, &dir)?;
         no_scratch_claim(&client, &ns).await?;
+        forget(&client, &ns, &backup).await
+    })
+    .await
+}
+
+/// A direct restore canceled once the volume's files are set aside and the node agent
+/// is about to write: what it wrote goes, the files set aside come back, and the
+/// volume is as it was before the restore, not emptied.
+#[tokio::test]
+async fn a_direct_restore_that_does_not_complete_puts_the_volume_back_as_it_was() -> Result<()> {
+    run_test("exact-put-back", |env| async move {
+        let BackedUp {
+            ns,
+            client,
+            dir,
+            backup,
+            ..
+        } = backed_up(&env, 64).await?;
+        gain_files(&dir)?;
+        damage(&dir)?;
+        let before = velero::tree(&dir)?;
+
+        start(&client, &ns, &backup, RestoreMethod::Direct).await?;
+        volume_reaches(&client, &ns, VolumePhase::StartingStandIn).await?;
+        Api::<DataRestore>::namespaced(client.clone(), VELERO_NAMESPACE)
+            .patch(
+                &ns,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await?;
+        let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?;
+        let status = done.status.clone().unwrap_or_default();
+        let volume = &status.volumes[0];
+        ensure!(status.phase == Phase::Canceled, "{status:#?}");
+        ensure!(
+            !volume.partly_written && volume.put_back.is_some_and(|n| n >= 7),
+            "{volume:#?}"
+        );
+        same_tree(&before, &dir)?;
+        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        nothing_left_behind(&client, &ns, &done).await?;
         forget(&client, &ns, &backup).await
     })
     .await

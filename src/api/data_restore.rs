@@ -276,7 +276,7 @@ impl DataRestoreSpec {
                 }
             ),
             RestoreMethod::Direct => match self.extra_files {
-                ExtraFiles::Delete => "Direct: consumers stop for the whole restore; each PVC is emptied, then the node agent writes the backup into it, so it ends exactly as the backup".to_string(),
+                ExtraFiles::Delete => "Direct: consumers stop for the whole restore; each PVC's files are set aside in it, the node agent writes the backup into the emptied PVC, then what was set aside is removed, so it ends exactly as the backup (a restore that does not complete puts the files back)".to_string(),
                 ExtraFiles::Keep => format!("Direct: consumers stop for the whole restore; the node agent writes the backup over the PVC's files, and {extra}"),
             },
             RestoreMethod::Staged => format!("Staged: the node agent fills a scratch claim while consumers run; they stop only while the PVC is made equal to it (what they wrote meanwhile is discarded), and {extra}"),
@@ -433,9 +433,10 @@ pub enum VolumePhase {
     /// Its consumers are being stopped; waiting until no pod mounts the PVC. A staged
     /// or path restore comes here only once its scratch claim is filled.
     Quiescing,
-    /// Direct, with spec.extraFiles Delete: refill's copier pod empties the PVC
-    /// (Velero's `.velero` folder aside), so that afterwards it holds what the backup
-    /// holds and nothing more.
+    /// Direct, with spec.extraFiles Delete: refill's copier pod moves what the PVC
+    /// holds (Velero's `.velero` folder aside) into a directory of its root,
+    /// `.refill-aside-<DataRestore UID>`, so that the backup goes into an empty volume;
+    /// a restore that does not complete puts those files back.
     Clearing,
     /// The stand-in pod and its PodVolumeRestore are created; waiting for `restore-wait`
     /// to run, which is when the node agent can start.
@@ -450,6 +451,10 @@ pub enum VolumePhase {
     /// and the consumers stopped; refill's copier pod makes the PVC equal to the
     /// scratch claim (or copies the chosen paths into it).
     Copying,
+    /// Direct, with spec.extraFiles Delete: the backup is in and the stand-in gone;
+    /// refill's copier pod removes the files set aside in Clearing. The consumers stay
+    /// stopped until it is done. A stop here no longer puts anything back.
+    Tidying,
     /// With switchWorkloads: the new claim holds the backup; the workloads to switch
     /// are stopped and waited for until none of their pods mounts the PVC. They come
     /// back on the new claim once the volume Completed.
@@ -485,6 +490,7 @@ impl VolumePhase {
                 | VolumePhase::Restoring
                 | VolumePhase::RemovingStandIn
                 | VolumePhase::Copying
+                | VolumePhase::Tidying
                 | VolumePhase::Switching
                 | VolumePhase::Aborting
         )
@@ -523,10 +529,17 @@ pub struct VolumeStatus {
     /// removed (spec.extraFiles Keep).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_extra_files: bool,
-    /// Direct with extra files deleted: how many entries the volume's root held that
-    /// were removed before the node agent wrote the backup.
+    /// Direct with extra files deleted: how many entries of the volume's root were set
+    /// aside before the node agent wrote the backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleared: Option<u64>,
+    /// How many entries went with the set-aside files once the backup was in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tidied: Option<u64>,
+    /// A restore that did not complete after Clearing: how many entries of the
+    /// volume's root were put back where they were. The volume is then as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub put_back: Option<u64>,
     /// UID of the PVC when validated; the PodVolumeRestore is labelled with it.
     #[serde(default, rename = "pvcUID", skip_serializing_if = "Option::is_none")]
     pub pvc_uid: Option<String>,
@@ -608,8 +621,8 @@ impl VolumeStatus {
         self.scratch_pvc.is_some()
     }
 
-    /// Direct into the PVC itself, with what the backup lacks removed: the PVC is
-    /// emptied first (phase Clearing).
+    /// Direct into the PVC itself, with what the backup lacks removed: the PVC's files
+    /// are set aside first (phase Clearing), and removed after (Tidying).
     pub fn clears_first(&self) -> bool {
         self.target_pvc.is_none() && self.scratch_pvc.is_none() && !self.keep_extra_files
     }

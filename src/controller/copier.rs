@@ -50,8 +50,37 @@ pub enum Job<'a> {
         /// Also remove what the scratch claim does not hold.
         mirror: bool,
     },
-    /// Empties the PVC before the node agent writes the backup into it.
-    Clear,
+    /// Moves the PVC's files into the directory named, in its root, before the node
+    /// agent writes the backup beside them.
+    SetAside(&'a str),
+    /// Removes that directory once the backup is in.
+    Tidy(&'a str),
+    /// Moves the set-aside files back: the backup did not go in whole. With
+    /// `delete_written`, what the node agent may have written goes first.
+    PutBack {
+        /// The set-aside directory, in the PVC's root.
+        dir: &'a str,
+        /// Delete what is beside it first.
+        delete_written: bool,
+    },
+}
+
+impl Job<'_> {
+    /// The flag and directory of a job that moves the PVC's own files.
+    fn moves(&self) -> Option<(&'static str, &str)> {
+        match *self {
+            Job::SetAside(name) => Some(("--set-aside", name)),
+            Job::Tidy(name) => Some(("--tidy", name)),
+            Job::PutBack { dir, .. } => Some(("--put-back", dir)),
+            Job::Paths(_) | Job::Whole { .. } => None,
+        }
+    }
+}
+
+/// The directory of a PVC's root where a direct restore sets its files aside: named
+/// for the restore, so that no backup holds it and no other restore's is taken for it.
+pub fn aside_dir(restore_uid: &str) -> String {
+    format!(".refill-aside-{restore_uid}")
 }
 
 /// Velero's folder in a volume's root, where the node agent writes its done file for
@@ -86,14 +115,11 @@ pub struct Copier<'a> {
 /// `refill copy`'s arguments for `job`.
 pub fn args(job: Job<'_>) -> Vec<String> {
     let from = ["copy", "--from", SOURCE, "--to", TARGET];
-    let mut args: Vec<String> = match job {
-        Job::Clear => vec![
-            "copy".into(),
-            "--clear".into(),
-            "--to".into(),
-            TARGET.into(),
-        ],
-        Job::Paths(_) | Job::Whole { .. } => from.map(String::from).to_vec(),
+    let mut args: Vec<String> = match job.moves() {
+        Some((flag, name)) => ["copy", flag, name, "--to", TARGET]
+            .map(String::from)
+            .to_vec(),
+        None => from.map(String::from).to_vec(),
     };
     let mut flag = |name: &str, value: &str| args.extend([name.to_string(), value.to_string()]);
     let mirror = match job {
@@ -110,9 +136,19 @@ pub fn args(job: Job<'_>) -> Vec<String> {
             args.push("--whole".into());
             mirror
         }
-        Job::Clear => false,
+        Job::PutBack {
+            delete_written: true,
+            ..
+        } => {
+            args.push("--delete-written".into());
+            false
+        }
+        Job::SetAside(_) | Job::Tidy(_) | Job::PutBack { .. } => false,
     };
-    if matches!(job, Job::Whole { .. } | Job::Clear) {
+    if matches!(
+        job,
+        Job::Whole { .. } | Job::SetAside(_) | Job::PutBack { .. }
+    ) {
         args.extend(["--exclude".to_string(), VELERO_FOLDER.to_string()]);
     }
     if mirror {
@@ -254,6 +290,17 @@ pub fn outcome(pod: &Pod) -> Option<Result<CopySummary, String>> {
     Some(Err(why.trim().to_string()))
 }
 
+/// Whether the copier `pod` puts set-aside files back (rather than setting them aside
+/// or removing them): read from its arguments, which refill wrote.
+pub fn puts_back(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter(|c| c.name == CONTAINER)
+        .flat_map(|c| c.args.iter().flatten())
+        .any(|a| a == "--put-back")
+}
+
 /// Why the copier has not started, when its pod says (unschedulable, image pull).
 pub fn waiting(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
@@ -355,9 +402,36 @@ mod tests {
             "extra files kept"
         );
         assert_eq!(
-            join(Job::Clear),
-            "copy --clear --to /target --exclude .velero --termination-log /dev/termination-log"
+            join(Job::SetAside(".refill-aside-u")),
+            "copy --set-aside .refill-aside-u --to /target --exclude .velero --termination-log /dev/termination-log"
         );
+        assert_eq!(
+            join(Job::Tidy(".refill-aside-u")),
+            "copy --tidy .refill-aside-u --to /target --termination-log /dev/termination-log"
+        );
+        assert_eq!(
+            join(Job::PutBack {
+                dir: ".refill-aside-u",
+                delete_written: true
+            }),
+            "copy --put-back .refill-aside-u --to /target --delete-written --exclude .velero --termination-log /dev/termination-log"
+        );
+        let back = pod(Copier {
+            name: "refill-copy-data-abc".into(),
+            namespace: "shop",
+            source_claim: None,
+            target_claim: "data",
+            restore_key: "velero/r1".into(),
+            restore_uid: "uid-1",
+            nodes: &[],
+            tolerations: &[],
+            image: "refill.local/refill:dev",
+            job: Job::PutBack {
+                dir: ".refill-aside-uid-1",
+                delete_written: false,
+            },
+        });
+        assert!(puts_back(&back), "what it does is read back from the pod");
         let clearing = pod(Copier {
             name: "refill-copy-data-abc".into(),
             namespace: "shop",
@@ -368,7 +442,7 @@ mod tests {
             nodes: &[],
             tolerations: &[],
             image: "refill.local/refill:dev",
-            job: Job::Clear,
+            job: Job::SetAside(".refill-aside-uid-1"),
         });
         let spec = clearing.spec.unwrap();
         let volumes = spec.volumes.unwrap();

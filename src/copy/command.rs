@@ -6,22 +6,28 @@ use std::path::PathBuf;
 
 use clap::builder::RangedU64ValueParser;
 
+use super::aside::valid_name;
 use super::options::{Compare, Options, default_threads};
 use super::select::{Matcher, Selection, pattern_error};
-use super::{CopyError, Summary, clear, copy, error_report, report};
+use super::{CopyError, Summary, copy, error_report, put_back, report, set_aside, tidy};
 
-/// Copy chosen paths of a restored snapshot into a volume, or the whole tree, or
-/// empty a volume.
+/// The flags that move a volume's own files instead of copying a snapshot's.
+const ASIDE: [&str; 3] = ["set_aside", "tidy", "put_back"];
+
+/// Copy chosen paths of a restored snapshot into a volume, or the whole tree; or set a
+/// volume's files aside before a backup is written into it, and then remove them or
+/// put them back.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CopyArgs {
     /// The restored snapshot.
-    #[arg(long, value_name = "DIR", required_unless_present = "clear")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ASIDE)]
     pub from: Option<PathBuf>,
-    /// The volume the paths go back into (with --clear, the one emptied).
+    /// The volume the paths go back into (or whose files are set aside).
     #[arg(long, value_name = "DIR")]
     pub to: PathBuf,
     /// A path to put back, a glob relative to the roots (repeatable).
-    #[arg(long, value_name = "GLOB", required_unless_present_any = ["whole", "clear"])]
+    #[arg(long, value_name = "GLOB",
+          required_unless_present_any = ["whole", "set_aside", "tidy", "put_back"])]
     pub include: Vec<String>,
     /// A path to leave as it is, even under an included one (repeatable).
     #[arg(long, value_name = "GLOB")]
@@ -37,12 +43,33 @@ pub struct CopyArgs {
     /// Also delete what --to has under the included paths and --from does not.
     #[arg(long)]
     pub mirror: bool,
-    /// Copy nothing: delete every entry of --to but those --exclude matches.
+    /// Copy nothing: move every entry of --to's root but those --exclude names into
+    /// the directory NAME there (made if missing), leaving the volume empty.
     ///
-    /// Never follows a symlink: one is deleted itself. The report's `deleted` counts
-    /// each file, link and directory that went.
-    #[arg(long, conflicts_with_all = ["from", "include", "whole", "mirror", "compare"])]
-    pub clear: bool,
+    /// Renames only, within the volume. The report's `deleted` counts the entries
+    /// moved. --exclude takes names of the root's own entries here.
+    #[arg(long, value_name = "NAME",
+          conflicts_with_all = ["from", "include", "whole", "mirror", "compare", "tidy", "put_back"])]
+    pub set_aside: Option<String>,
+    /// Copy nothing: remove the directory NAME of --to's root, set aside before.
+    #[arg(long, value_name = "NAME",
+          conflicts_with_all = ["from", "include", "whole", "mirror", "compare", "put_back"])]
+    pub tidy: Option<String>,
+    /// Copy nothing: move what the directory NAME of --to's root holds back into the
+    /// root, and remove NAME.
+    ///
+    /// Run again after it was killed, it goes on where it was. The report's `deleted`
+    /// counts the entries deleted (--delete-written), `unchanged` those put back.
+    #[arg(long, value_name = "NAME",
+          conflicts_with_all = ["from", "include", "whole", "mirror", "compare"])]
+    pub put_back: Option<String>,
+    /// With --put-back: first delete every entry of --to's root but NAME and those
+    /// --exclude matches (what was written since the files were set aside).
+    ///
+    /// Never follows a symlink: one is deleted itself. Without it, an entry that is
+    /// in both the root and NAME stops the put-back, replacing nothing.
+    #[arg(long, requires = "put_back")]
+    pub delete_written: bool,
     /// How a file already right in --to is told, and left as it is: `metadata` reads
     /// no bytes, and so misses a file corrupted in place that kept its size and times.
     #[arg(long, value_enum, value_name = "HOW", default_value_t)]
@@ -63,7 +90,7 @@ pub struct CopyArgs {
 enum Failure {
     /// A pattern it cannot use, or flags that do not go together.
     Usage(String),
-    /// The copy or clear itself.
+    /// The copy or the moves themselves.
     Failed(CopyError),
 }
 
@@ -93,16 +120,41 @@ pub fn run(args: &CopyArgs) -> i32 {
 
 fn execute(args: &CopyArgs) -> Result<Summary, Failure> {
     let selection = matcher(args).map_err(Failure::Usage)?;
-    let done = match (&args.from, args.clear) {
-        (None, true) => clear(&args.to, &selection),
-        (Some(from), false) => copy(from, &args.to, &selection, &options(args)),
-        (Some(_), true) => return Err(Failure::Usage("--clear copies nothing: no --from".into())),
-        (None, false) => return Err(Failure::Usage("--from is needed".into())),
+    if let Some(name) = aside_name(args).map_err(Failure::Usage)? {
+        if args.from.is_some() {
+            return Err(Failure::Usage("no --from: nothing is copied".into()));
+        }
+        let to = &args.to;
+        let done = match (&args.set_aside, &args.tidy) {
+            (Some(_), _) => set_aside(to, name.as_ref(), &selection),
+            (_, Some(_)) => tidy(to, name.as_ref()),
+            _ => put_back(to, name, args.delete_written.then_some(&args.exclude[..])),
+        };
+        return done.map_err(Failure::Failed);
+    }
+    let Some(from) = &args.from else {
+        return Err(Failure::Usage("--from is needed".into()));
     };
-    done.map_err(Failure::Failed)
+    copy(from, &args.to, &selection, &options(args)).map_err(Failure::Failed)
 }
 
-/// What `args` choose: the whole tree with --whole and --clear (less what is
+/// The directory named by --set-aside, --tidy or --put-back, if one is given.
+fn aside_name(args: &CopyArgs) -> Result<Option<&str>, String> {
+    let name = [&args.set_aside, &args.tidy, &args.put_back]
+        .into_iter()
+        .find_map(Option::as_deref);
+    match name {
+        Some(name) if !valid_name(name) => Err(format!(
+            "{name:?} is not a directory name of letters, digits, '.', '_' and '-'"
+        )),
+        Some(_) if args.set_aside.is_some() && args.exclude.iter().any(|e| e.contains('/')) => {
+            Err("--set-aside moves the root's entries: --exclude takes their names".into())
+        }
+        name => Ok(name),
+    }
+}
+
+/// What `args` choose: the whole tree with --whole and the moves (less what is
 /// excluded), --include's paths otherwise. The error names the flag and the pattern.
 fn matcher(args: &CopyArgs) -> Result<Matcher, String> {
     for (flag, patterns) in [("--include", &args.include), ("--exclude", &args.exclude)] {
@@ -110,9 +162,10 @@ fn matcher(args: &CopyArgs) -> Result<Matcher, String> {
             return Err(format!("{flag} {why}"));
         }
     }
-    if args.whole || args.clear {
+    let moves = args.set_aside.is_some() || args.tidy.is_some() || args.put_back.is_some();
+    if args.whole || moves {
         if !args.include.is_empty() {
-            return Err("--include chooses paths; --whole and --clear take the whole tree".into());
+            return Err("--include chooses paths; --whole takes the whole tree".into());
         }
         return Matcher::whole(&args.exclude);
     }
@@ -160,11 +213,15 @@ mod tests {
                 "--from s --to d --whole --include db",
                 ErrorKind::ArgumentConflict,
             ),
-            ("--to d --clear --from s", ErrorKind::ArgumentConflict),
-            ("--to d --clear --include db", ErrorKind::ArgumentConflict),
-            ("--to d --clear --mirror", ErrorKind::ArgumentConflict),
+            ("--to d --set-aside a --from s", ErrorKind::ArgumentConflict),
             (
-                "--to d --clear --compare metadata",
+                "--to d --set-aside a --include db",
+                ErrorKind::ArgumentConflict,
+            ),
+            ("--to d --tidy a --mirror", ErrorKind::ArgumentConflict),
+            ("--to d --put-back a --tidy a", ErrorKind::ArgumentConflict),
+            (
+                "--to d --set-aside a --compare metadata",
                 ErrorKind::ArgumentConflict,
             ),
             ("--from s --to d", ErrorKind::MissingRequiredArgument),
@@ -193,10 +250,12 @@ mod tests {
         assert!(options.mirror && options.threads == 1);
         assert!(matcher(&whole).unwrap().is_whole());
 
-        let clear = parse("--to d --clear --exclude .velero").unwrap();
-        assert!(clear.clear && clear.from.is_none());
-        let keep = matcher(&clear).unwrap();
+        let aside = parse("--to d --set-aside .a --exclude .velero").unwrap();
+        assert_eq!(aside_name(&aside), Ok(Some(".a")));
+        let keep = matcher(&aside).unwrap();
         assert!(keep.is_whole() && !keep.is_chosen(".velero") && keep.is_chosen("data"));
+        let back = parse("--to d --put-back .a").unwrap();
+        assert_eq!(aside_name(&back), Ok(Some(".a")));
 
         let paths = parse("--from s --to d --include db --compare metadata").unwrap();
         assert_eq!(paths.compare, Compare::Metadata);
@@ -206,9 +265,19 @@ mod tests {
 
     #[test]
     fn what_clap_cannot_see_is_refused_too() {
-        let mut args = parse("--to d --clear").unwrap();
+        let mut args = parse("--to d --tidy .a").unwrap();
         args.from = Some("s".into());
         assert!(matches!(execute(&args), Err(Failure::Usage(_))));
+        for name in ["../x", "a/b", "*", "..", ""] {
+            let args = parse(&format!("--to d --tidy {name}")).unwrap_or_else(|_| {
+                let mut args = parse("--to d --tidy a").unwrap();
+                args.tidy = Some(name.into());
+                args
+            });
+            assert!(aside_name(&args).is_err(), "{name:?}");
+        }
+        let below = parse("--to d --set-aside a --exclude db/keep").unwrap();
+        assert!(aside_name(&below).unwrap_err().contains("--exclude"));
         let mut args = parse("--from s --to d --include db").unwrap();
         args.whole = true;
         assert!(matcher(&args).unwrap_err().contains("--include"));

@@ -173,6 +173,19 @@ impl Dir {
             .map_err(|e| self.error("rename to", to, e))
     }
 
+    /// `name` moved into `to` (a directory of the same file system) under the same
+    /// name; refused, not replacing anything, when `to` has that name already.
+    pub fn move_into(&self, name: &OsStr, to: &Dir) -> Result<(), CopyError> {
+        rustix::fs::renameat_with(
+            &self.handle,
+            name,
+            &to.handle,
+            name,
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(|e| self.error("move", name, e))
+    }
+
     /// Removes the non-directory `name`.
     pub fn remove_file(&self, name: &OsStr) -> Result<(), CopyError> {
         rustix::fs::unlinkat(&self.handle, name, AtFlags::empty())

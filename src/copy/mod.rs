@@ -4,6 +4,7 @@
 //! copier pod runs it with the snapshot at `--from` (mounted read-only) and the PVC at
 //! `--to`; its summary goes to the termination log, where the controller reads it.
 
+mod aside;
 mod command;
 mod compare;
 mod dir;
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::CopySummary;
 
+pub use aside::{put_back, set_aside, tidy};
 pub use command::{CopyArgs, run};
 pub use options::{Compare, Options, default_threads};
 pub use prune::clear;

@@ -1036,3 +1036,131 @@ fn skipped_entries_are_listed_in_the_walks_order_whatever_the_threads() {
         assert_eq!(summary.counts.skipped_count, 4);
     }
 }
+
+// A direct restore's set-aside, tidy and put-back: renames within the volume, run again
+// after a kill without losing anything.
+
+#[test]
+fn set_aside_then_put_back_leaves_the_volume_as_it_was_whatever_was_written_between() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    let (outside, outside_before) = outside();
+    full_volume(l, outside.path());
+    let before = state(l);
+    let velero = || vec![".velero".to_string()];
+
+    let aside = set_aside(
+        l,
+        ".refill-aside-u".as_ref(),
+        &Matcher::whole(&velero()).unwrap(),
+    )
+    .unwrap();
+    // top.txt, db, locked, to-outside: the root's own entries, nothing below counted.
+    assert_eq!(aside.counts.deleted, 4, "{aside:?}");
+    let mut left: Vec<_> = fs::read_dir(l)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".refill-aside-u", ".velero"]);
+    let again = set_aside(
+        l,
+        ".refill-aside-u".as_ref(),
+        &Matcher::whole(&velero()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(again.counts.deleted, 0, "run again: nothing left to move");
+
+    // The node agent writes part of the backup, over names that were set aside too.
+    write(l, "top.txt", b"from the backup");
+    write(l, "db/new.dat", b"from the backup");
+    symlink(outside.path(), l.join("new-link")).unwrap();
+
+    let back = put_back(l, ".refill-aside-u", Some(&velero())).unwrap();
+    assert_eq!(back.counts.unchanged, 4, "{back:?}");
+    // top.txt; db, new.dat; new-link.
+    assert_eq!(back.counts.deleted, 4, "{back:?}");
+    assert_eq!(state(l), before, "as it was, .velero included");
+    assert_eq!(
+        state(outside.path()),
+        outside_before,
+        "nothing followed out"
+    );
+    let nothing = put_back(l, ".refill-aside-u", Some(&velero())).unwrap();
+    assert_eq!((nothing.counts.deleted, nothing.counts.unchanged), (0, 0));
+    assert_eq!(
+        state(l),
+        before,
+        "a put-back with nothing set aside changes nothing"
+    );
+}
+
+#[test]
+fn a_put_back_killed_midway_goes_on_without_deleting_what_it_put_back() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    write(l, "a", b"old a");
+    write(l, "b/c", b"old c");
+    let before = state(l);
+    let keep = Matcher::whole(&[".velero".into()]).unwrap();
+    set_aside(l, ".x".as_ref(), &keep).unwrap();
+    write(l, "a", b"new a");
+    // As if killed after the root was emptied and one entry moved back.
+    fs::remove_file(l.join("a")).unwrap();
+    fs::rename(l.join(".x"), l.join(".x.back")).unwrap();
+    let kept = mtime(&l.join(".x.back"));
+    fs::rename(l.join(".x.back/a"), l.join("a")).unwrap();
+    filetime::set_file_mtime(l.join(".x.back"), kept).unwrap();
+
+    let rest = put_back(l, ".x", Some(&[".velero".into()])).unwrap();
+    assert_eq!((rest.counts.deleted, rest.counts.unchanged), (0, 1));
+    assert_eq!(state(l), before);
+}
+
+#[test]
+fn without_delete_written_a_put_back_replaces_nothing() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    write(l, "a", b"old");
+    let keep = Matcher::whole(&[]).unwrap();
+    set_aside(l, ".x".as_ref(), &keep).unwrap();
+    write(l, "a", b"someone else's");
+    let refused = put_back(l, ".x", None).unwrap_err();
+    assert_eq!(refused.op, "move", "{refused}");
+    assert_eq!(read(l, "a"), b"someone else's");
+    assert_eq!(read(l, ".x.back/a"), b"old", "kept, not replaced nor lost");
+}
+
+#[test]
+fn tidy_removes_only_the_set_aside_directory_never_following_a_symlink() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    let (outside, outside_before) = outside();
+    full_volume(l, outside.path());
+    set_aside(
+        l,
+        ".x".as_ref(),
+        &Matcher::whole(&[".velero".into()]).unwrap(),
+    )
+    .unwrap();
+    write(l, "restored", b"the backup's");
+    let tidied = tidy(l, ".x".as_ref()).unwrap();
+    // .x itself; top.txt; db, a, b, c.dat, db/to-outside; locked, x, sub, y; to-outside.
+    assert_eq!(tidied.counts.deleted, 12, "{tidied:?}");
+    let mut left: Vec<_> = fs::read_dir(l)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".velero", "restored"]);
+    assert_eq!(state(outside.path()), outside_before);
+    assert_eq!(
+        tidy(l, ".x".as_ref()).unwrap().counts.deleted,
+        0,
+        "run again"
+    );
+    // A symlink put where the directory was is refused, not followed.
+    symlink(outside.path(), l.join(".x")).unwrap();
+    assert!(tidy(l, ".x".as_ref()).is_err());
+    assert_eq!(state(outside.path()), outside_before);
+}

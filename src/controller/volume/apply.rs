@@ -28,7 +28,7 @@ pub struct Applied {
 const PARTLY_WRITTEN: &str = "the node agent may have written part of the backup before it stopped, so the volume may hold a mix of old and restored files; restore it again to get the backup's files";
 const PATHS_PARTLY_WRITTEN: &str = "the copier may have written part of the chosen paths before it stopped, so they may hold a mix of old and restored files; restore them again to get the backup's files";
 const STAGED_PARTLY_WRITTEN: &str = "the copier may have written part of the backup from the scratch claim before it stopped, so the volume may hold a mix of old and restored files; restore it again to get the backup's files";
-const CLEARED_PARTLY_WRITTEN: &str = "refill had begun removing the volume's files to put the backup in their place, and the backup was not all written: files may be missing; restore it again to get the backup's files";
+const CLEARED_PARTLY_WRITTEN: &str = "the volume's files were set aside to put the backup in their place, and were not all put back: restore it again to get the backup's files";
 
 /// Who may have left a volume half written, which says what it may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub enum Writer {
     PathCopier,
     /// refill's copier, from a staged restore's scratch claim.
     StagedCopier,
-    /// refill's copier emptied the volume, then maybe the node agent.
+    /// refill's copier set the volume's files aside, then maybe the node agent wrote.
     Cleared,
 }
 
@@ -101,11 +101,29 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
         }
         Change::Copied(summary) if volume.phase == VolumePhase::Clearing => {
             volume.message = Some(format!(
-                "emptied ({} removed); removing the copier pod",
+                "emptied ({} set aside); removing the copier pod",
                 entries(summary.deleted)
             ));
             volume.warning = None;
             volume.cleared = Some(summary.deleted);
+        }
+        Change::Copied(summary) if volume.phase == VolumePhase::Tidying => {
+            volume.message = Some(format!(
+                "removed what was set aside ({}); removing the copier pod",
+                entries(summary.deleted)
+            ));
+            volume.warning = None;
+            volume.tidied = Some(summary.deleted);
+        }
+        // Aborting: the files set aside are back; the reason it stopped stays the message.
+        Change::Copied(summary) if volume.phase == VolumePhase::Aborting => {
+            let reason = volume.message.clone().unwrap_or_default();
+            volume.message = Some(format!(
+                "{reason}; the volume's files were put back as they were ({} put back, {} written meanwhile deleted)",
+                entries(summary.unchanged),
+                entries(summary.deleted)
+            ));
+            volume.put_back = Some(summary.unchanged);
         }
         Change::Copied(summary) => {
             volume.message = Some(format!(
@@ -139,7 +157,7 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
                 (None, None) => match volume.cleared {
                     Some(n) => (
                         format!(
-                            "restored into the emptied volume ({} removed first)",
+                            "restored into the emptied volume ({} set aside first, then removed)",
                             entries(n)
                         ),
                         format!("{pvc} restored"),
@@ -157,9 +175,9 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             });
         }
         Change::Abort { outcome, message } => {
-            // The copier writes the PVC itself: whatever it did so far stays.
-            volume.partly_written |=
-                matches!(volume.phase, VolumePhase::Copying | VolumePhase::Clearing);
+            // The copier writes the PVC itself: whatever it did so far stays. (A set-aside
+            // is put back before the volume ends.)
+            volume.partly_written |= volume.phase == VolumePhase::Copying;
             volume.phase = VolumePhase::Aborting;
             volume.outcome = Some(outcome);
             volume.abort_time = Some(stored(now));
@@ -206,8 +224,11 @@ fn end(
     applied: &mut Applied,
 ) {
     let pvc = volume.pvc.clone();
-    // An emptied volume lost its files, whatever ended it.
-    let partly_written = partly_written || volume.cleared.is_some();
+    // A volume whose files were set aside and that ends from Aborting without them
+    // put back is not as it was, whatever ended it.
+    let not_put_back =
+        volume.clears_first() && volume.phase == VolumePhase::Aborting && volume.put_back.is_none();
+    let partly_written = partly_written || not_put_back;
     let message = ending_message(message, partly_written, Writer::of(volume));
     volume.phase = outcome;
     volume.partly_written = partly_written;

@@ -72,6 +72,8 @@ pub enum Copier {
         ended: Option<Result<CopySummary, String>>,
         /// Why it is not running yet, when the pod says.
         waiting: Option<String>,
+        /// It puts set-aside files back (a direct restore that did not complete).
+        puts_back: bool,
     },
     /// Another restore's copier (its name derives from the claim).
     Other { name: String, restore: String },
@@ -364,6 +366,10 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             }
             copying(volume, seen, rules)
         }
+        VolumePhase::Tidying => match stop {
+            Some(stop) => tidy_stopped(volume, seen, stop),
+            None => copying(volume, seen, rules),
+        },
         VolumePhase::Aborting => aborting(volume, seen, rules, now),
         // Ended: only its stand-in, copier and scratch claim may be left to remove.
         VolumePhase::Completed | VolumePhase::Failed | VolumePhase::Canceled => {
@@ -660,6 +666,10 @@ fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step 
         Change::Advance(VolumePhase::Quiescing)
     } else if volume.target_pvc.is_some() && rules.switch {
         Change::Advance(VolumePhase::Switching)
+    } else if volume.clears_first() {
+        // What the volume held before is set aside in its root: it goes before the
+        // consumers come back.
+        Change::Advance(VolumePhase::Tidying)
     } else {
         Change::Completed
     };
@@ -671,13 +681,17 @@ fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step 
 }
 
 /// The copier writes the PVC (Copying: the scratch claim's files, or the chosen paths;
-/// Clearing: it empties it): like the node agent's, its writes must not meet a running
-/// consumer, and the volume goes on only after its pod is gone.
+/// Clearing: it sets its files aside; Tidying: it removes them): like the node
+/// agent's, its writes must not meet a running consumer, and the volume goes on only
+/// after its pod is gone.
 fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     let pvc = &volume.pvc;
     let clearing = volume.phase == VolumePhase::Clearing;
+    let tidying = volume.phase == VolumePhase::Tidying;
     let doing_what = if clearing {
-        "removing what the volume holds before the backup is written into"
+        "setting aside what the volume holds before the backup is written into"
+    } else if tidying {
+        "removing the files set aside from"
     } else if volume.paths.is_some() {
         "copying the chosen paths into"
     } else {
@@ -694,10 +708,10 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             )
         }));
     }
-    let done = if clearing {
-        volume.cleared.is_some()
-    } else {
-        volume.copied.is_some()
+    let done = match volume.phase {
+        VolumePhase::Clearing => volume.cleared.is_some(),
+        VolumePhase::Tidying => volume.tidied.is_some(),
+        _ => volume.copied.is_some(),
     };
     match &seen.copier {
         // Emptied: the stand-in comes next, and with it the node agent.
@@ -732,6 +746,21 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             effect: (!terminating).then_some(Effect::DeleteCopier),
             change: Change::Copied(summary.clone()),
         },
+        // The backup is in: nothing to put back, and the set-aside files stay.
+        Copier::Present {
+            ended: Some(Err(why)),
+            name,
+            ..
+        } if tidying => Step {
+            effect: None,
+            change: Change::End {
+                outcome: VolumePhase::Failed,
+                message: format!(
+                    "copier pod {name} failed: {why}; {}",
+                    left_aside(volume, true)
+                ),
+            },
+        },
         Copier::Present {
             ended: Some(Err(why)),
             name,
@@ -742,6 +771,43 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
         )),
         // Gone before this is reached: [`unrecorded`].
         Copier::Unrecorded { .. } => stay(None),
+    }
+}
+
+/// What a volume whose set-aside files were not removed or put back holds.
+fn left_aside(volume: &VolumeStatus, backup_in: bool) -> String {
+    let now = if backup_in {
+        "the backup's files are in"
+    } else {
+        "the backup's files may be partly in"
+    };
+    format!(
+        "{now} PVC {}, and the files it held before are in the directory .refill-aside-<this DataRestore's UID> of its root",
+        volume.pvc
+    )
+}
+
+/// The restore stops while the files set aside are removed: the backup is in, so
+/// nothing is put back; the copier goes, and the volume ends saying what it holds.
+fn tidy_stopped(volume: &VolumeStatus, seen: &Seen, stop: Stop) -> Step {
+    match &seen.copier {
+        Copier::Present {
+            terminating: false, ..
+        } => doing(
+            Effect::DeleteCopier,
+            Change::Stay {
+                message: Some(format!("{}; removing the copier pod", stop.why)),
+                warning: None,
+            },
+        ),
+        Copier::Present { .. } => stay(format!("{}; removing the copier pod", stop.why)),
+        _ => Step {
+            effect: None,
+            change: Change::End {
+                outcome: stop.outcome,
+                message: format!("{}; {}", stop.why, left_aside(volume, true)),
+            },
+        },
     }
 }
 
@@ -858,13 +924,111 @@ fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
         // Canceled before any node agent took it: once the stand-in is gone, none can
         // (a node agent starts only while the pod's restore-wait runs).
     }
+    if volume.clears_first() {
+        return put_back(volume, seen, message);
+    }
     // A staged or path restore's node agent writes only its scratch claim; its copier's
-    // writes (and a clearing's) were marked when it aborted. An emptied volume has
-    // lost its files whatever the node agent did.
+    // writes were marked when it aborted.
     let agent_wrote_pvc =
         volume.scratch_pvc.is_none() && seen.pvr.as_ref().is_some_and(Pvr::started);
-    let partly_written = volume.partly_written || agent_wrote_pvc || volume.cleared.is_some();
+    let partly_written = volume.partly_written || agent_wrote_pvc;
     without_stand_in(seen, message, Change::Finish { partly_written })
+}
+
+/// A direct restore that set the volume's files aside and did not complete puts them
+/// back once nothing else writes (the stand-in gone, and a set-aside cut short
+/// stopped), deleting what the node agent may have written: the volume ends as it
+/// was. A copier that finds nothing set aside puts nothing back.
+fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step {
+    let reason = message.clone().unwrap_or_default();
+    match &seen.stand_in {
+        StandIn::Ours {
+            terminating: false, ..
+        } => {
+            return doing(
+                Effect::DeleteStandIn,
+                Change::Stay {
+                    message,
+                    warning: None,
+                },
+            );
+        }
+        StandIn::Ours { .. } => return stay(message),
+        _ => {}
+    }
+    let step = |effect, change| Step { effect, change };
+    match &seen.copier {
+        Copier::Present {
+            puts_back: false,
+            terminating,
+            ..
+        } => step(
+            (!terminating).then_some(Effect::DeleteCopier),
+            Change::Stay {
+                message,
+                warning: None,
+            },
+        ),
+        Copier::Present {
+            ended: None,
+            name,
+            waiting,
+            ..
+        } => stay(match waiting {
+            Some(why) => format!("{reason}; copier pod {name} is not running yet: {why}"),
+            None => format!(
+                "{reason}; putting back the files PVC {} held before",
+                volume.pvc
+            ),
+        }),
+        Copier::Present {
+            ended: Some(Ok(summary)),
+            terminating,
+            ..
+        } => step(
+            (!terminating).then_some(Effect::DeleteCopier),
+            Change::Copied(summary.clone()),
+        ),
+        Copier::Present {
+            ended: Some(Err(why)),
+            name,
+            ..
+        } => step(
+            None,
+            Change::End {
+                outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
+                message: format!(
+                    "{reason}; putting its files back failed (copier pod {name}: {why}); {}",
+                    left_aside(volume, false)
+                ),
+            },
+        ),
+        Copier::Absent if volume.put_back.is_some() => step(
+            None,
+            Change::Finish {
+                partly_written: false,
+            },
+        ),
+        Copier::Absent => doing(
+            Effect::CreateCopier,
+            Change::Stay {
+                message,
+                warning: None,
+            },
+        ),
+        // Another restore's copier has the name: nothing can be put back now.
+        Copier::Other { name, restore } => step(
+            None,
+            Change::End {
+                outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
+                message: format!(
+                    "{reason}; its files could not be put back while copier pod {name} of DataRestore {restore} runs; {}",
+                    left_aside(volume, false)
+                ),
+            },
+        ),
+        Copier::Unrecorded { .. } => stay(message),
+    }
 }
 
 #[cfg(test)]

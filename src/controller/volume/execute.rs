@@ -77,7 +77,7 @@ pub async fn perform(
                 Err(e) => Err(e.into()),
             }
         }
-        Effect::CreateCopier => super::paths::create_copier(act, volume).await,
+        Effect::CreateCopier => super::paths::create_copier(act, found, volume).await,
         Effect::DeleteCopier => match &found.copier {
             Some(pod) => delete_exactly(act, pod).await,
             None => Ok(None),

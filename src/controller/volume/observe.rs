@@ -129,7 +129,8 @@ pub async fn found(
     })
 }
 
-/// From Clearing or Copying on, a volume's copier may exist; before, it is not read.
+/// In Clearing, Copying, Tidying and Aborting a volume's copier may exist; before, it
+/// is not read.
 /// An ended volume saw its copier gone before it ended, so it is not read either: a
 /// large restore's ended volumes would cost a read each on every pass.
 fn copier_may_exist(volume: &VolumeStatus) -> bool {
@@ -137,7 +138,10 @@ fn copier_may_exist(volume: &VolumeStatus) -> bool {
     has_copier
         && matches!(
             volume.phase,
-            VolumePhase::Clearing | VolumePhase::Copying | VolumePhase::Aborting
+            VolumePhase::Clearing
+                | VolumePhase::Copying
+                | VolumePhase::Tidying
+                | VolumePhase::Aborting
         )
 }
 
@@ -168,6 +172,7 @@ pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> Copier {
         terminating: pod.metadata.deletion_timestamp.is_some(),
         ended: copier::outcome(pod),
         waiting: copier::waiting(pod),
+        puts_back: copier::puts_back(pod),
     }
 }
 
@@ -326,7 +331,10 @@ pub async fn seen(
 
     // While a scratch claim is filled, the consumers run on by design.
     let watching = match volume.phase {
-        VolumePhase::Quiescing | VolumePhase::Clearing | VolumePhase::Copying => true,
+        VolumePhase::Quiescing
+        | VolumePhase::Clearing
+        | VolumePhase::Copying
+        | VolumePhase::Tidying => true,
         VolumePhase::StartingStandIn | VolumePhase::Restoring => !volume.fills_scratch_first(),
         _ => false,
     };
@@ -425,9 +433,8 @@ pub fn worth_reading(
 /// in its place, is a writer like any other.
 pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     let name = pod.name_any();
-    let recorded = |uid: &Option<String>| {
-        uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref()
-    };
+    let recorded =
+        |uid: &Option<String>| uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref();
     let stand_in = observe::is_own_stand_in(pod, uid)
         && name == labels::stand_in_pod_name(&volume.written_claim())
         && recorded(&volume.stand_in_uid);
@@ -700,7 +707,10 @@ mod tests {
         };
         follow(&mut volume, &found, "r");
         assert_eq!(volume.stand_in_uid.as_deref(), Some("u-1"));
-        assert_eq!(volume.stand_in_pod, Some(labels::stand_in_pod_name("shop/data")));
+        assert_eq!(
+            volume.stand_in_pod,
+            Some(labels::stand_in_pod_name("shop/data"))
+        );
         // A team's pod under the name and labels: no PodVolumeRestore names it.
         for pvr in [None, Some(pvr_for("u-1"))] {
             let mut volume = lost.clone();

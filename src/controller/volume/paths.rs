@@ -1,5 +1,5 @@
 //! The effects of a volume's copier besides the stand-in's: its pod (a path or staged
-//! restore's copy, a direct restore's clearing), and the scratch claim deleted once the
+//! restore's copy, a direct restore's set-aside, tidy and put-back), and the scratch claim deleted once the
 //! volume ended.
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -17,9 +17,25 @@ use super::decide::Change;
 use super::execute::{Act, refused_as};
 use super::observe::{Found, split};
 
-pub async fn create_copier(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Option<Change>> {
+pub async fn create_copier(
+    act: &Act<'_>,
+    found: &Found,
+    volume: &mut VolumeStatus,
+) -> Result<Option<Change>> {
     let (ns, claim) = split(&volume.pvc);
-    // A clearing runs where the PVC's volume is, or for an unbound claim on the
+    let aside = copier::aside_dir(act.uid);
+    // The node agent may have written beside the set-aside files once a
+    // PodVolumeRestore was made.
+    let delete_written = volume.pod_volume_restore.is_some() || found.pod_volume_restore.is_some();
+    let moves = match volume.phase {
+        VolumePhase::Clearing => Job::SetAside(&aside),
+        VolumePhase::Tidying => Job::Tidy(&aside),
+        _ => Job::PutBack {
+            dir: &aside,
+            delete_written,
+        },
+    };
+    // Setting aside runs where the PVC's volume is, or for an unbound claim on the
     // stand-in's candidates; a copy where the stand-in filled the scratch claim.
     let (job, source_claim, nodes) = match (&volume.paths, &volume.scratch_pvc) {
         (Some(paths), Some(scratch)) => {
@@ -32,7 +48,7 @@ pub async fn create_copier(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<O
             Some(scratch.as_str()),
             node_of(volume),
         ),
-        (_, None) if volume.clears_first() => (Job::Clear, None, volume.candidate_nodes.clone()),
+        (_, None) if volume.clears_first() => (moves, None, volume.candidate_nodes.clone()),
         _ => return Ok(None),
     };
     let name = labels::copier_pod_name(&volume.pvc);
@@ -62,7 +78,8 @@ pub async fn create_copier(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<O
         // Made by the pass before a restart, or by someone else: the next pass looks at
         // it, and deletes it unless its UID is the one recorded.
         Err(e) if has_status(&e, 409) => Ok(None),
-        // Never made, it wrote nothing: the volume ends at once.
+        // Never made, it wrote nothing: the volume ends at once (put back or not, as
+        // the end says).
         Err(e) => refused_as(Err(e.into()), |why| Change::End {
             outcome: VolumePhase::Failed,
             message: format!("the API server refused copier pod {name}: {why}"),

@@ -225,6 +225,18 @@ fn copier(ended: Option<Result<CopySummary, String>>, terminating: bool) -> Copi
         terminating,
         ended,
         waiting: None,
+        puts_back: false,
+    }
+}
+
+/// The copier that puts a direct restore's set-aside files back.
+fn putting_back(ended: Option<Result<CopySummary, String>>) -> Copier {
+    Copier::Present {
+        name: "refill-copy-data-1".into(),
+        terminating: false,
+        ended,
+        waiting: None,
+        puts_back: true,
     }
 }
 
@@ -757,6 +769,7 @@ fn every_transition() {
                     terminating: false,
                     ended: None,
                     waiting: Some("ErrImagePull".into()),
+                    puts_back: false,
                 },
             ),
             rules(),

@@ -51,7 +51,7 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
             rules(),
             Want::Stay(
                 Some(Effect::CreateCopier),
-                Some("removing what the volume holds"),
+                Some("setting aside what the volume holds"),
             ),
         ),
         (
@@ -125,11 +125,11 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
             Want::Abort(Canceled, "canceled"),
         ),
         (
-            "an abort after the clearing is partly written, even before the agent",
+            "aborted after the clearing: the set-aside files are put back",
             cleared(exact(aborting(Failed))),
             seen(StandIn::Absent, canceled_pvr(P::New)),
             rules(),
-            Want::Finish(true),
+            Want::Stay(Some(Effect::CreateCopier), None),
         ),
         (
             "keeping extra files: no clearing",
@@ -137,6 +137,146 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
             seen(StandIn::Absent, None),
             rules(),
             Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
+        ),
+    ];
+    let now = at(NOW);
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, now), want);
+    }
+}
+
+#[test]
+fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
+    use PodVolumePhase as P;
+    use VolumePhase::*;
+    let tidied = |v: VolumeStatus| VolumeStatus {
+        tidied: Some(3),
+        ..v
+    };
+    let put = |v: VolumeStatus| VolumeStatus {
+        put_back: Some(3),
+        ..v
+    };
+    let aborted = || cleared(exact(aborting(Failed)));
+    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+        (
+            "the data in and the stand-in gone: tidy before the consumers come back",
+            cleared(exact(volume(RemovingStandIn))),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Advance(None, Tidying),
+        ),
+        (
+            "tidying starts the copier",
+            cleared(exact(volume(Tidying))),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Stay(
+                Some(Effect::CreateCopier),
+                Some("removing the files set aside"),
+            ),
+        ),
+        (
+            "tidied: recorded, the copier removed",
+            cleared(exact(volume(Tidying))),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(emptied(), false),
+            ),
+            rules(),
+            Want::Copied(Some(Effect::DeleteCopier)),
+        ),
+        (
+            "tidied and the copier gone: completed",
+            tidied(cleared(exact(volume(Tidying)))),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            rules(),
+            Want::Completed,
+        ),
+        (
+            "the tidy failed: the backup is in, nothing is put back",
+            cleared(exact(volume(Tidying))),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(Some(Err("EIO".into())), false),
+            ),
+            rules(),
+            Want::End(Failed, "the files it held before are in the directory"),
+        ),
+        (
+            "canceled while tidying: the copier goes, nothing is put back",
+            cleared(exact(volume(Tidying))),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(None, false),
+            ),
+            canceled(),
+            Want::Stay(Some(Effect::DeleteCopier), Some("canceled")),
+        ),
+        (
+            "canceled while tidying, the copier gone: ends saying what the volume holds",
+            cleared(exact(volume(Tidying))),
+            seen(StandIn::Absent, pvr(P::Completed)),
+            canceled(),
+            Want::End(Canceled, "the backup's files are in"),
+        ),
+        (
+            "aborted: the stand-in goes before anything is put back",
+            aborted(),
+            seen(cleaned_up(), canceled_pvr(P::Canceled)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteStandIn), None),
+        ),
+        (
+            "aborted while setting aside: that copier goes first",
+            exact(aborting(Canceled)),
+            with_copier(seen(StandIn::Absent, None), copier(None, false)),
+            rules(),
+            Want::Stay(Some(Effect::DeleteCopier), None),
+        ),
+        (
+            "putting back",
+            aborted(),
+            with_copier(
+                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                putting_back(None),
+            ),
+            rules(),
+            Want::Stay(None, Some("putting back the files")),
+        ),
+        (
+            "put back: recorded, the copier removed",
+            aborted(),
+            with_copier(
+                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                putting_back(emptied()),
+            ),
+            rules(),
+            Want::Copied(Some(Effect::DeleteCopier)),
+        ),
+        (
+            "put back and the copier gone: ends as it was, not partly written",
+            put(aborted()),
+            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            rules(),
+            Want::Finish(false),
+        ),
+        (
+            "the put-back failed: ends saying where the files are",
+            aborted(),
+            with_copier(
+                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                putting_back(Some(Err("EEXIST".into()))),
+            ),
+            rules(),
+            Want::End(Failed, "putting its files back failed"),
+        ),
+        (
+            "the put-back waits for the node agent to stop first",
+            aborted(),
+            seen(StandIn::Absent, canceled_pvr(P::InProgress)),
+            rules(),
+            Want::Stay(None, None),
         ),
     ];
     let now = at(NOW);
