@@ -291,6 +291,57 @@ mod tests {
     }
 
     #[test]
+    fn a_direct_restore_whose_files_were_put_back_ends_as_it_was_and_one_not_put_back_says_so() {
+        use crate::api::CopySummary;
+        let now = Timestamp::from_second(100).unwrap();
+        let set_aside = VolumeStatus {
+            keep_extra_files: false,
+            cleared: Some(9),
+            outcome: Some(VolumePhase::Canceled),
+            message: Some("the restore was canceled".into()),
+            ..volume(VolumePhase::Aborting)
+        };
+        let mut back = set_aside.clone();
+        let summary = CopySummary {
+            unchanged: 9,
+            deleted: 4,
+            ..Default::default()
+        };
+        apply(&mut back, Change::Copied(summary), now);
+        assert_eq!(back.put_back, Some(9));
+        apply(
+            &mut back,
+            Change::Finish {
+                partly_written: false,
+            },
+            now,
+        );
+        assert_eq!(back.phase, VolumePhase::Canceled);
+        assert!(!back.partly_written);
+        let message = back.message.unwrap();
+        assert!(
+            message.starts_with("the restore was canceled; the volume's files were put back")
+                && message.contains("9 entries put back, 4 entries written meanwhile deleted"),
+            "{message}"
+        );
+
+        let mut lost = set_aside;
+        apply(
+            &mut lost,
+            Change::End {
+                outcome: VolumePhase::Failed,
+                message: "putting its files back failed".into(),
+            },
+            now,
+        );
+        assert!(lost.partly_written, "not put back: not as it was");
+        assert!(
+            lost.message.unwrap().contains("were not all put back"),
+            "the plain warning follows"
+        );
+    }
+
+    #[test]
     fn an_abort_keeps_the_outcome_for_later_and_a_finish_ends_with_it() {
         let now = Timestamp::from_second(100).unwrap();
         let mut v = volume(VolumePhase::Restoring);
