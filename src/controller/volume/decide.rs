@@ -957,6 +957,34 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
         _ => {}
     }
     let step = |effect, change| Step { effect, change };
+    // Someone started a consumer (or another pod) on the claim: nothing is written
+    // under it, not even the put-back. The copier goes, and the volume ends saying
+    // where the files are.
+    if !seen.foreign_pods.is_empty() {
+        let users = seen.foreign_pods.join(", ");
+        return match &seen.copier {
+            Copier::Present {
+                terminating: false, ..
+            } => doing(
+                Effect::DeleteCopier,
+                Change::Stay {
+                    message,
+                    warning: None,
+                },
+            ),
+            Copier::Present { .. } => stay(message),
+            _ => step(
+                None,
+                Change::End {
+                    outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
+                    message: format!(
+                        "{reason}; its files were not put back, as pod {users} mounts it now; {}",
+                        left_aside(volume, false)
+                    ),
+                },
+            ),
+        };
+    }
     match &seen.copier {
         Copier::Present {
             puts_back: false,

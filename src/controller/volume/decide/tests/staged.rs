@@ -272,6 +272,31 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             Want::End(Failed, "putting its files back failed"),
         ),
         (
+            "someone started the app meanwhile: the put-back copier goes",
+            aborted(),
+            with_users(
+                with_copier(
+                    seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                    putting_back(None),
+                ),
+                &["web-1"],
+                None,
+            ),
+            rules(),
+            Want::Stay(Some(Effect::DeleteCopier), None),
+        ),
+        (
+            "and nothing is put back under it",
+            aborted(),
+            with_users(
+                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                &["web-1"],
+                None,
+            ),
+            rules(),
+            Want::End(Failed, "not put back, as pod web-1 mounts it now"),
+        ),
+        (
             "the put-back waits for the node agent to stop first",
             aborted(),
             seen(StandIn::Absent, canceled_pvr(P::InProgress)),
