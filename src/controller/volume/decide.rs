@@ -138,6 +138,9 @@ pub struct Pvr {
     pub cancel_requested: bool,
     pub node: Option<String>,
     pub message: Option<String>,
+    /// A node agent accepted or started it: from then on it may have written, whatever
+    /// its phase says later. One canceled or failed before that wrote nothing.
+    pub taken: bool,
 }
 
 impl Pvr {
@@ -930,7 +933,7 @@ fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
     // A staged or path restore's node agent writes only its scratch claim; its copier's
     // writes were marked when it aborted.
     let agent_wrote_pvc =
-        volume.scratch_pvc.is_none() && seen.pvr.as_ref().is_some_and(Pvr::started);
+        volume.scratch_pvc.is_none() && seen.pvr.as_ref().is_some_and(|p| p.taken);
     let partly_written = volume.partly_written || agent_wrote_pvc;
     without_stand_in(seen, message, Change::Finish { partly_written })
 }

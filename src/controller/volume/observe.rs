@@ -9,7 +9,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, ResourceExt};
 
 use crate::api::{
-    ConsumerRecord, ConsumerState, DataRestoreStatus, PodVolumeRestore, VolumePhase, VolumeStatus,
+    ConsumerRecord, ConsumerState, DataRestoreStatus, PodVolumePhase, PodVolumeRestore,
+    VolumePhase, VolumeStatus,
 };
 use crate::controller::consumer;
 use crate::controller::copier;
@@ -269,7 +270,18 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
 
 fn pvr_of(found: &PodVolumeRestore) -> Pvr {
     let status = found.status.clone().unwrap_or_default();
+    let taken = status.accepted_timestamp.is_some()
+        || status.start_timestamp.is_some()
+        || matches!(
+            found.phase(),
+            PodVolumePhase::Accepted
+                | PodVolumePhase::Prepared
+                | PodVolumePhase::InProgress
+                | PodVolumePhase::Canceling
+                | PodVolumePhase::Completed
+        );
     Pvr {
+        taken,
         name: found.name_any(),
         phase: found.phase(),
         cancel_requested: found.spec.cancel == Some(true),
@@ -722,6 +734,38 @@ mod tests {
             follow(&mut volume, &found, "r");
             assert_eq!((volume.stand_in_uid, volume.stand_in_pod), (None, None));
         }
+    }
+
+    #[test]
+    fn a_pod_volume_restore_may_have_written_only_once_a_node_agent_took_it() {
+        use crate::api::PodVolumePhase as P;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let accepted = || Some(Time("2026-01-01T10:00:00Z".parse().unwrap()));
+        let with = |phase: P, accepted_timestamp: Option<Time>| {
+            let mut p = pvr(phase);
+            p.status.as_mut().unwrap().accepted_timestamp = accepted_timestamp;
+            pvr_of(&p).taken
+        };
+        // (phase, accepted, taken?)
+        let rows = [
+            (P::New, None, false),
+            (P::Canceled, None, false),
+            (P::Failed, None, false),
+            (P::Canceled, accepted(), true),
+            (P::Failed, accepted(), true),
+            (P::Accepted, None, true),
+            (P::InProgress, None, true),
+            (P::Completed, None, true),
+        ];
+        for (phase, at, want) in rows {
+            assert_eq!(with(phase, at.clone()), want, "{phase:?}, accepted {at:?}");
+        }
+        let mut started = pvr(P::Failed);
+        started.status.as_mut().unwrap().start_timestamp = accepted();
+        assert!(
+            pvr_of(&started).taken,
+            "Velero 1.14 sets only startTimestamp"
+        );
     }
 
     #[test]

@@ -173,6 +173,17 @@ fn pvr(phase: PodVolumePhase) -> Option<Pvr> {
         cancel_requested: false,
         node: Some("node-a".into()),
         message: Some("agent says".into()),
+        taken: phase != PodVolumePhase::New,
+    })
+}
+
+/// A PodVolumeRestore no node agent ever took, in `phase` (canceled or failed by the
+/// node agent's own checks, or New).
+fn untaken_pvr(phase: PodVolumePhase) -> Option<Pvr> {
+    pvr(phase).map(|p| Pvr {
+        taken: false,
+        node: None,
+        ..p
     })
 }
 
@@ -981,6 +992,20 @@ fn every_transition() {
             "aborting ends, nothing written",
             aborting(Failed),
             seen(StandIn::Absent, canceled_pvr(P::New)),
+            rules(),
+            Want::Finish(false),
+        ),
+        (
+            "canceled before any node agent took it (its node was lost): nothing written",
+            aborting(Failed),
+            seen(StandIn::Absent, untaken_pvr(P::Canceled)),
+            rules(),
+            Want::Finish(false),
+        ),
+        (
+            "failed by a node agent's checks before it took it: nothing written",
+            aborting(Failed),
+            seen(StandIn::Absent, untaken_pvr(P::Failed)),
             rules(),
             Want::Finish(false),
         ),
