@@ -741,6 +741,18 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             Some(why) => format!("copier pod {name} is not running yet: {why}"),
             None => format!("{doing_what} PVC {pvc} (pod {name})"),
         }),
+        // Its container has exited and its summary is recorded: it writes nothing any
+        // more, so a copy or tidy is done without waiting for the pod object to go
+        // (a second or two of each app's downtime on a real node); an ended volume
+        // removes what is left of it.
+        Copier::Present {
+            ended: Some(Ok(_)),
+            terminating,
+            ..
+        } if done && !clearing => Step {
+            effect: (!terminating).then_some(Effect::DeleteCopier),
+            change: Change::Completed,
+        },
         Copier::Present {
             ended: Some(Ok(summary)),
             terminating,

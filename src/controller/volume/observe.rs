@@ -131,9 +131,9 @@ pub async fn found(
 }
 
 /// In Clearing, Copying, Tidying and Aborting a volume's copier may exist; before, it
-/// is not read.
-/// An ended volume saw its copier gone before it ended, so it is not read either: a
-/// large restore's ended volumes would cost a read each on every pass.
+/// is not read. An ended volume saw its copier gone, or exited and deleted by the pass
+/// that ended it, so it is not read either: a large restore's ended volumes would cost
+/// a read each on every pass.
 fn copier_may_exist(volume: &VolumeStatus) -> bool {
     let has_copier = volume.fills_scratch_first() || volume.clears_first();
     has_copier

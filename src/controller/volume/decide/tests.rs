@@ -279,6 +279,8 @@ enum Want {
     /// On to RemovingStandIn, with this effect and message.
     DataIn(Option<Effect>, &'static str),
     Completed,
+    /// Completed, with this effect (what is left of a helper goes).
+    CompletedDoing(Effect),
     Abort(VolumePhase, &'static str),
     End(VolumePhase, &'static str),
     Finish(bool),
@@ -302,6 +304,7 @@ fn check(name: &str, step: &Step, want: &Want) {
             step.effect == *effect && message.as_deref().is_some_and(|m| m.contains(fragment))
         }
         (Want::Completed, Change::Completed) => step.effect.is_none(),
+        (Want::CompletedDoing(effect), Change::Completed) => step.effect == Some(*effect),
         (Want::Copied(effect), Change::Copied(summary)) => {
             // The copier's summary as it reported it: a copy's, or a clearing's.
             step.effect == *effect && (summary.files_written == 2 || summary.deleted == 3)

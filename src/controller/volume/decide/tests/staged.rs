@@ -187,6 +187,16 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             Want::Copied(Some(Effect::DeleteCopier)),
         ),
         (
+            "tidied and the copier exited: completed while its pod goes",
+            tidied(cleared(exact(volume(Tidying)))),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(emptied(), false),
+            ),
+            rules(),
+            Want::CompletedDoing(Effect::DeleteCopier),
+        ),
+        (
             "tidied and the copier gone: completed",
             tidied(cleared(exact(volume(Tidying)))),
             seen(StandIn::Absent, pvr(P::Completed)),
@@ -416,6 +426,19 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
             running_app(seen(running_since(NOW - 5), pvr(P::Failed))),
             rules(),
             Want::Abort(Failed, "agent says"),
+        ),
+        (
+            "copied and the copier exited: the app may come back while its pod goes",
+            VolumeStatus {
+                copied: Some(CopySummary::default()),
+                ..staged(volume(Copying))
+            },
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                copier(copied(), false),
+            ),
+            rules(),
+            Want::CompletedDoing(Effect::DeleteCopier),
         ),
         (
             "ended: the scratch claim goes",
