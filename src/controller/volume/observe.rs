@@ -425,9 +425,8 @@ pub fn worth_reading(
 /// in its place, is a writer like any other.
 pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     let name = pod.name_any();
-    let recorded = |uid: &Option<String>| {
-        uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref()
-    };
+    let recorded =
+        |uid: &Option<String>| uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref();
     let stand_in = observe::is_own_stand_in(pod, uid)
         && name == labels::stand_in_pod_name(&volume.written_claim())
         && recorded(&volume.stand_in_uid);
@@ -700,7 +699,10 @@ mod tests {
         };
         follow(&mut volume, &found, "r");
         assert_eq!(volume.stand_in_uid.as_deref(), Some("u-1"));
-        assert_eq!(volume.stand_in_pod, Some(labels::stand_in_pod_name("shop/data")));
+        assert_eq!(
+            volume.stand_in_pod,
+            Some(labels::stand_in_pod_name("shop/data"))
+        );
         // A team's pod under the name and labels: no PodVolumeRestore names it.
         for pvr in [None, Some(pvr_for("u-1"))] {
             let mut volume = lost.clone();
