@@ -57,6 +57,9 @@ pub const RESTORED_FROM_ANNOTATION: &str = "refill.dev/restored-from";
 pub const QUIESCED_BY: &str = "refill.dev/quiesced-by";
 /// Beside [`QUIESCED_BY`]: `namespace/name` of that DataRestore, for messages.
 pub const QUIESCED_BY_RESTORE: &str = "refill.dev/quiesced-by-restore";
+/// On a bare pod refill created again after the restore: the UID of that DataRestore,
+/// by which a pod found under the name later is known for refill's own.
+pub const RECREATED_BY: &str = "refill.dev/recreated-by";
 /// On a scaled-down workload: its replica count before.
 pub const ORIGINAL_REPLICAS: &str = "refill.dev/original-replicas";
 /// On a parked DaemonSet or suspended CronJob: what to put back, as JSON.

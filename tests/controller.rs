@@ -510,11 +510,8 @@ async fn a_switch_canceled_before_it_is_written_brings_the_workload_back_on_its_
         let (_, spare) = spare_volume(&s, "node-b", &new_name).await?;
         // The app's pod holds the claim after it is told to go, as one that takes long
         // to stop would: the switch waits for it.
-        let pods = Api::<Pod>::namespaced(s.client.clone(), &s.ns);
         let pod = s.ready_pods("web", 1).await?.remove(0).name_any();
-        let hold = json!({"metadata": {"finalizers": ["refill.test/hold"]}});
-        pods.patch(&pod, &PatchParams::default(), &Patch::Merge(hold))
-            .await?;
+        fixture::hold_pods(&s.client, &s.ns, &[&pod]).await?;
 
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
@@ -571,9 +568,7 @@ async fn a_switch_canceled_before_it_is_written_brings_the_workload_back_on_its_
             status.consumers
         );
         ensure!(fixture::read(&spare, "f")? == b"good");
-        let release = json!({"metadata": {"finalizers": null}});
-        pods.patch(&pod, &PatchParams::default(), &Patch::Merge(release))
-            .await?;
+        fixture::release_pods(&s.client, &s.ns).await?;
         s.ready_pods("web", 1).await?;
         Ok(())
     })
@@ -1282,6 +1277,21 @@ fn refill_marks(annotations: Option<&std::collections::BTreeMap<String, String>>
         .collect()
 }
 
+/// Checks that Deployment `web` is back at 2 replicas and carries none of refill's marks.
+async fn web_at_two_unmarked(s: &Scene) -> Result<()> {
+    let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
+        .get("web")
+        .await?;
+    ensure!(
+        web.spec.as_ref().and_then(|s| s.replicas) == Some(2)
+            && refill_marks(web.metadata.annotations.as_ref()).is_empty(),
+        "the Deployment must be back at 2 with no mark: {:?} {:?}",
+        web.spec.and_then(|s| s.replicas),
+        web.metadata.annotations
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn two_restores_of_one_claim_started_together_never_lose_a_replica() -> Result<()> {
     run_test("dr-race", |env| async move {
@@ -1316,16 +1326,9 @@ async fn two_restores_of_one_claim_started_together_never_lose_a_replica() -> Re
                     );
                 }
             }
-            let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
-                .get("web")
-                .await?;
-            ensure!(
-                web.spec.as_ref().and_then(|s| s.replicas) == Some(2)
-                    && refill_marks(web.metadata.annotations.as_ref()).is_empty(),
-                "round {round}: the Deployment must be back at 2 with no mark: {:?} {:?}",
-                web.spec.and_then(|s| s.replicas),
-                web.metadata.annotations
-            );
+            web_at_two_unmarked(&s)
+                .await
+                .with_context(|| format!("round {round}"))?;
             s.no_stand_ins().await?;
             s.ready_pods("web", 2).await?;
         }
@@ -1517,15 +1520,7 @@ async fn a_stand_in_the_quota_refuses_fails_at_once_and_brings_the_app_back() ->
                 .map(String::as_str)
                 != Some("r2"))
         );
-        let web = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
-            .get("web")
-            .await?;
-        ensure!(
-            web.spec.as_ref().and_then(|s| s.replicas) == Some(2)
-                && refill_marks(web.metadata.annotations.as_ref()).is_empty(),
-            "{:?}",
-            web.metadata.annotations
-        );
+        web_at_two_unmarked(&s).await?;
         let consumer = &status.consumers[0];
         ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
         Ok(())
@@ -1551,6 +1546,128 @@ async fn lose_the_lock(s: &Scene) -> Result<()> {
     Ok(())
 }
 
+/// A volume phase a restore is held in while refill's lock is taken off its Deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// The app's pods stay Terminating (a finalizer): the volume waits for them to go.
+    Quiescing,
+    /// The stand-in cannot be placed (its namespace gives new pods a node selector no
+    /// node matches) until a test binds it to its node.
+    StartingStandIn,
+    /// No node agent takes the PodVolumeRestore until one starts.
+    Restoring,
+    /// The stand-in stays Terminating (a finalizer) once refill deleted it.
+    RemovingStandIn,
+}
+
+/// The namespace annotation of the PodNodeSelector admission plugin: pods made in the
+/// namespace get its node selector.
+const NODE_SELECTOR: &str = "scheduler.alpha.kubernetes.io/node-selector";
+
+/// Gives the pods made from now on in the scene's namespace a node selector no node
+/// matches (`on`), or stops doing so.
+async fn place_new_pods_nowhere(s: &Scene, on: bool) -> Result<()> {
+    let selector = on.then(|| format!("refill.test/nowhere={}", s.ns));
+    let patch = json!({"metadata": {"annotations": {NODE_SELECTOR: selector}}});
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(s.client.clone())
+        .patch(&s.ns, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+/// Starts restore `name` of `web`, holds it in `held`, takes refill's lock off `web`
+/// there, and lets the restore go on. `agent` is the node agent, started here when the
+/// hold needs none until then.
+async fn lose_the_lock_while(
+    s: &Scene,
+    name: &str,
+    held: Held,
+    agent: &mut Option<refill_e2e::node_agent::NodeAgentHandle>,
+) -> Result<()> {
+    let mut spec = s.spec("b1", &["data"]);
+    match held {
+        Held::Quiescing => {
+            let pods = s.ready_pods("web", 2).await?;
+            let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+            fixture::hold_pods(&s.client, &s.ns, &names).await?;
+        }
+        Held::StartingStandIn => {
+            place_new_pods_nowhere(s, true).await?;
+            // Extra files kept: no copier comes first, which would wait unplaced too.
+            spec.extra_files = refill::api::ExtraFiles::Keep;
+        }
+        Held::Restoring | Held::RemovingStandIn => {}
+    }
+    s.restore(name, spec).await?;
+    match held {
+        Held::Quiescing => {
+            let waiting = "waiting for pods to release the volume";
+            s.wait_volume_saying(name, VolumePhase::Quiescing, waiting)
+                .await?;
+        }
+        Held::StartingStandIn => {
+            let dr = s.wait_volume(name, VolumePhase::StartingStandIn).await?;
+            let stand_in = stand_in_of(s, &dr).await?;
+            let spec = stand_in.spec.clone().unwrap_or_default();
+            let selector = spec.node_selector.unwrap_or_default();
+            ensure!(
+                spec.node_name.is_none() && selector.contains_key("refill.test/nowhere"),
+                "the stand-in must wait unplaced: {:?}",
+                stand_in.metadata
+            );
+            // The app's pods, made again after the restore, go where they used to.
+            place_new_pods_nowhere(s, false).await?;
+        }
+        Held::Restoring => {
+            s.wait_volume(name, VolumePhase::Restoring).await?;
+        }
+        Held::RemovingStandIn => {
+            let dr = s.wait_volume(name, VolumePhase::Restoring).await?;
+            let stand_in = stand_in_of(s, &dr).await?.name_any();
+            fixture::hold_pods(&s.client, &s.ns, &[stand_in]).await?;
+            *agent = Some(s.node_agent());
+            s.wait_volume(name, VolumePhase::RemovingStandIn).await?;
+        }
+    }
+    lose_the_lock(s).await?;
+    match held {
+        Held::Quiescing | Held::RemovingStandIn => fixture::release_pods(&s.client, &s.ns).await,
+        Held::StartingStandIn => {
+            let dr = Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
+                .get(name)
+                .await?;
+            let stand_in = stand_in_of(s, &dr).await?.name_any();
+            fixture::bind_pod(&s.client, &s.ns, &stand_in, "node-a").await
+        }
+        Held::Restoring => {
+            *agent = Some(s.node_agent());
+            Ok(())
+        }
+    }
+}
+
+/// The stand-in pod the first volume of `dr` records.
+async fn stand_in_of(s: &Scene, dr: &DataRestore) -> Result<Pod> {
+    let name = dr
+        .status
+        .as_ref()
+        .and_then(|st| st.volumes[0].stand_in_pod.clone())
+        .context("no stand-in recorded")?;
+    Ok(Api::<Pod>::namespaced(s.client.clone(), &s.ns)
+        .get(&name)
+        .await?)
+}
+
+/// Checks that `web` is back at 2 replicas with none of refill's marks, that the
+/// restore's status says so, and that no stand-in is left.
+async fn web_back(s: &Scene, dr: &DataRestore) -> Result<()> {
+    let consumer = &dr.status.as_ref().unwrap().consumers[0];
+    ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
+    web_at_two_unmarked(s).await?;
+    s.ready_pods("web", 2).await?;
+    s.no_stand_ins().await
+}
+
 #[tokio::test]
 async fn a_lost_lock_still_brings_the_app_back_and_the_status_tells_the_truth() -> Result<()> {
     run_test("dr-lost-lock", |env| async move {
@@ -1558,51 +1675,45 @@ async fn a_lost_lock_still_brings_the_app_back_and_the_status_tells_the_truth() 
         let dir = web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
         let _controller = s.controller().await?;
 
-        // Lost while the data moves, then the restore completes.
-        s.restore("r1", s.spec("b1", &["data"])).await?;
-        s.wait_volume("r1", VolumePhase::Restoring).await?;
-        lose_the_lock(&s).await?;
-        let agent = s.node_agent();
-        let dr = s.finished("r1").await?;
-        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
-        ensure!(fixture::read(&dir, "f")? == b"good");
-        let consumer = &dr.status.as_ref().unwrap().consumers[0];
-        ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
-        ensure!(
-            s.replicas("web").await? == (2, None),
-            "{:?}",
-            s.replicas("web").await?
-        );
-        s.ready_pods("web", 2).await?;
-        let left = Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
-            .get("web")
-            .await?;
-        ensure!(
-            refill_marks(left.metadata.annotations.as_ref()).is_empty(),
-            "{:?}",
-            left.metadata.annotations
-        );
-        drop(agent);
+        // Lost in each phase that holds the app stopped, then the restore completes.
+        for held in [
+            Held::Quiescing,
+            Held::StartingStandIn,
+            Held::Restoring,
+            Held::RemovingStandIn,
+        ] {
+            let name = format!("{held:?}").to_lowercase();
+            std::fs::write(dir.join("f"), b"bad")?;
+            let mut agent = match held {
+                Held::Quiescing | Held::StartingStandIn => Some(s.node_agent()),
+                Held::Restoring | Held::RemovingStandIn => None,
+            };
+            let lost = lose_the_lock_while(&s, &name, held, &mut agent).await;
+            // Whatever happened: a pod kept by a finalizer would keep the namespace.
+            fixture::release_pods(&s.client, &s.ns).await?;
+            lost.with_context(|| format!("held in {held:?}"))?;
+            let dr = s.finished(&name).await?;
+            ensure!(phase(&dr) == Phase::Completed, "{held:?}: {:#?}", dr.status);
+            ensure!(fixture::read(&dir, "f")? == b"good", "{held:?}");
+            web_back(&s, &dr)
+                .await
+                .with_context(|| format!("held in {held:?}"))?;
+        }
 
         // Lost while the restore waits, then it is canceled: the rollback brings it back.
-        s.restore("r2", s.spec("b1", &["data"])).await?;
-        s.wait_volume("r2", VolumePhase::Restoring).await?;
+        s.restore("canceled", s.spec("b1", &["data"])).await?;
+        s.wait_volume("canceled", VolumePhase::Restoring).await?;
         lose_the_lock(&s).await?;
         Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
             .patch(
-                "r2",
+                "canceled",
                 &PatchParams::default(),
                 &Patch::Merge(json!({"spec": {"cancel": true}})),
             )
             .await?;
-        let dr = s.finished("r2").await?;
+        let dr = s.finished("canceled").await?;
         ensure!(phase(&dr) == Phase::Canceled, "{:#?}", dr.status);
-        let consumer = &dr.status.as_ref().unwrap().consumers[0];
-        ensure!(consumer.state == ConsumerState::Resumed, "{consumer:#?}");
-        ensure!(s.replicas("web").await? == (2, None));
-        s.ready_pods("web", 2).await?;
-        s.no_stand_ins().await?;
-        Ok(())
+        web_back(&s, &dr).await
     })
     .await
 }

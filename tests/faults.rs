@@ -1055,20 +1055,11 @@ async fn pvc_deleted_mid_copy(env: TestEnv) -> Result<()> {
 async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
     let s = Scene::new(env).await?;
     let app = s.app(Shape::Deployment, false).await?;
-    let pods = s.env.api::<Pod>();
-    let hold = "refill-e2e/hold";
     if phase == VolumePhase::Quiescing {
         // The old pods stay Terminating until released, which keeps refill waiting for
         // the volume to be free: the Quiescing phase lasts as long as the test wants.
-        for pod in s.live_pods("web") {
-            let patch = json!({"metadata": {"finalizers": [hold]}});
-            pods.patch(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await?;
-        }
+        let names: Vec<String> = s.live_pods("web").iter().map(|p| p.name_any()).collect();
+        fixture::hold_pods(&s.env.client, s.env.ns.name(), &names).await?;
     }
     let _agent = s.node_agent(Some(COPY_RATE));
     let _controller = s.controller().await?;
@@ -1095,19 +1086,7 @@ async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
     }
     .await;
     // Always released: a pod kept by a finalizer would keep the namespace forever.
-    if phase == VolumePhase::Quiescing {
-        for pod in pods.list(&Default::default()).await? {
-            if pod.finalizers().iter().any(|f| f == hold) {
-                let patch = json!({"metadata": {"finalizers": null}});
-                pods.patch(
-                    &pod.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
-                .await?;
-            }
-        }
-    }
+    fixture::release_pods(&s.env.client, s.env.ns.name()).await?;
     rescaled?;
     let expect = Expect {
         bound: SHORT_BOUND,

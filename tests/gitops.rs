@@ -451,43 +451,16 @@ async fn a_forged_flux_label_pauses_nothing_and_tells_nothing_of_the_object() ->
         // something else entirely.
         let platform = TestNamespace::create(&s.client, "gitops-platform").await?;
         let checked = async {
+            let name = "platform-apps";
             let cluster_dir = &s.env.cluster.dir;
-            let settings = json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "settings"}, "data": {"a": "b"},
-            })
-            .to_string();
-            flux::upload_manifests(
-                cluster_dir,
-                platform.name(),
-                &[("settings.yaml", &settings)],
-            )
-            .await?;
-            let app = FluxApp {
-                namespace: platform.name(),
-                name: "platform-apps",
-                bucket: platform.name(),
-                interval: Duration::from_secs(600),
-            };
-            flux::create_app(&s.client, cluster_dir, &app).await?;
-            flux::wait_ready(
-                &s.client,
-                Kind::Kustomization,
-                platform.name(),
-                app.name,
-                TIMEOUT,
-            )
-            .await?;
+            let before =
+                flux::platform_app(&s.client, cluster_dir, platform.name(), name, TIMEOUT).await?;
             let kustomizations = flux::flux_api(&s.client, Kind::Kustomization, platform.name());
-            let before = kustomizations.get(app.name).await?;
 
             // A team's own Deployment, carrying the platform Kustomization's marks.
             let dir = s.volume("web", "node-a", &[("f", b"broken")]).await?;
             s.deployment("web", 1, &["web"]).await?;
-            let forged = json!({"metadata": {"labels": {
-                "kustomize.toolkit.fluxcd.io/name": app.name,
-                "kustomize.toolkit.fluxcd.io/namespace": platform.name(),
-            }}});
+            let forged = flux::kustomization_marks(platform.name(), name);
             Api::<Deployment>::namespaced(s.client.clone(), &s.ns)
                 .patch("web", &PatchParams::default(), &Patch::Merge(forged))
                 .await?;
@@ -508,7 +481,7 @@ async fn a_forged_flux_label_pauses_nothing_and_tells_nothing_of_the_object() ->
             );
 
             // Not paused, not even written to.
-            let after = kustomizations.get(app.name).await?;
+            let after = kustomizations.get(name).await?;
             ensure!(
                 after.resource_version() == before.resource_version()
                     && after.data["spec"].get("suspend").is_none()
@@ -534,7 +507,7 @@ async fn a_forged_flux_label_pauses_nothing_and_tells_nothing_of_the_object() ->
                 "no Event says the marks were not backed"
             );
             let status_text = serde_json::to_string(&status)?;
-            for secret in [platform.name(), app.name] {
+            for secret in [platform.name(), name] {
                 ensure!(
                     !status_text.contains(secret) && !events.contains(secret),
                     "the restore tells of {secret}: {status_text}"

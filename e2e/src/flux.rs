@@ -48,6 +48,11 @@ impl Kind {
         }
     }
 
+    /// The kind as the API serves it.
+    pub fn resource(self) -> ApiResource {
+        ApiResource::from_gvk(&self.gvk())
+    }
+
     /// The kind's name, as in `kind:`.
     pub fn name(self) -> &'static str {
         match self {
@@ -59,11 +64,7 @@ impl Kind {
 
 /// The API of one Flux kind in `namespace`, as dynamic objects.
 pub fn flux_api(client: &Client, kind: Kind, namespace: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &ApiResource::from_gvk(&kind.gvk()),
-    )
+    Api::namespaced_with(client.clone(), namespace, &kind.resource())
 }
 
 /// The local S3 server's address on the host (`host:port`), where Flux's
@@ -141,6 +142,42 @@ pub struct FluxApp<'a> {
     /// How often both look again on their own; a test asks for reconciles sooner
     /// with [`request_reconcile`].
     pub interval: Duration,
+}
+
+/// A platform team's app in `namespace`, unrelated to any test's app: its Bucket (over
+/// a bucket named after the namespace) and Kustomization `name` apply one ConfigMap
+/// there, and look again on their own only every ten minutes. Returns the
+/// Kustomization once it is Ready.
+pub async fn platform_app(
+    client: &Client,
+    cluster_dir: &Path,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<DynamicObject> {
+    let settings = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings"}, "data": {"a": "b"},
+    })
+    .to_string();
+    upload_manifests(cluster_dir, namespace, &[("settings.yaml", &settings)]).await?;
+    let app = FluxApp {
+        namespace,
+        name,
+        bucket: namespace,
+        interval: Duration::from_secs(600),
+    };
+    create_app(client, cluster_dir, &app).await?;
+    wait_ready(client, Kind::Kustomization, namespace, name, timeout).await
+}
+
+/// The labels Flux's kustomize-controller puts on what a Kustomization applies, naming
+/// `namespace/name`: anyone who may edit an object can write them on it.
+pub fn kustomization_marks(namespace: &str, name: &str) -> serde_json::Value {
+    json!({"metadata": {"labels": {
+        "kustomize.toolkit.fluxcd.io/name": name,
+        "kustomize.toolkit.fluxcd.io/namespace": namespace,
+    }}})
 }
 
 /// Makes the Secret (`<name>-s3`), the Bucket and the Kustomization of `app`

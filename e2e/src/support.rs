@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, ServiceAccoun
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use refill::api::DataRestore;
+use refill::api::{DataRestore, DataRestoreRequest};
 use serde_json::json;
 
 use crate::cluster::{Cluster, cluster};
@@ -111,23 +111,35 @@ impl TestNamespace {
     }
 }
 
-/// Drops refill's finalizer from every DataRestore in `namespace`. A restore left
-/// unfinished keeps it, and with it its namespace, forever once its controller is gone:
-/// every later run on the cluster would share the machine with the namespace
-/// controller's endless retries.
+/// Drops refill's finalizer from every DataRestore and DataRestoreRequest in
+/// `namespace`. One left unfinished keeps it, and with it its namespace, forever once
+/// its controller is gone: every later run on the cluster would share the machine with
+/// the namespace controller's endless retries.
 pub async fn release_restores(client: &Client, namespace: &str) -> Result<()> {
-    let restores: Api<DataRestore> = Api::namespaced(client.clone(), namespace);
-    let left = match restores.list(&ListParams::default()).await {
+    release::<DataRestore>(client, namespace).await?;
+    release::<DataRestoreRequest>(client, namespace).await
+}
+
+/// Drops the finalizers of every `K` in `namespace`.
+async fn release<K>(client: &Client, namespace: &str) -> Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let objects: Api<K> = Api::namespaced(client.clone(), namespace);
+    let left = match objects.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        // No CRDs installed: no restores to hold anything.
+        // No CRDs installed: nothing to hold anything.
         Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
         Err(e) => return Err(e.into()),
     };
-    for dr in left.iter().filter(|dr| !dr.finalizers().is_empty()) {
+    for object in left.iter().filter(|o| !o.finalizers().is_empty()) {
         let patch = json!({"metadata": {"finalizers": null}});
-        let removed = restores
+        let removed = objects
             .patch(
-                &dr.name_any(),
+                &object.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(patch),
             )

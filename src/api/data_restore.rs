@@ -757,6 +757,9 @@ pub enum ConsumerState {
     Switched,
     /// Deleted by someone while it was stopped: nothing to bring back.
     Gone,
+    /// A bare pod whose name another pod took while it was stopped: refill left that
+    /// pod as it is and did not create the recorded one again.
+    Replaced,
 }
 
 /// A workload refill stops while its PVCs are restored, and what brings it back.

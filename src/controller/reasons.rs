@@ -10,6 +10,8 @@ pub const RESUMED_CONSUMER: &str = "ResumedConsumer";
 /// A stopped workload came back on the new claim (switchWorkloads).
 pub const SWITCHED_CONSUMER: &str = "SwitchedConsumer";
 pub const KEPT_CONSUMER_STOPPED: &str = "KeptConsumerStopped";
+/// A Warning: another pod took a stopped bare pod's name; it was left as it is.
+pub const CONSUMER_REPLACED: &str = "ConsumerReplaced";
 pub const CONSUMER_HELD: &str = "ConsumerHeldByOtherRestore";
 pub const VOLUME_RESTORED: &str = "VolumeRestored";
 pub const VOLUME_FAILED: &str = "VolumeFailed";

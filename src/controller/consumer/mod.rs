@@ -137,15 +137,7 @@ pub async fn resume(
     let api = api(client, record);
     let resumed = match Strategy::of(record.kind) {
         Strategy::Delete => match &record.original {
-            Some(manifest) => {
-                let pod: Pod = serde_json::from_str(manifest).map_err(kube::Error::SerdeError)?;
-                let pods: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
-                match pods.create(&PostParams::default(), &pod).await {
-                    Ok(_) => Resumed::Started,
-                    Err(e) if has_status(&e, 409) => Resumed::Started,
-                    Err(e) => return Err(e),
-                }
-            }
+            Some(manifest) => recreate(client, uid, record, manifest).await?,
             None => Resumed::Untouched,
         },
         Strategy::Wait => Resumed::Untouched,
@@ -194,6 +186,28 @@ pub async fn resume(
         }
     };
     Ok(finish(record, resumed))
+}
+
+/// Creates a deleted bare pod again from its record. A pod already under its name is
+/// refill's own from an earlier pass only when it carries this restore's mark; any other
+/// was made by someone else while it was stopped, and is neither deleted nor replaced.
+async fn recreate(
+    client: &Client,
+    uid: &str,
+    record: &ConsumerRecord,
+    manifest: &str,
+) -> kube::Result<Resumed> {
+    let pod = strategy::pod_to_recreate(manifest, uid).map_err(kube::Error::SerdeError)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
+    match pods.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(Resumed::Started),
+        Err(e) if has_status(&e, 409) => match pods.get_opt(&record.name).await? {
+            Some(found) => Ok(strategy::found_under_name(&found, uid)),
+            // Gone again since the refusal: the next pass creates it.
+            None => Err(e),
+        },
+        Err(e) => Err(e),
+    }
 }
 
 /// Records where a resume left the consumer: back only when it is.
@@ -346,6 +360,9 @@ pub fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String>
             format!("switched {what} from PVC {from} to PVC {to}{count}")
         }
         Resumed::Gone => format!("{what} was deleted while it was stopped; nothing to bring back"),
+        Resumed::Replaced => format!(
+            "another pod took the name of {what} while it was stopped; refill left that pod as it is and did not create the recorded one again"
+        ),
         Resumed::HeldElsewhere(other) => format!(
             "{what} lost refill's mark while stopped and was stopped again by DataRestore {other}; that restore brings it back"
         ),

@@ -54,7 +54,14 @@ pub async fn settle_consumers(
     // One Event per kind of news and pass, not one per consumer: a restore of many
     // claims would otherwise write hundreds of Events, each a request and an etcd key.
     for (reason, notes) in news {
-        ctx.event(dr, false, reason, summary(&notes));
+        let note = summary(&notes);
+        // Another pod under a consumer's name needs a person, who may read only the
+        // status (a team's request mirrors it, not the Events of Velero's namespace).
+        let warning = reason == reasons::CONSUMER_REPLACED;
+        if warning && !status.warnings.contains(&note) {
+            status.warnings.push(note.clone());
+        }
+        ctx.event(dr, warning, reason, note);
     }
     settled
 }
@@ -109,7 +116,11 @@ async fn settle_consumer(
         ConsumerStep::Resume => {
             let resumed = super::resume(&ctx.client, uid, record).await?;
             let note = super::resume_note(record, &resumed);
-            return Ok(note.map(|note| (reasons::RESUMED_CONSUMER, note)));
+            let reason = match resumed {
+                super::Resumed::Replaced => reasons::CONSUMER_REPLACED,
+                _ => reasons::RESUMED_CONSUMER,
+            };
+            return Ok(note.map(|note| (reason, note)));
         }
         ConsumerStep::Switch => {
             let switched = super::switch(&ctx.client, uid, restore, record).await?;

@@ -179,6 +179,9 @@ pub enum Resumed {
     /// refill's mark went while it was stopped, and another restore (`namespace/name`)
     /// has stopped it since: that restore brings it back.
     HeldElsewhere(String),
+    /// A bare pod whose name another pod took while it was stopped: that pod is left
+    /// as it is, and the recorded one is not created.
+    Replaced,
     /// Not stopped by this restore: left as it is.
     Untouched,
 }
@@ -191,6 +194,7 @@ pub fn state_after(state: ConsumerState, resumed: &Resumed) -> ConsumerState {
         (Resumed::Untouched, ConsumerState::Stopping) => ConsumerState::Running,
         (Resumed::Gone, _) => ConsumerState::Gone,
         (Resumed::HeldElsewhere(_), _) => ConsumerState::HeldByOther,
+        (Resumed::Replaced, _) => ConsumerState::Replaced,
         _ => ConsumerState::Resumed,
     }
 }
@@ -274,6 +278,32 @@ pub fn recreatable_pod(pod: &Pod) -> Pod {
     }
     pod.status = None;
     pod
+}
+
+/// A bare pod to create again from its recorded `manifest`, marked as made by the
+/// restore `uid`: a pod found under its name later is refill's own (a pass whose status
+/// write was lost) only with that mark.
+pub fn pod_to_recreate(manifest: &str, uid: &str) -> serde_json::Result<Pod> {
+    let mut pod: Pod = serde_json::from_str(manifest)?;
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(labels::RECREATED_BY.into(), uid.into());
+    Ok(pod)
+}
+
+/// What a pod found under a bare pod's name, where refill's create was refused, says
+/// of the resume: back when the restore `uid` made it, else someone else's pod.
+pub fn found_under_name(pod: &Pod, uid: &str) -> Resumed {
+    let mark = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::RECREATED_BY));
+    match mark {
+        Some(by) if by == uid => Resumed::Started,
+        _ => Resumed::Replaced,
+    }
 }
 
 /// When a stopped consumer was started again by someone else, says so, naming who when
@@ -567,6 +597,29 @@ mod tests {
         assert_eq!(
             resume_patch(ConsumerKind::CronJob, &record(ConsumerKind::CronJob), &cron).0["spec"]["suspend"],
             false
+        );
+    }
+
+    #[test]
+    fn a_pod_under_a_stopped_bare_pod_s_name_is_refill_s_only_with_its_mark() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("solo".into());
+        let manifest = serde_json::to_string(&pod).unwrap();
+        let recreated = pod_to_recreate(&manifest, "uid").unwrap();
+        assert_eq!(
+            recreated.metadata.annotations.as_ref().unwrap()[labels::RECREATED_BY],
+            "uid"
+        );
+        // Made by this restore in a pass whose status write was lost.
+        assert_eq!(found_under_name(&recreated, "uid"), Resumed::Started);
+        // The team's, made while it was stopped; or one another restore made again.
+        assert_eq!(found_under_name(&pod, "uid"), Resumed::Replaced);
+        let other = pod_to_recreate(&manifest, "another-restore").unwrap();
+        assert_eq!(found_under_name(&other, "uid"), Resumed::Replaced);
+        assert_eq!(
+            state_after(ConsumerState::Stopped, &Resumed::Replaced),
+            ConsumerState::Replaced,
+            "never read as back"
         );
     }
 

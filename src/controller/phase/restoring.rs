@@ -436,15 +436,21 @@ fn merge_consumer(
     let pod = found_pod(&planned, pods);
     match existing {
         Some(record) => {
+            let came_back = matches!(
+                record.state,
+                ConsumerState::Resumed | ConsumerState::Gone | ConsumerState::Replaced
+            );
+            // Until it is stopped, the pod to delete is the one running now, and what
+            // brings it back is that pod's manifest: one made under the name since
+            // (another pod that took it) is recorded as it is.
+            if came_back || record.state == ConsumerState::Running {
+                record.uid = pod.and_then(|p| p.metadata.uid.clone());
+                if let Some(manifest) = pod_manifest(pod) {
+                    record.original = Some(manifest);
+                }
+            }
             if record.original.is_none() {
                 record.original = pod_manifest(pod);
-            }
-            // Until it is stopped, the pod to delete is the one running now.
-            if matches!(
-                record.state,
-                ConsumerState::Running | ConsumerState::Resumed | ConsumerState::Gone
-            ) {
-                record.uid = pod.and_then(|p| p.metadata.uid.clone());
             }
             for pvc in planned.pvcs {
                 if !record.pvcs.contains(&pvc) {
@@ -452,7 +458,7 @@ fn merge_consumer(
                 }
             }
             // A consumer that came back since (someone re-created it) is stopped again.
-            if matches!(record.state, ConsumerState::Resumed | ConsumerState::Gone) {
+            if came_back {
                 record.state = ConsumerState::Running;
             }
         }
@@ -602,6 +608,52 @@ mod tests {
         let why = manifest_fits(Some(&pod)).unwrap_err();
         assert!(why.starts_with("bare pod big is 70 KiB"), "{why}");
         assert!(manifest_fits(None).is_ok());
+    }
+
+    #[test]
+    fn a_bare_pod_whose_name_another_took_is_recorded_anew_before_it_is_stopped_again() {
+        let pod = |uid: &str, image: &str| {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some("solo".into());
+            pod.metadata.uid = Some(uid.into());
+            pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "app".into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+            Arc::new(pod)
+        };
+        let planned = || plan::PlannedConsumer {
+            kind: ConsumerKind::Pod,
+            namespace: "shop".into(),
+            name: "solo".into(),
+            replicas: None,
+            pvcs: vec!["shop/data".into()],
+            action: plan::ConsumerAction::DeletePod,
+            switch_to: None,
+            managed_by: vec![],
+        };
+        let mut status = DataRestoreStatus::default();
+        merge_consumer(&mut status, planned(), &[pod("u-first", "app:1")]);
+        status.consumers[0].state = ConsumerState::Replaced;
+        // A second volume of the restore starts once another pod took the name.
+        merge_consumer(&mut status, planned(), &[pod("u-theirs", "theirs:1")]);
+        let record = &status.consumers[0];
+        assert_eq!(record.state, ConsumerState::Running);
+        assert_eq!(record.uid.as_deref(), Some("u-theirs"));
+        assert!(
+            record.original.as_deref().unwrap().contains("theirs:1"),
+            "brought back as the pod it deletes"
+        );
+        // Once stopped, the record is what brings it back: kept as it is.
+        status.consumers[0].state = ConsumerState::Stopped;
+        merge_consumer(&mut status, planned(), &[pod("u-later", "later:1")]);
+        let record = &status.consumers[0];
+        assert_eq!(record.uid.as_deref(), Some("u-theirs"));
+        assert!(record.original.as_deref().unwrap().contains("theirs:1"));
     }
 
     #[test]
