@@ -197,12 +197,18 @@ struct Floor {
     compare: Duration,
 }
 
+/// refill's commit when the run began, as [`report::revision`] tells it.
+static REVISION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
     let cluster = refill_e2e::cluster().await?;
     let client = cluster.admin_client().await?;
     let command = command_line(&args);
+    // The image is built from the checkout as it is now; the report names that commit,
+    // not the one checked out when the run ends, a long while later.
+    let _ = REVISION.set(report::revision());
     println!("installing refill's controller (a pod from manifests/)");
     in_cluster::install_controller(cluster, &client, VELERO_NAMESPACE, TIMEOUT).await?;
 
@@ -895,7 +901,7 @@ fn render(
          (half in files of up to 64 MiB, 30% in 1 MiB files, 20% in files of 2-62 KiB), \
          and `{MANY_NS}`, {} apps ({} large, {} small) whose claims hold {} MiB in {} files.\n",
         report::machine(),
-        report::revision(),
+        REVISION.get().cloned().unwrap_or_else(report::revision),
         big.size.bytes >> 20,
         big.size.files,
         many.apps.len(),
