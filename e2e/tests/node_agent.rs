@@ -460,7 +460,7 @@ async fn missing_snapshot_fails_the_restore_and_the_pod_keeps_waiting() -> Resul
         fx.restore_pod("app", "data", "data", &owner.1, false)
             .await?;
         let pod = fx.wait_held("app").await?;
-        let _agent = fx.start(fx.agent(None));
+        let _agent = fx.start(fx.agent(Some(&refill_e2e::cluster::NODES[..])));
         fx.pvr("app-data", &pod, "data", "no-such-snapshot", &owner)
             .await?;
 
