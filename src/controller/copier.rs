@@ -290,6 +290,32 @@ pub fn outcome(pod: &Pod) -> Option<Result<CopySummary, String>> {
     Some(Err(why.trim().to_string()))
 }
 
+/// Whether the kubelet refused the copier `pod` before starting its container (node
+/// pressure, affinity, resources: "Pod was rejected: …"): it wrote nothing.
+pub fn rejected(pod: &Pod) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    let started = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter(|c| c.name == CONTAINER)
+        .any(|c| {
+            let state = c.state.as_ref();
+            state.is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+                || c.last_state
+                    .as_ref()
+                    .is_some_and(|s| s.terminated.is_some())
+        });
+    status.phase.as_deref() == Some("Failed")
+        && !started
+        && status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Pod was rejected: "))
+}
+
 /// Whether the copier `pod` puts set-aside files back (rather than setting them aside
 /// or removing them): read from its arguments, which refill wrote.
 pub fn puts_back(pod: &Pod) -> bool {
@@ -456,6 +482,29 @@ mod tests {
             "data"
         );
         assert!(spec.affinity.is_none(), "the claim's volume decides where");
+    }
+
+    #[test]
+    fn a_copier_the_kubelet_refused_before_it_started_wrote_nothing() {
+        let refused = |message: &str| Pod {
+            status: Some(PodStatus {
+                phase: Some("Failed".into()),
+                message: Some(message.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(rejected(&refused(
+            "Pod was rejected: The node had condition: [DiskPressure]. "
+        )));
+        // Failed for another reason (evicted while running, its node gone): it may
+        // have run.
+        assert!(!rejected(&refused("The node was low on resource: memory.")));
+        let mut ran = ended(1, "boom");
+        ran.status.as_mut().unwrap().phase = Some("Failed".into());
+        ran.status.as_mut().unwrap().message = Some("Pod was rejected: later".into());
+        assert!(!rejected(&ran), "its container ran");
+        assert!(!rejected(&Pod::default()));
     }
 
     fn ended(exit_code: i32, message: &str) -> Pod {

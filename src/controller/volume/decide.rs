@@ -74,6 +74,8 @@ pub enum Copier {
         waiting: Option<String>,
         /// It puts set-aside files back (a direct restore that did not complete).
         puts_back: bool,
+        /// The kubelet refused it before its container started: it wrote nothing.
+        rejected: bool,
     },
     /// Another restore's copier (its name derives from the claim).
     Other { name: String, restore: String },
@@ -760,6 +762,21 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
         } => Step {
             effect: (!terminating).then_some(Effect::DeleteCopier),
             change: Change::Copied(summary.clone()),
+        },
+        // Never started, it wrote nothing: the volume ends at once, as it was.
+        Copier::Present {
+            ended: Some(Err(why)),
+            rejected: true,
+            name,
+            ..
+        } if !tidying => Step {
+            effect: None,
+            change: Change::End {
+                outcome: VolumePhase::Failed,
+                message: format!(
+                    "copier pod {name} was refused by its node before it started, so nothing was written: {why}"
+                ),
+            },
         },
         // The backup is in: nothing to put back, and the set-aside files stay.
         Copier::Present {

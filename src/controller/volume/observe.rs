@@ -174,6 +174,7 @@ pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> Copier {
         ended: copier::outcome(pod),
         waiting: copier::waiting(pod),
         puts_back: copier::puts_back(pod),
+        rejected: copier::rejected(pod),
     }
 }
 

@@ -237,6 +237,7 @@ fn copier(ended: Option<Result<CopySummary, String>>, terminating: bool) -> Copi
         ended,
         waiting: None,
         puts_back: false,
+        rejected: false,
     }
 }
 
@@ -248,6 +249,7 @@ fn putting_back(ended: Option<Result<CopySummary, String>>) -> Copier {
         ended,
         waiting: None,
         puts_back: true,
+        rejected: false,
     }
 }
 
@@ -784,6 +786,7 @@ fn every_transition() {
                     ended: None,
                     waiting: Some("ErrImagePull".into()),
                     puts_back: false,
+                    rejected: false,
                 },
             ),
             rules(),

@@ -428,6 +428,26 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
             Want::Abort(Failed, "agent says"),
         ),
         (
+            "the copier refused by its node (disk pressure): nothing written, ended at once",
+            staged(volume(Copying)),
+            with_copier(
+                seen(StandIn::Absent, pvr(P::Completed)),
+                Copier::Present {
+                    name: "refill-copy-data-1".into(),
+                    terminating: false,
+                    ended: Some(Err("Pod was rejected: DiskPressure".into())),
+                    waiting: None,
+                    puts_back: false,
+                    rejected: true,
+                },
+            ),
+            rules(),
+            Want::End(
+                Failed,
+                "refused by its node before it started, so nothing was written",
+            ),
+        ),
+        (
             "copied and the copier exited: the app may come back while its pod goes",
             VolumeStatus {
                 copied: Some(CopySummary::default()),
