@@ -705,19 +705,28 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     if seen.claim == Claim::Deleted {
         return failed(format!("PVC {pvc} was deleted during the restore"));
     }
-    if !seen.foreign_pods.is_empty() && !rules.online {
-        return failed(seen.restarted.clone().unwrap_or_else(|| {
-            format!(
-                "pod {} mounts {pvc} while refill's copier writes it; refill stopped copying",
-                seen.foreign_pods.join(", ")
-            )
-        }));
-    }
     let done = match volume.phase {
         VolumePhase::Clearing => volume.cleared.is_some(),
         VolumePhase::Tidying => volume.tidied.is_some(),
         _ => volume.copied.is_some(),
     };
+    // A copy or tidy whose copier exited and was recorded is over: a consumer that
+    // runs now (brought back by a pass whose status write was lost) meets no writer.
+    let over = done && !clearing;
+    if !seen.foreign_pods.is_empty() && !rules.online && !over {
+        let why = seen.restarted.clone().unwrap_or_else(|| {
+            format!(
+                "pod {} mounts {pvc} while refill's copier writes it; refill stopped copying",
+                seen.foreign_pods.join(", ")
+            )
+        });
+        // The backup is in already: nothing to put back, only the copier to stop.
+        if tidying {
+            let outcome = VolumePhase::Failed;
+            return tidy_stopped(volume, seen, Stop { outcome, why });
+        }
+        return failed(why);
+    }
     match &seen.copier {
         // Emptied: the stand-in comes next, and with it the node agent.
         Copier::Absent if done && clearing => start_stand_in(pvc, seen),
@@ -989,11 +998,26 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
         _ => {}
     }
     let step = |effect, change| Step { effect, change };
-    // Someone started a consumer (or another pod) on the claim: nothing is written
-    // under it, not even the put-back. The copier goes, and the volume ends saying
+    // The claim went (its stand-in held it until now): there is nothing left to put
+    // back into, and a copier for it would wait for the claim for ever. Or someone
+    // started a consumer (or another pod) on it: nothing is written under it, not
+    // even the put-back. Either way the copier goes, and the volume ends saying
     // where the files are.
-    if !seen.foreign_pods.is_empty() {
-        let users = seen.foreign_pods.join(", ");
+    let given_up = if seen.claim == Claim::Deleted {
+        Some(format!(
+            "{reason}; PVC {} is deleted, so nothing was put back",
+            volume.pvc
+        ))
+    } else if !seen.foreign_pods.is_empty() {
+        Some(format!(
+            "{reason}; its files were not put back, as pod {} mounts it now; {}",
+            seen.foreign_pods.join(", "),
+            left_aside(volume, false)
+        ))
+    } else {
+        None
+    };
+    if let Some(end) = given_up {
         return match &seen.copier {
             Copier::Present {
                 terminating: false, ..
@@ -1009,10 +1033,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                 None,
                 Change::End {
                     outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
-                    message: format!(
-                        "{reason}; its files were not put back, as pod {users} mounts it now; {}",
-                        left_aside(volume, false)
-                    ),
+                    message: end,
                 },
             ),
         };
@@ -1034,13 +1055,17 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
             name,
             waiting,
             ..
-        } => stay(match waiting {
-            Some(why) => format!("{reason}; copier pod {name} is not running yet: {why}"),
-            None => format!(
-                "{reason}; putting back the files PVC {} held before",
-                volume.pvc
-            ),
-        }),
+        } => step(
+            None,
+            // The reason stays the message: each pass would otherwise wrap the last
+            // one's words in its own. What the copier waits for is a warning.
+            Change::Stay {
+                message,
+                warning: waiting.as_ref().map(|why| {
+                    format!("copier pod {name} putting the files back is not running yet: {why}")
+                }),
+            },
+        ),
         Copier::Present {
             ended: Some(Ok(summary)),
             terminating,

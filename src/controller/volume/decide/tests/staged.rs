@@ -197,6 +197,34 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             Want::CompletedDoing(Effect::DeleteCopier),
         ),
         (
+            "tidied, then the app brought back by a pass whose status was lost: completed",
+            tidied(cleared(exact(volume(Tidying)))),
+            with_users(seen(StandIn::Absent, pvr(P::Completed)), &["web-1"], None),
+            rules(),
+            Want::Completed,
+        ),
+        (
+            "not tidied yet and the app runs: the copier stops, nothing is put back",
+            cleared(exact(volume(Tidying))),
+            with_users(
+                with_copier(
+                    seen(StandIn::Absent, pvr(P::Completed)),
+                    copier(None, false),
+                ),
+                &["web-1"],
+                None,
+            ),
+            rules(),
+            Want::Stay(Some(Effect::DeleteCopier), Some("web-1")),
+        ),
+        (
+            "and once it is gone the volume ends saying the backup is in",
+            cleared(exact(volume(Tidying))),
+            with_users(seen(StandIn::Absent, pvr(P::Completed)), &["web-1"], None),
+            rules(),
+            Want::End(Failed, "the backup's files are in"),
+        ),
+        (
             "tidied and the copier gone: completed",
             tidied(cleared(exact(volume(Tidying)))),
             seen(StandIn::Absent, pvr(P::Completed)),
@@ -252,7 +280,41 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
                 putting_back(None),
             ),
             rules(),
-            Want::Stay(None, Some("putting back the files")),
+            Want::Stay(None, Some("why")),
+        ),
+        (
+            "a put-back copier that cannot start: a warning, the reason kept as it was",
+            aborted(),
+            with_copier(
+                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                Copier::Present {
+                    name: "refill-copy-data-1".into(),
+                    terminating: false,
+                    ended: None,
+                    waiting: Some("0/5 nodes are available".into()),
+                    puts_back: true,
+                    rejected: false,
+                },
+            ),
+            rules(),
+            Want::StayWarning("0/5 nodes are available"),
+        ),
+        (
+            "the PVC deleted meanwhile: the put-back copier goes",
+            aborted(),
+            claim_deleted(with_copier(
+                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                putting_back(None),
+            )),
+            rules(),
+            Want::Stay(Some(Effect::DeleteCopier), Some("why")),
+        ),
+        (
+            "and the volume ends: nothing to put back into",
+            aborted(),
+            claim_deleted(seen(StandIn::Absent, canceled_pvr(P::Canceled))),
+            rules(),
+            Want::End(Failed, "is deleted, so nothing was put back"),
         ),
         (
             "put back: recorded, the copier removed",
