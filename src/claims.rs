@@ -4,29 +4,19 @@
 //! on the claim itself (the stand-in pod keeps it from going). Reading every active
 //! claim on every pass would cost a request per volume; the watch costs none.
 
-use std::collections::HashMap;
-use std::sync::RwLock;
-
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::Event;
 
+use crate::watched::Watched;
+
 type Key = (String, String);
 type Meta = PartialObjectMeta<PersistentVolumeClaim>;
 
+/// `(namespace, name)` → being deleted.
 #[derive(Default)]
-struct State {
-    /// `(namespace, name)` → being deleted.
-    live: HashMap<Key, bool>,
-    relisting: Option<HashMap<Key, bool>>,
-    ready: bool,
-}
-
-#[derive(Default)]
-pub struct Claims {
-    state: RwLock<State>,
-}
+pub struct Claims(Watched<Key, bool>);
 
 fn entry(meta: &Meta) -> (Key, bool) {
     (
@@ -37,45 +27,13 @@ fn entry(meta: &Meta) -> (Key, bool) {
 
 impl Claims {
     pub fn apply(&self, event: &Event<Meta>) {
-        let mut state = self
-            .state
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match event {
-            Event::Init => state.relisting = Some(HashMap::new()),
-            Event::InitApply(meta) => {
-                let (key, deleting) = entry(meta);
-                state
-                    .relisting
-                    .get_or_insert_with(HashMap::new)
-                    .insert(key, deleting);
-            }
-            Event::InitDone => {
-                state.live = state.relisting.take().unwrap_or_default();
-                state.ready = true;
-            }
-            Event::Apply(meta) => {
-                let (key, deleting) = entry(meta);
-                state.live.insert(key, deleting);
-            }
-            Event::Delete(meta) => {
-                state.live.remove(&entry(meta).0);
-            }
-        }
+        self.0.apply(event, entry);
     }
 
     /// Whether the claim is gone or being deleted; None before the first list is done.
     pub fn deleted(&self, namespace: &str, name: &str) -> Option<bool> {
-        let state = self
-            .state
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.ready.then(|| {
-            state
-                .live
-                .get(&(namespace.to_string(), name.to_string()))
-                .is_none_or(|deleting| *deleting)
-        })
+        let known = self.0.get(&(namespace.to_string(), name.to_string()))?;
+        Some(known.unwrap_or(true))
     }
 }
 

@@ -12,6 +12,8 @@ pub mod gitops;
 mod hostile_input;
 pub mod labels;
 mod mounts;
+mod nodes;
 mod observe;
 mod plan;
 mod validate;
+mod watched;

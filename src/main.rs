@@ -69,6 +69,13 @@ enum Command {
         /// is refused). DataRestores are not limited by it.
         #[arg(long, value_enum, default_value_t = refill::controller::RequestGitOps::Pause, env = "REFILL_REQUEST_GITOPS")]
         request_gitops: refill::controller::RequestGitOps,
+        /// How long a node may be NotReady or unreachable before refill gives up the
+        /// stand-in or copier pods waiting on it (removing them without the kubelet's
+        /// word when nothing there may write, failing a volume that cannot start
+        /// there). A node agent or copier that may still be writing is never given up.
+        #[arg(long, env = "REFILL_NODE_GRACE", default_value = "2m",
+              value_parser = |v: &str| humantime::parse_duration(v).map_err(|e| e.to_string()))]
+        node_grace: std::time::Duration,
         #[command(flatten)]
         election: ElectionArgs,
     },
@@ -167,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
             concurrency,
             requests_per_namespace,
             request_gitops,
+            node_grace,
             election,
         } => {
             init_logging(log_format);
@@ -183,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
                 concurrency,
                 requests_per_namespace,
                 request_git_ops: request_gitops,
+                node_grace,
                 ..Default::default()
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -25,11 +25,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 pub use labelled::labelled_workloads;
 
 /// What the controller keeps knowing between reads, so that asking again costs nothing:
-/// which pods mount which claims, from its pod watch, and owner references read lately.
+/// which pods mount which claims, from its pod watch, which nodes are Ready, from its
+/// node watch, and owner references read lately.
 #[derive(Default)]
 pub struct Known {
     pub mounts: Mounts,
     pub claims: crate::claims::Claims,
+    pub nodes: crate::nodes::Nodes,
     pub owners: OwnerCache,
 }
 

@@ -10,6 +10,8 @@
 //!   volume phase, a CronJob mounting the claim, no node agent at all.
 //! * Two restores of one PVC created at the same moment, ten times over.
 //! * The API server restarted mid-copy, on a cluster of this test's own.
+//! * A node that stops answering mid-restore: back within refill's grace, given up
+//!   after it, or deleted for good (`faults/node.rs`).
 //!
 //! Every case checks the same end state: the DataRestore ends (Completed,
 //! PartiallyFailed, Failed or Canceled) within a bound and loses its finalizer; every
@@ -350,7 +352,14 @@ impl Scene {
                 }
             }
         }
-        for w in &workloads {
+        self.backed_up_and_broken(&app).await?;
+        Ok(app)
+    }
+
+    /// Waits for the app's pods, takes backup `b1` of its claims, and breaks their
+    /// files since.
+    async fn backed_up_and_broken(&self, app: &App) -> Result<()> {
+        for w in &app.workloads {
             self.ready_pods(&w.name, w.replicas as usize, SETUP).await?;
         }
         let volumes: Vec<BackedUpVolume> = app
@@ -362,7 +371,7 @@ impl Scene {
         for c in &app.claims {
             std::fs::write(c.dir.join(DATA_FILE), b"broken")?;
         }
-        Ok(app)
+        Ok(())
     }
 
     /// A request to restore the app's claims from `b1`.
@@ -631,6 +640,9 @@ fn verdict(problems: Vec<String>) -> Result<()> {
     }
     bail!("\n  - {}", problems.join("\n  - "))
 }
+
+#[path = "faults/node.rs"]
+mod node;
 
 // ------------------------------------------------------------------------------------
 // Running tables of cases

@@ -34,6 +34,9 @@ pub struct Config {
     pub agent_grace: Duration,
     /// How long a canceled PodVolumeRestore may go on before the volume warns.
     pub cancel_grace: Duration,
+    /// How long a node may be NotReady before what waits on it is given up (see
+    /// `volume::decide::node`).
+    pub node_grace: Duration,
     /// Where the controller counts (served at `/metrics` by the `refill controller`
     /// command).
     pub metrics: Arc<Metrics>,
@@ -66,6 +69,9 @@ pub struct Config {
     pub requests_namespace: Option<String>,
 }
 
+/// [`Config::node_grace`] when nothing else is said.
+pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(120);
+
 /// [`Config::requests_per_namespace`] when nothing else is said.
 pub const DEFAULT_REQUESTS_PER_NAMESPACE: usize = 10;
 
@@ -93,6 +99,9 @@ impl Default for Config {
             recheck_interval: Duration::from_secs(2),
             agent_grace: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(300),
+            // Past the minute or so after which the node lifecycle controller calls a
+            // silent kubelet unreachable: a restarting kubelet is back well before.
+            node_grace: DEFAULT_NODE_GRACE,
             metrics: Arc::default(),
             requests: false,
             cluster_wide_from: 8,

@@ -30,7 +30,7 @@ mod volume;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -136,6 +136,19 @@ pub async fn run_with_readiness(
     })
     .touched_objects();
     let claim_mapper_ctx = ctx.clone();
+    // Nodes are watched for their readiness only: what a wait on a node that stopped
+    // answering says, and when it may end. Their changes wake no restore (a node going
+    // NotReady marks its pods not ready, and those events do).
+    let nodes_ctx = ctx.clone();
+    let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .for_each(move |event| {
+            match event {
+                Ok(event) => nodes_ctx.known.nodes.apply(&event),
+                Err(e) => warn!("watching nodes: {e}"),
+            }
+            futures::future::ready(())
+        });
     info!(namespace, "refill controller started");
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
@@ -180,7 +193,7 @@ pub async fn run_with_readiness(
     // The mirror's watch and writer live as long as the controller does.
     let restores = async {
         let mirror = async {
-            futures::join!(plugin_restores, mirror);
+            futures::join!(plugin_restores, mirror, node_events);
         };
         futures::future::select(std::pin::pin!(restores), std::pin::pin!(mirror)).await;
     };

@@ -114,6 +114,7 @@ pub fn rules(
         switch: dr.spec.switch_workloads,
         agent_grace: config.agent_grace,
         cancel_grace: config.cancel_grace,
+        node_grace: config.node_grace,
     }
 }
 

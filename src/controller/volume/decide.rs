@@ -41,6 +41,9 @@ use crate::api::{CopySummary, PodVolumePhase, VolumePhase, VolumeStatus};
 
 use super::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 
+pub mod node;
+pub use node::{NodeDown, OnNode};
+
 /// What one pass saw of a volume's world. Built by [`super::observe`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Seen {
@@ -58,6 +61,29 @@ pub struct Seen {
     /// A path restore's scratch claim exists and is not being deleted (looked for from
     /// Copying on).
     pub scratch: bool,
+    /// The nodes this volume's waits depend on that are not Ready, or are gone.
+    pub nodes_down: Vec<NodeDown>,
+}
+
+impl Seen {
+    fn stand_in_terminating(&self) -> bool {
+        matches!(
+            self.stand_in,
+            StandIn::Ours {
+                terminating: true,
+                ..
+            }
+        )
+    }
+    fn copier_terminating(&self) -> bool {
+        matches!(
+            self.copier,
+            Copier::Present {
+                terminating: true,
+                ..
+            }
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -180,6 +206,9 @@ pub struct Rules {
     pub agent_grace: Duration,
     /// How long a canceled PodVolumeRestore may go on before the volume warns.
     pub cancel_grace: Duration,
+    /// How long a node may be down before refill gives up what waits on it
+    /// ([`node`]).
+    pub node_grace: Duration,
 }
 
 /// What the executor does against the API.
@@ -195,6 +224,10 @@ pub enum Effect {
     DeleteCopier,
     /// Delete a path restore's scratch claim.
     DeleteScratchClaim,
+    /// Remove the stand-in (the copier) from the API without its kubelet's word: its
+    /// node is given up and nothing there may write ([`node`]).
+    ForceDeleteStandIn,
+    ForceDeleteCopier,
 }
 
 /// How the volume's record changes.
@@ -286,8 +319,24 @@ pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> boo
     })
 }
 
-/// What happens next to `volume`.
+/// What happens next to `volume`: what its phase calls for, and, while it waits on a
+/// node that stopped answering, the words and the bound of that wait ([`node`]).
 pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+    let mut step = by_phase(volume, seen, rules, now);
+    if let Change::Stay { message, warning } = &mut step.change {
+        let down = seen.nodes_down.iter().find(|d| d.on != [OnNode::Volume]);
+        *message = node::noted(message.take(), down);
+        if let Some(words) = node::warning(seen, &volume.pvc, rules, now) {
+            *warning = Some(words);
+        }
+        if step.effect.is_none() {
+            step.effect = node::force(seen, rules, now);
+        }
+    }
+    step
+}
+
+fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
     let pvc = &volume.pvc;
     // The whole restore stopping, or this volume's own time running out.
     let stop = rules.stop.clone().or_else(|| {
@@ -347,6 +396,9 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
                     },
                 );
             }
+            if let Some(why) = node::cannot_start(seen, rules, now) {
+                return failed(why);
+            }
             let beside_consumers = rules.online || volume.fills_scratch_first();
             if let Some(problem) = lost_hold(pvc, seen, beside_consumers) {
                 return failed(problem);
@@ -369,12 +421,23 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
             if let Some(stop) = stop {
                 return abort(stop.outcome, stop.why);
             }
+            if let Some(why) = node::cannot_start(seen, rules, now) {
+                return failed(why);
+            }
             copying(volume, seen, rules)
         }
-        VolumePhase::Tidying => match stop {
-            Some(stop) => tidy_stopped(volume, seen, stop),
-            None => copying(volume, seen, rules),
-        },
+        VolumePhase::Tidying => {
+            let stop = stop.or_else(|| {
+                node::cannot_start(seen, rules, now).map(|why| Stop {
+                    outcome: VolumePhase::Failed,
+                    why,
+                })
+            });
+            match stop {
+                Some(stop) => tidy_stopped(volume, seen, stop),
+                None => copying(volume, seen, rules),
+            }
+        }
         VolumePhase::Aborting => aborting(volume, seen, rules, now),
         // Ended: only its stand-in, copier and scratch claim may be left to remove.
         VolumePhase::Completed | VolumePhase::Failed | VolumePhase::Canceled => {
@@ -936,8 +999,10 @@ fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step 
 
 fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
     let message = volume.message.clone();
+    // A node agent whose node is deleted ends nothing any more, and writes nothing.
     if let Some(pvr) = &seen.pvr
         && !pvr.ended()
+        && !node::agent_gone(seen)
     {
         if !pvr.cancel_requested {
             return doing(
@@ -1048,6 +1113,22 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
             Change::Stay {
                 message,
                 warning: None,
+            },
+        ),
+        // Not running, and its volume's node is deleted: it never will.
+        Copier::Present {
+            ended: None,
+            name,
+            waiting: Some(_),
+            ..
+        } if node::volume_gone(seen).is_some() => step(
+            None,
+            Change::End {
+                outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
+                message: format!(
+                    "{reason}; nothing was put back: copier pod {name} cannot reach the volume, which was on node {}, now deleted",
+                    node::volume_gone(seen).unwrap_or_default()
+                ),
             },
         ),
         Copier::Present {

@@ -87,17 +87,36 @@ pub async fn perform(
             Some(pod) => delete_exactly(act, pod).await,
             None => Ok(None),
         },
+        Effect::ForceDeleteStandIn => match &found.stand_in {
+            Some(pod) => delete_without_kubelet(act, pod).await,
+            None => Ok(None),
+        },
+        Effect::ForceDeleteCopier => match &found.copier {
+            Some(pod) => delete_without_kubelet(act, pod).await,
+            None => Ok(None),
+        },
     }
+}
+
+/// Removes this very pod from the API at once, on a node that no longer answers (see
+/// [`super::decide::node`] for when nothing there may write).
+async fn delete_without_kubelet(act: &Act<'_>, pod: &Pod) -> Result<Option<Change>> {
+    delete_pod(act, pod, Some(0)).await
 }
 
 /// Deletes this very pod, not another of its name: names derive from the claim, and
 /// another restore's pod may take the name as soon as this one is gone.
 pub(super) async fn delete_exactly(act: &Act<'_>, pod: &Pod) -> Result<Option<Change>> {
+    delete_pod(act, pod, None).await
+}
+
+async fn delete_pod(act: &Act<'_>, pod: &Pod, grace: Option<u32>) -> Result<Option<Change>> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: pod.uid(),
             resource_version: None,
         }),
+        grace_period_seconds: grace,
         ..DeleteParams::default()
     };
     let ns = pod.namespace().unwrap_or_default();

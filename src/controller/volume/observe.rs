@@ -20,8 +20,9 @@ use crate::controller::{Context, Result};
 use crate::labels;
 use crate::observe;
 
-use super::decide::{Claim, Consumers, Copier, Pvr, Seen, StandIn};
+use super::decide::{Claim, Consumers, Copier, OnNode, Pvr, Seen, StandIn};
 
+mod nodes;
 mod switching;
 
 /// The objects refill made for one volume, as the pass found them.
@@ -318,6 +319,8 @@ pub async fn seen(
         None => StandIn::Absent,
     };
     let mut foreign_pods = Vec::new();
+    // What waits on which node.
+    let mut on_nodes = Vec::new();
     // When each foreign pod that is not being deleted was made.
     let mut live_since = Vec::new();
     for pod in &mounting {
@@ -339,6 +342,7 @@ pub async fn seen(
         if pod.metadata.deletion_timestamp.is_none() {
             live_since.push(pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
         }
+        on_nodes.push((node_of(pod), OnNode::Pod(pod.name_any())));
         foreign_pods.push(pod.name_any());
     }
 
@@ -368,22 +372,62 @@ pub async fn seen(
         Some(true) => Claim::Deleted,
         _ => Claim::Exists,
     };
+    let pvr = found.pod_volume_restore.as_deref().map(pvr_of);
+    let copier = found
+        .copier
+        .as_ref()
+        .map_or(Copier::Absent, |pod| copier_of(pod, uid, volume));
+    let stand_in_node = match (&stand_in, &found.stand_in) {
+        (StandIn::Ours { name, .. }, Some(pod)) => {
+            on_nodes.push((node_of(pod), OnNode::StandIn(name.clone())));
+            Some(node_of(pod))
+        }
+        _ => None,
+    };
+    // The node agent that serves the stand-in's node takes the PodVolumeRestore.
+    if let Some(pvr) = pvr.as_ref().filter(|p| !p.phase.is_terminal())
+        && let Some(node) = pvr.node.clone().or(stand_in_node)
+    {
+        let on = OnNode::Agent {
+            pvr: pvr.name.clone(),
+            taken: pvr.taken,
+        };
+        on_nodes.push((node, on));
+    }
+    if let (Copier::Present { name, ended, .. }, Some(pod)) = (&copier, &found.copier) {
+        let ended = ended.is_some();
+        let on = OnNode::Copier {
+            name: name.clone(),
+            ended,
+        };
+        on_nodes.push((node_of(pod), on));
+    }
+    if let Some(node) = &volume.node {
+        on_nodes.push((node.clone(), OnNode::Volume));
+    }
+    let nodes_down = nodes::nodes_down(on_nodes, |n| ctx.known.nodes.down(n));
     Ok(Seen {
         claim: claim_state,
         consumers: consumers(status, &volume.pvc, false),
         foreign_pods,
         restarted,
         stand_in,
-        pvr: found.pod_volume_restore.as_deref().map(pvr_of),
-        copier: found
-            .copier
-            .as_ref()
-            .map_or(Copier::Absent, |pod| copier_of(pod, uid, volume)),
+        pvr,
+        copier,
         scratch: found
             .scratch
             .as_ref()
             .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+        nodes_down,
     })
+}
+
+/// The node a pod is bound to; empty while it is not.
+fn node_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
 }
 
 /// Who started one of the stopped `records` again, if one of them was: read only for

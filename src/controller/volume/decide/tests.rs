@@ -20,6 +20,7 @@ fn rules() -> Rules {
         switch: false,
         agent_grace: Duration::from_secs(60),
         cancel_grace: Duration::from_secs(300),
+        node_grace: Duration::from_secs(120),
     }
 }
 
@@ -82,6 +83,14 @@ fn aborting(outcome: VolumePhase) -> VolumeStatus {
         message: Some("why".into()),
         abort_time: Some(Time(at(NOW - 10))),
         ..volume(VolumePhase::Aborting)
+    }
+}
+
+/// A direct exact restore's volume whose files were set aside.
+fn cleared(v: VolumeStatus) -> VolumeStatus {
+    VolumeStatus {
+        cleared: Some(3),
+        ..v
     }
 }
 
@@ -277,6 +286,8 @@ enum Want {
     Copied(Option<Effect>),
     Stay(Option<Effect>, Option<&'static str>),
     StayWarning(&'static str),
+    /// Stays, doing this, with a warning holding the words.
+    StayDoingWarning(Effect, &'static str),
     Advance(Option<Effect>, VolumePhase),
     /// On to RemovingStandIn, with this effect and message.
     DataIn(Option<Effect>, &'static str),
@@ -300,6 +311,9 @@ fn check(name: &str, step: &Step, want: &Want) {
         }
         (Want::StayWarning(fragment), Change::Stay { warning, .. }) => {
             step.effect.is_none() && warning.as_deref().is_some_and(|w| w.contains(fragment))
+        }
+        (Want::StayDoingWarning(effect, fragment), Change::Stay { warning, .. }) => {
+            step.effect == Some(*effect) && warning.as_deref().is_some_and(|w| w.contains(fragment))
         }
         (Want::Advance(effect, phase), Change::Advance(p)) => step.effect == *effect && p == phase,
         (Want::DataIn(effect, fragment), Change::DataIn { message }) => {
@@ -1208,6 +1222,7 @@ fn every_switching_transition() {
     }
 }
 
+mod node;
 mod staged;
 
 #[test]

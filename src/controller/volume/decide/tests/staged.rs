@@ -4,13 +4,6 @@
 
 use super::*;
 
-fn cleared(v: VolumeStatus) -> VolumeStatus {
-    VolumeStatus {
-        cleared: Some(3),
-        ..v
-    }
-}
-
 fn stand_in_made(v: VolumeStatus) -> VolumeStatus {
     VolumeStatus {
         stand_in_pod: Some("refill-data-1".into()),

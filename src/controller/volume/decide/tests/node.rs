@@ -1,0 +1,224 @@
+//! Waits on a node that stopped answering: the words, and the bound.
+
+use super::*;
+
+/// Node `node-a`, down since `NOW - ago` seconds (`gone`: its Node object deleted),
+/// with what waits on it.
+fn down(ago: i64, gone: bool, on: Vec<OnNode>) -> Vec<NodeDown> {
+    vec![NodeDown {
+        node: "node-a".into(),
+        why: "unreachable (NodeStatusUnknown: Kubelet stopped posting node status.)".into(),
+        since: (!gone).then(|| at(NOW - ago)),
+        gone,
+        on,
+    }]
+}
+
+fn with_down(mut s: Seen, nodes: Vec<NodeDown>) -> Seen {
+    s.nodes_down = nodes;
+    s
+}
+
+fn stand_in_there() -> OnNode {
+    OnNode::StandIn("refill-data-1".into())
+}
+
+fn agent_there(taken: bool) -> OnNode {
+    OnNode::Agent {
+        pvr: "fix-1".into(),
+        taken,
+    }
+}
+
+#[test]
+fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
+    use PodVolumePhase as P;
+    use VolumePhase::*;
+    let untaken = || canceled_pvr(P::New).map(|p| Pvr { taken: false, ..p });
+    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+        (
+            "the stand-in's node went down a moment ago: said, and waited for",
+            volume(StartingStandIn),
+            with_down(
+                seen(ours(), untaken_pvr(P::New)),
+                down(30, false, vec![stand_in_there(), agent_there(false)]),
+            ),
+            rules(),
+            Want::StayWarning(
+                "unless the node answers first, refill removes its pods without the node's word 120s after",
+            ),
+        ),
+        (
+            "down past the grace with nothing written there: the volume fails",
+            volume(StartingStandIn),
+            with_down(
+                seen(ours(), untaken_pvr(P::New)),
+                down(200, false, vec![stand_in_there(), agent_there(false)]),
+            ),
+            rules(),
+            Want::Abort(
+                Failed,
+                "stand-in pod refill-data-1 cannot run there; nothing wrote",
+            ),
+        ),
+        (
+            "a node agent there took the restore: waited for, saying how it ends",
+            volume(Restoring),
+            with_down(
+                seen(running_since(NOW - 300), pvr(P::InProgress)),
+                down(200, false, vec![stand_in_there(), agent_there(true)]),
+            ),
+            rules(),
+            Want::StayWarning("delete its Node object (kubectl delete node node-a)"),
+        ),
+        (
+            "aborting: a stand-in being removed on a node given up, nothing written: removed without its word",
+            aborting(Failed),
+            with_down(
+                seen(terminating(), untaken()),
+                down(200, false, vec![stand_in_there(), agent_there(false)]),
+            ),
+            rules(),
+            Want::StayDoingWarning(Effect::ForceDeleteStandIn, "without the node's word"),
+        ),
+        (
+            "within the grace it is waited for",
+            aborting(Failed),
+            with_down(
+                seen(terminating(), untaken()),
+                down(30, false, vec![stand_in_there(), agent_there(false)]),
+            ),
+            rules(),
+            Want::StayWarning("120s after it went down"),
+        ),
+        (
+            "a node agent that took the restore may write when its node answers: waited for",
+            aborting(Failed),
+            with_down(
+                seen(terminating(), canceled_pvr(P::InProgress)),
+                down(900, false, vec![stand_in_there(), agent_there(true)]),
+            ),
+            rules(),
+            Want::StayWarning("may still be writing to PVC shop/data"),
+        ),
+        (
+            "its node deleted: the agent went with it, the stand-in is removed",
+            aborting(Failed),
+            with_down(
+                seen(terminating(), canceled_pvr(P::InProgress)),
+                down(0, true, vec![stand_in_there(), agent_there(true)]),
+            ),
+            rules(),
+            Want::StayDoingWarning(Effect::ForceDeleteStandIn, "node node-a is deleted"),
+        ),
+        (
+            "and the volume ends, partly written as the agent had taken it",
+            aborting(Failed),
+            with_down(
+                seen(StandIn::Absent, canceled_pvr(P::InProgress)),
+                down(0, true, vec![agent_there(true)]),
+            ),
+            rules(),
+            Want::Finish(true),
+        ),
+        (
+            "the data in, the stand-in stuck being removed on a node given up: removed",
+            volume(RemovingStandIn),
+            with_down(
+                seen(terminating(), pvr(P::Completed)),
+                down(200, false, vec![stand_in_there()]),
+            ),
+            rules(),
+            Want::StayDoingWarning(Effect::ForceDeleteStandIn, "refill-data-1"),
+        ),
+        (
+            "a consumer's pod on a node that stopped answering may write: waited for",
+            volume(Quiescing),
+            with_down(
+                with_users(seen(StandIn::Absent, None), &["web-1"], None),
+                down(900, false, vec![OnNode::Pod("web-1".into())]),
+            ),
+            rules(),
+            Want::StayWarning("pod web-1, which mounts the claim, may still run there"),
+        ),
+        (
+            "a copier bound there may write unreported: never removed without its word",
+            cleared(exact(aborting(Failed))),
+            with_down(
+                with_copier(
+                    seen(StandIn::Absent, untaken()),
+                    Copier::Present {
+                        name: "refill-copy-data-1".into(),
+                        terminating: true,
+                        ended: None,
+                        waiting: None,
+                        puts_back: true,
+                        rejected: false,
+                    },
+                ),
+                down(
+                    900,
+                    false,
+                    vec![OnNode::Copier {
+                        name: "refill-copy-data-1".into(),
+                        ended: false,
+                    }],
+                ),
+            ),
+            rules(),
+            Want::StayWarning("copier pod refill-copy-data-1 may have started there"),
+        ),
+        (
+            "a put-back copier that cannot reach a volume whose node is deleted: ends",
+            cleared(exact(aborting(Failed))),
+            with_down(
+                with_copier(
+                    seen(StandIn::Absent, untaken()),
+                    Copier::Present {
+                        name: "refill-copy-data-1".into(),
+                        terminating: false,
+                        ended: None,
+                        waiting: Some("0/3 nodes are available".into()),
+                        puts_back: true,
+                        rejected: false,
+                    },
+                ),
+                down(0, true, vec![OnNode::Volume]),
+            ),
+            rules(),
+            Want::End(Failed, "which was on node node-a, now deleted"),
+        ),
+    ];
+    let now = at(NOW);
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, now), want);
+    }
+}
+
+#[test]
+fn the_note_of_a_down_node_is_replaced_each_pass_and_goes_when_it_is_back() {
+    use PodVolumePhase as P;
+    let mut v = aborting(VolumePhase::Failed);
+    let s = with_down(
+        seen(terminating(), canceled_pvr(P::InProgress)),
+        down(900, false, vec![stand_in_there(), agent_there(true)]),
+    );
+    for _ in 0..3 {
+        let Change::Stay { message, .. } = decide(&v, &s, &rules(), at(NOW)).change else {
+            panic!("an aborting volume waits for its node agent");
+        };
+        v.message = message;
+    }
+    let message = v.message.clone().unwrap();
+    assert_eq!(message.matches("waiting on node").count(), 1, "{message}");
+    assert!(
+        message.starts_with("why; waiting on node node-a"),
+        "{message}"
+    );
+    let back = seen(terminating(), canceled_pvr(P::InProgress));
+    let Change::Stay { message, warning } = decide(&v, &back, &rules(), at(NOW)).change else {
+        panic!("still waiting");
+    };
+    assert_eq!(message.as_deref(), Some("why"));
+    assert_eq!(warning, None);
+}
