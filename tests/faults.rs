@@ -873,7 +873,10 @@ async fn node_agent_restarted_mid_copy(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
-async fn stand_in_deleted_mid_copy(env: TestEnv) -> Result<()> {
+/// The stand-in deleted mid-copy, or (`drain`) evicted as `kubectl drain` does: refill
+/// sets no PodDisruptionBudget, so a drain is never held up by a restore, and the
+/// volume ends as when its stand-in is deleted.
+async fn stand_in_deleted_mid_copy(env: TestEnv, drain: bool) -> Result<()> {
     let s = Scene::new(env).await?;
     let app = s.app(Shape::Deployment, false).await?;
     let _agent = s.node_agent(Some(COPY_RATE));
@@ -882,8 +885,12 @@ async fn stand_in_deleted_mid_copy(env: TestEnv) -> Result<()> {
     s.until_pvr(PodVolumePhase::InProgress, BOUND).await?;
     let pods = s.env.api::<Pod>();
     for pod in s.watch.stand_ins() {
-        pods.delete(&pod.name_any(), &DeleteParams::default())
-            .await?;
+        if drain {
+            pods.evict(&pod.name_any(), &Default::default()).await?;
+        } else {
+            pods.delete(&pod.name_any(), &DeleteParams::default())
+                .await?;
+        }
     }
     let (dr, mut problems) = s.check(&app, "r1", &Expect::ended()).await;
     // The status says what became of the volume: failed because its stand-in went, or
@@ -1490,7 +1497,12 @@ async fn faults_during_a_restore() -> Result<()> {
             "node-agent-restarted-mid-copy",
             node_agent_restarted_mid_copy,
         ),
-        case("stand-in-deleted-mid-copy", stand_in_deleted_mid_copy),
+        case("stand-in-deleted-mid-copy", |env| {
+            stand_in_deleted_mid_copy(env, false)
+        }),
+        case("stand-in-evicted-by-a-drain-mid-copy", |env| {
+            stand_in_deleted_mid_copy(env, true)
+        }),
         case(
             "stand-in-in-namespace-whose-quota-requires-requests",
             stand_in_in_quota_namespace,

@@ -379,7 +379,7 @@ fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
                     .as_ref()
                     .is_some_and(|p| p.phase == PodVolumePhase::Completed)
             {
-                return data_in(volume, seen, rules);
+                return data_in(volume, seen, rules, now);
             }
             // Filled before anything is stopped: the stand-in holds the scratch claim,
             // and the consumers' pods mount the PVC meanwhile.
@@ -411,7 +411,7 @@ fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
         }
         VolumePhase::RemovingStandIn => match stop {
             Some(stop) => abort(stop.outcome, stop.why),
-            None => removing_stand_in(volume, seen, rules),
+            None => removing_stand_in(volume, seen, rules, now),
         },
         VolumePhase::Switching => match stop {
             Some(stop) => unswitched(volume, stop.outcome, &stop.why),
@@ -664,7 +664,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
     let name = &pvr.name;
     let detail = pvr.message.as_deref().unwrap_or("no message");
     match pvr.phase {
-        PodVolumePhase::Completed => data_in(volume, seen, rules),
+        PodVolumePhase::Completed => data_in(volume, seen, rules, now),
         PodVolumePhase::Failed => failed(format!("PodVolumeRestore {name} failed: {detail}")),
         PodVolumePhase::Canceled => failed(format!(
             "PodVolumeRestore {name} was canceled, not by refill: {detail}"
@@ -701,8 +701,8 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
 /// The node agent is done. The volume moves to RemovingStandIn, and with that frees its
 /// slot of spec.parallel: what is left (restore-wait's cleanup, the pod's deletion)
 /// moves no data. When the stand-in is already gone it goes straight on.
-fn data_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
-    let step = removing_stand_in(volume, seen, rules);
+fn data_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+    let step = removing_stand_in(volume, seen, rules, now);
     match step.change {
         Change::Stay { message, .. } => Step {
             effect: step.effect,
@@ -717,13 +717,16 @@ fn data_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
 /// come back, so nothing of the restore touches the volume under them. A path
 /// restore's data is in the scratch claim: its paths are copied next. A new claim's
 /// workloads are switched onto it next, when asked.
-fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
+fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+    // On a node given up, restore-wait's end will not be heard of: the stand-in goes
+    // without it (its cleanup of `.velero` unconfirmed), as nothing there writes.
     if let StandIn::Ours {
         name,
         restore_wait_done: false,
         terminating: false,
         ..
     } = &seen.stand_in
+        && !node::stand_in_given_up(seen, rules, now)
     {
         return stay(format!(
             "restored; waiting for restore-wait in stand-in pod {name} to finish"

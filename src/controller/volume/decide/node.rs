@@ -158,6 +158,12 @@ pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String
     })
 }
 
+/// The stand-in's node is given up, and nothing there may write.
+pub fn stand_in_given_up(seen: &Seen, rules: &Rules, now: Timestamp) -> bool {
+    holding(seen, |o| matches!(o, OnNode::StandIn(_)))
+        .is_some_and(|d| d.given_up(rules, now) && d.harmless())
+}
+
 /// The pod to remove without the kubelet's word: refill's own stand-in or copier,
 /// already being deleted, on a node given up with nothing there that may write.
 pub fn force(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<Effect> {

@@ -132,6 +132,26 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             Want::StayDoingWarning(Effect::ForceDeleteStandIn, "refill-data-1"),
         ),
         (
+            "the data in, restore-wait's end unheard on a node given up: the stand-in goes",
+            volume(RemovingStandIn),
+            with_down(
+                seen(running_since(NOW - 300), pvr(P::Completed)),
+                down(200, false, vec![stand_in_there()]),
+            ),
+            rules(),
+            Want::StayDoingWarning(Effect::DeleteStandIn, "without the node's word"),
+        ),
+        (
+            "within the grace restore-wait is waited for",
+            volume(RemovingStandIn),
+            with_down(
+                seen(running_since(NOW - 300), pvr(P::Completed)),
+                down(30, false, vec![stand_in_there()]),
+            ),
+            rules(),
+            Want::StayWarning("120s after it went down"),
+        ),
+        (
             "a consumer's pod on a node that stopped answering may write: waited for",
             volume(Quiescing),
             with_down(

@@ -1,0 +1,160 @@
+//! A real node whose kubelet stops mid-restore, through the real Velero (v1.18) and
+//! refill's controller from `manifests/`.
+//!
+//! The kubelet of the node the app runs on is frozen (SIGSTOP) as soon as refill's
+//! stand-in pod exists: the node goes NotReady, its containers run on unreported. The
+//! restore must name the node while it waits, end within its bound (the node lifecycle
+//! controller's grace, refill's `--node-grace`, a few passes), say whether anything
+//! was written, leave no stand-in, and bring the app back; once the kubelet runs
+//! again the app runs too. A binary of its own: a frozen real node would disturb the
+//! real-node tests of other binaries, which run before or after this one, never beside.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use kube::{Api, Client, ResourceExt};
+use refill::api::{DataRestore, DataRestoreSpec, ExtraFiles, Phase};
+use refill::labels;
+use refill_e2e::velero::{self, VELERO_NAMESPACE};
+use refill_e2e::velero_app::{
+    TIMEOUT, controller, damage, deploy_app, forget, nothing_left_behind, same_tree,
+};
+use refill_e2e::{fixture, run_test, wait_for};
+
+/// The node called unreachable (40 to 50 s without a word from its kubelet), refill's
+/// default `--node-grace` (2 min), the cancel and the removal: the restore's bound.
+const NODE_FAULT_BOUND: Duration = Duration::from_secs(360);
+
+/// A kubelet stopped with SIGSTOP, continued when this goes, whatever the test did.
+struct Frozen {
+    pid: String,
+}
+
+impl Frozen {
+    fn kubelet(node_dir: &Path) -> Result<Frozen> {
+        let pid_file = node_dir.join("run/kubelet.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("reading {}", pid_file.display()))?
+            .trim()
+            .to_string();
+        signal("STOP", &pid)?;
+        Ok(Frozen { pid })
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Err(e) = signal("CONT", &self.pid) {
+            eprintln!("could not continue kubelet {}: {e:#}", self.pid);
+        }
+    }
+}
+
+fn signal(name: &str, pid: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()?;
+    ensure!(status.success(), "kill -{name} {pid}: {status}");
+    Ok(())
+}
+
+/// Every text the restore shows: errors, warnings, volume messages, conditions.
+fn texts(dr: &DataRestore) -> String {
+    let Some(status) = &dr.status else {
+        return String::new();
+    };
+    let mut all = status.errors.clone();
+    all.extend(status.volumes.iter().filter_map(|v| v.message.clone()));
+    all.extend(status.volumes.iter().filter_map(|v| v.warning.clone()));
+    all.extend(status.conditions.iter().map(|c| c.message.clone()));
+    all.join("\n")
+}
+
+async fn stand_in_exists(client: &Client, ns: &str) -> Result<()> {
+    wait_for("the stand-in pod", TIMEOUT, || async {
+        Ok((!fixture::stand_in_pods(client, ns).await?.is_empty()).then_some(()))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_restore_whose_node_stops_answering_ends_within_its_bound() -> Result<()> {
+    run_test("node-frozen", |env| async move {
+        controller(&env).await?;
+        let ns = env.namespace().to_string();
+        let client = env.client.clone();
+        let (app, dir) = deploy_app(&client, &ns, 8).await?;
+        let node = app
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .context("the app's pod has no node")?;
+        let want = velero::tree(&dir)?;
+        let backup = format!("{ns}-nightly");
+        velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+        damage(&dir)?;
+
+        let spec = DataRestoreSpec {
+            backup_name: Some(backup.clone()),
+            pvcs: vec![format!("{ns}/data")],
+            // The stand-in is the first pod refill makes on the node.
+            extra_files: ExtraFiles::Keep,
+            ..Default::default()
+        };
+        fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
+        stand_in_exists(&client, &ns).await?;
+        let frozen = Frozen::kubelet(&env.cluster.real_node_dir(&node))?;
+        let started = std::time::Instant::now();
+
+        let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+        let named = format!("node {node} is");
+        let said = wait_for(format!("the restore to say {named:?}"), TIMEOUT, || async {
+            let dr = restores.get(&ns).await?;
+            let said = texts(&dr);
+            Ok(said.contains(&named).then_some(said))
+        })
+        .await?;
+        eprintln!("[node-frozen] said after {:?}: {said}", started.elapsed());
+        let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, NODE_FAULT_BOUND).await?;
+        eprintln!("[node-frozen] ended after {:?}", started.elapsed());
+        let status = done.status.clone().unwrap_or_default();
+        let volume = status.volumes.first().context("no volume")?;
+        match status.phase {
+            // The node agent (whose container runs on) finished before the freeze was
+            // felt: the backup is in, the stand-in went without restore-wait's word.
+            Phase::Completed => same_tree(&want, &dir)?,
+            // No node agent took it: nothing was written, and the volume says so.
+            Phase::Failed => ensure!(
+                !volume.partly_written
+                    && volume
+                        .message
+                        .as_deref()
+                        .unwrap_or_default()
+                        .contains(&node),
+                "{volume:#?}"
+            ),
+            other => anyhow::bail!("ended {other:?}: {status:#?}"),
+        }
+        ensure!(
+            fixture::stand_in_pods(&client, &ns).await?.is_empty(),
+            "a stand-in is left on the frozen node"
+        );
+        // The app is scaled back while the node is still frozen; it runs once the
+        // kubelet does (its volume is on that node).
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(client.clone(), &ns);
+        let app_object = deployments.get("app").await?;
+        ensure!(
+            app_object.spec.as_ref().and_then(|s| s.replicas) == Some(1)
+                && !app_object.annotations().contains_key(labels::QUIESCED_BY),
+            "the app was not scaled back: {:?}",
+            app_object.metadata.annotations
+        );
+        drop(frozen);
+        fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+        nothing_left_behind(&client, &ns, &done).await?;
+        forget(&client, &ns, &backup).await
+    })
+    .await
+}
