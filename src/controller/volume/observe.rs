@@ -272,8 +272,12 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
 
 fn pvr_of(found: &PodVolumeRestore) -> Pvr {
     let status = found.status.clone().unwrap_or_default();
+    // Velero 1.14 has no acceptance: it sets startTimestamp when it starts. Later ones
+    // accept first, and set startTimestamp also when they cancel a restore they never
+    // took, so a Canceled one counts only with its acceptance.
+    let started = status.start_timestamp.is_some() && found.phase() != PodVolumePhase::Canceled;
     let taken = status.accepted_timestamp.is_some()
-        || status.start_timestamp.is_some()
+        || started
         || matches!(
             found.phase(),
             PodVolumePhase::Accepted
@@ -810,6 +814,12 @@ mod tests {
         assert!(
             pvr_of(&started).taken,
             "Velero 1.14 sets only startTimestamp"
+        );
+        let mut canceled_untaken = pvr(P::Canceled);
+        canceled_untaken.status.as_mut().unwrap().start_timestamp = accepted();
+        assert!(
+            !pvr_of(&canceled_untaken).taken,
+            "a node agent canceling a New restore sets startTimestamp too"
         );
     }
 
