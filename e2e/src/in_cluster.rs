@@ -92,6 +92,10 @@ pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<
         .position(|a| a == "--namespace")
         .context("deployment.yaml: no --namespace")?;
     args[at + 1] = velero_namespace.to_string();
+    // A node that stops answering is given up after 20 s rather than 2 min, so that
+    // the real node's fault test (e2e/tests/node_faults.rs) ends in about a minute
+    // and a half; no other test takes a node down.
+    args.extend(["--node-grace".to_string(), "20s".to_string()]);
     Ok(deployment)
 }
 

@@ -22,9 +22,10 @@ use refill_e2e::velero_app::{
 };
 use refill_e2e::{fixture, run_test, wait_for};
 
-/// The node called unreachable (40 to 50 s without a word from its kubelet), refill's
-/// default `--node-grace` (2 min), the cancel and the removal: the restore's bound.
-const NODE_FAULT_BOUND: Duration = Duration::from_secs(360);
+/// The node called unreachable (40 to 50 s without a word from its kubelet), the
+/// tests' `--node-grace` (20 s, see `in_cluster::controller_deployment`), the cancel
+/// and the removal: the restore's bound.
+const NODE_FAULT_BOUND: Duration = Duration::from_secs(180);
 
 /// A kubelet stopped with SIGSTOP, continued when this goes, whatever the test did.
 struct Frozen {
@@ -117,9 +118,14 @@ async fn a_restore_whose_node_stops_answering_ends_within_its_bound() -> Result<
         .await?;
         eprintln!("[node-frozen] said after {:?}: {said}", started.elapsed());
         let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, NODE_FAULT_BOUND).await?;
-        eprintln!("[node-frozen] ended after {:?}", started.elapsed());
         let status = done.status.clone().unwrap_or_default();
         let volume = status.volumes.first().context("no volume")?;
+        eprintln!(
+            "[node-frozen] ended {:?} after {:?}: {}",
+            status.phase,
+            started.elapsed(),
+            volume.message.as_deref().unwrap_or_default()
+        );
         match status.phase {
             // The node agent (whose container runs on) finished before the freeze was
             // felt: the backup is in, the stand-in went without restore-wait's word.
