@@ -307,6 +307,54 @@ async fn node_frozen_and_back_within_the_grace(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
+/// The app's node stops answering, then a restore stops the app: its pod stays
+/// Terminating there, and may still run and write. The restore names the node and
+/// the pod, waits (no stand-in is made beside a pod that may write), and ends at its
+/// volume timeout with nothing written; the app is scaled back, and runs once the node
+/// answers again.
+async fn node_stops_answering_while_the_consumers_go(env: TestEnv) -> Result<()> {
+    let s = Scene::new(env).await?;
+    let node = s.own_node().await?;
+    let app = s.app_on(&node.name).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let _controller = s.controller_with_node_grace().await?;
+    node.answers(false).await?;
+    node.until_ready(false, NODE_DOWN).await?;
+    s.restore(
+        "r1",
+        DataRestoreSpec {
+            volume_timeout: Some("40s".into()),
+            ..s.keeping_extra_files(&app)
+        },
+    )
+    .await?;
+    let said = s
+        .until_said("r1", "which mounts the claim, may still run there", SETUP)
+        .await?;
+    let mut problems = Vec::new();
+    if !said.contains(&format!("node {} is", node.name)) {
+        problems.push(format!("the wait did not name the node: {said}"));
+    }
+    let expect = Expect {
+        phases: &[Phase::Failed],
+        pods_ready: false,
+        ..Expect::ended()
+    };
+    let (dr, more) = s.check(&app, "r1", &expect).await;
+    problems.extend(more);
+    if partly_written(dr.as_deref()) != Some(false) {
+        problems.push(format!("not said unwritten: {}", describe(dr.as_deref())));
+    }
+    if !s.pvrs().await?.is_empty() {
+        problems.push("a PodVolumeRestore was made while the app's pod may run".into());
+    }
+    node.answers(true).await?;
+    if let Err(e) = s.ready_pods("web", 1, SETUP).await {
+        problems.push(format!("the app did not run once its node answered: {e:#}"));
+    }
+    verdict(problems)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_faults() -> Result<()> {
     let cases = vec![
@@ -317,6 +365,10 @@ async fn node_faults() -> Result<()> {
         case(
             "node-lost-for-good-while-its-node-agent-copies",
             node_lost_for_good_while_its_node_agent_copies,
+        ),
+        case(
+            "node-stops-answering-while-the-consumers-go",
+            node_stops_answering_while_the_consumers_go,
         ),
         case(
             "node-frozen-and-back-within-the-grace",
