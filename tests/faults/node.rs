@@ -133,6 +133,16 @@ impl Scene {
         fixture::ControllerHandle::start_with(self.env.cluster, config).await
     }
 
+    /// Restore `r1` of the app, extra files kept, each volume given `timeout`.
+    async fn restore_timing_out(&self, app: &App, timeout: &str) -> Result<()> {
+        let spec = DataRestoreSpec {
+            volume_timeout: Some(timeout.into()),
+            ..self.keeping_extra_files(app)
+        };
+        self.restore("r1", spec).await?;
+        Ok(())
+    }
+
     /// Restore `r1` of the app, extra files kept (the stand-in is the first pod refill
     /// makes), once its stand-in pod exists.
     async fn restore_until_stand_in(&self, app: &App) -> Result<()> {
@@ -221,14 +231,7 @@ async fn node_lost_for_good_while_its_node_agent_copies(env: TestEnv) -> Result<
         ..config
     });
     let _controller = s.controller_with_node_grace().await?;
-    s.restore(
-        "r1",
-        DataRestoreSpec {
-            volume_timeout: Some("20s".into()),
-            ..s.keeping_extra_files(&app)
-        },
-    )
-    .await?;
+    s.restore_timing_out(&app, "20s").await?;
     s.until_pvr(PodVolumePhase::InProgress, SETUP).await?;
     // The node and everything on it, its node agent too, stop at once.
     agent.stop().await;
@@ -320,14 +323,7 @@ async fn node_stops_answering_while_the_consumers_go(env: TestEnv) -> Result<()>
     let _controller = s.controller_with_node_grace().await?;
     node.answers(false).await?;
     node.until_ready(false, NODE_DOWN).await?;
-    s.restore(
-        "r1",
-        DataRestoreSpec {
-            volume_timeout: Some("40s".into()),
-            ..s.keeping_extra_files(&app)
-        },
-    )
-    .await?;
+    s.restore_timing_out(&app, "40s").await?;
     let said = s
         .until_said("r1", "which mounts the claim, may still run there", SETUP)
         .await?;
