@@ -113,7 +113,7 @@ fn the_values_change_what_they_name() {
         "--set",
         "extraArgs={--lease-duration=30s}",
         "--set",
-        "concurrency=4,requestsPerNamespace=2",
+        "concurrency=4,requestsPerNamespace=2,nodeGrace=30s",
     ]);
     assert!(chart.contains_key("Role backups/refill"));
     assert!(chart.contains_key("RoleBinding backups/refill"));
@@ -138,6 +138,8 @@ fn the_values_change_what_they_name() {
             "2",
             "--request-gitops",
             "refuse",
+            "--node-grace",
+            "30s",
             "--lease-duration=30s"
         ])
     );

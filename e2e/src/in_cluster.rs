@@ -95,7 +95,10 @@ pub fn controller_deployment(velero_namespace: &str, image_sha: &str) -> Result<
     // A node that stops answering is given up after 20 s rather than 2 min, so that
     // the real node's fault test (e2e/tests/node_faults.rs) ends in about a minute
     // and a half; no other test takes a node down.
-    args.extend(["--node-grace".to_string(), "20s".to_string()]);
+    match args.iter().position(|a| a == "--node-grace") {
+        Some(at) => args[at + 1] = "20s".to_string(),
+        None => args.extend(["--node-grace".to_string(), "20s".to_string()]),
+    }
     Ok(deployment)
 }
 
