@@ -325,7 +325,11 @@ async fn node_stops_answering_while_the_consumers_go(env: TestEnv) -> Result<()>
     node.until_ready(false, NODE_DOWN).await?;
     s.restore_timing_out(&app, "40s").await?;
     let said = s
-        .until_said("r1", "which mounts the claim, may still run there", SETUP)
+        .until_said(
+            "r1",
+            "which mounts the claim, may still be running there",
+            SETUP,
+        )
         .await?;
     let mut problems = Vec::new();
     if !said.contains(&format!("node {} is", node.name)) {

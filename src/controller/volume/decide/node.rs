@@ -60,7 +60,7 @@ impl OnNode {
                 "copier pod {name} may have started there and may still be writing"
             )),
             OnNode::Pod(name) => Some(format!(
-                "pod {name}, which mounts the claim, may still run there"
+                "pod {name}, which mounts the claim, may still be running there and writing"
             )),
             _ => None,
         }

@@ -159,7 +159,7 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
                 down(900, false, vec![OnNode::Pod("web-1".into())]),
             ),
             rules(),
-            Want::StayWarning("pod web-1, which mounts the claim, may still run there"),
+            Want::StayWarning("pod web-1, which mounts the claim, may still be running there"),
         ),
         (
             "a copier bound there may write unreported: never removed without its word",
