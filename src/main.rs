@@ -74,7 +74,7 @@ enum Command {
         /// word when nothing there may write, failing a volume that cannot start
         /// there). A node agent or copier that may still be writing is never given up.
         #[arg(long, env = "REFILL_NODE_GRACE", default_value = "2m",
-              value_parser = |v: &str| humantime::parse_duration(v).map_err(|e| e.to_string()))]
+              value_parser = humantime::parse_duration)]
         node_grace: std::time::Duration,
         #[command(flatten)]
         election: ElectionArgs,

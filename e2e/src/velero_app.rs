@@ -41,6 +41,36 @@ pub async fn controller(env: &crate::TestEnv) -> Result<()> {
     Ok(())
 }
 
+/// The app of [`deploy_app`] with `mib` MiB in a test's namespace, its files as they
+/// were backed up, and Velero's backup of the namespace.
+pub struct BackedUp {
+    pub ns: String,
+    pub client: Client,
+    pub app: Pod,
+    pub dir: PathBuf,
+    pub want: BTreeMap<String, Entry>,
+    pub backup: String,
+}
+
+/// refill's controller installed, and [`BackedUp`] made.
+pub async fn backed_up(env: &crate::TestEnv, mib: u32) -> Result<BackedUp> {
+    controller(env).await?;
+    let ns = env.namespace().to_string();
+    let client = env.client.clone();
+    let (app, dir) = deploy_app(&client, &ns, mib).await?;
+    let want = velero::tree(&dir)?;
+    let backup = format!("{ns}-nightly");
+    velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
+    Ok(BackedUp {
+        ns,
+        client,
+        app,
+        dir,
+        want,
+        backup,
+    })
+}
+
 /// Every pod of `namespace`, stand-ins included, goes to a real node.
 pub async fn on_real_nodes(client: &Client, namespace: &str) -> Result<()> {
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())

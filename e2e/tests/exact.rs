@@ -8,8 +8,7 @@
 //! cancel, a refused scratch claim or a controller restart before the stop leaves the
 //! app untouched.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -24,40 +23,10 @@ use refill::api::{
 use refill::labels;
 use refill_e2e::velero::{self, VELERO_NAMESPACE};
 use refill_e2e::velero_app::{
-    TIMEOUT, controller, damage, deploy_app, forget, nothing_left_behind, same_tree,
+    BackedUp, TIMEOUT, backed_up, damage, forget, nothing_left_behind, same_tree,
 };
-use refill_e2e::{TestEnv, fixture, in_cluster, run_test, wait_for};
+use refill_e2e::{fixture, in_cluster, run_test, wait_for};
 use serde_json::json;
-
-/// The app of [`deploy_app`] with `mib` MiB in the test's namespace, its files as
-/// they were backed up, and Velero's backup of the namespace.
-struct BackedUp {
-    ns: String,
-    client: Client,
-    app: Pod,
-    dir: PathBuf,
-    want: BTreeMap<String, velero::Entry>,
-    backup: String,
-}
-
-/// refill's controller installed, and [`BackedUp`] made.
-async fn backed_up(env: &TestEnv, mib: u32) -> Result<BackedUp> {
-    controller(env).await?;
-    let ns = env.namespace().to_string();
-    let client = env.client.clone();
-    let (app, dir) = deploy_app(&client, &ns, mib).await?;
-    let want = velero::tree(&dir)?;
-    let backup = format!("{ns}-nightly");
-    velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
-    Ok(BackedUp {
-        ns,
-        client,
-        app,
-        dir,
-        want,
-        backup,
-    })
-}
 
 /// What a volume gains after its backup: a newer WAL segment, a new directory of
 /// files, a symlink, a file turned into a directory and a directory into a file.

@@ -17,9 +17,9 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use refill::api::{DataRestore, DataRestoreSpec, ExtraFiles, Phase, PodVolumeRestore};
 use refill::labels;
-use refill_e2e::velero::{self, VELERO_NAMESPACE};
+use refill_e2e::velero::VELERO_NAMESPACE;
 use refill_e2e::velero_app::{
-    TIMEOUT, controller, damage, deploy_app, forget, nothing_left_behind, same_tree,
+    BackedUp, TIMEOUT, backed_up, damage, forget, nothing_left_behind, same_tree,
 };
 use refill_e2e::{fixture, run_test, wait_for};
 
@@ -116,21 +116,23 @@ enum When {
 
 /// The app (`mib` MiB) backed up and damaged, a restore of it (extra files kept: the
 /// stand-in is the first pod refill makes on the node), and the app's kubelet frozen
-/// `when`. The restore must name the node; how it ends is checked by the caller.
+/// `when`. The restore must name the node, end within its bound (or, with a writer
+/// that may run, wait saying so until the kubelet runs again) and leave nothing behind.
 async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().await;
-    controller(env).await?;
-    let ns = env.namespace().to_string();
-    let client = env.client.clone();
-    let (app, dir) = deploy_app(&client, &ns, mib).await?;
+    let BackedUp {
+        ns,
+        client,
+        app,
+        dir,
+        want,
+        backup,
+    } = backed_up(env, mib).await?;
     let node = app
         .spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
         .context("the app's pod has no node")?;
-    let want = velero::tree(&dir)?;
-    let backup = format!("{ns}-nightly");
-    velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
     damage(&dir)?;
 
     let spec = DataRestoreSpec {

@@ -123,11 +123,14 @@ impl Scene {
         Ok(app)
     }
 
-    /// A controller whose grace for a node that stopped answering is [`NODE_GRACE`].
-    async fn controller_with_node_grace(&self) -> Result<fixture::ControllerHandle> {
+    /// A controller whose grace for a node that stopped answering is `node_grace`.
+    async fn controller_with_node_grace(
+        &self,
+        node_grace: Duration,
+    ) -> Result<fixture::ControllerHandle> {
         let config = refill::controller::Config {
             namespace: self.ns.clone(),
-            node_grace: NODE_GRACE,
+            node_grace,
             ..Default::default()
         };
         fixture::ControllerHandle::start_with(self.env.cluster, config).await
@@ -184,7 +187,7 @@ async fn node_stops_answering_before_the_node_agent_took_the_restore(env: TestEn
     let app = s.app_on(&node.name).await?;
     // The node agent serves the shared nodes only: none takes this restore.
     let _agent = s.node_agent(Some(COPY_RATE));
-    let _controller = s.controller_with_node_grace().await?;
+    let _controller = s.controller_with_node_grace(NODE_GRACE).await?;
     s.restore_until_stand_in(&app).await?;
     node.answers(false).await?;
     let said = s
@@ -230,7 +233,7 @@ async fn node_lost_for_good_while_its_node_agent_copies(env: TestEnv) -> Result<
         write_log: Some(s.write_log.clone()),
         ..config
     });
-    let _controller = s.controller_with_node_grace().await?;
+    let _controller = s.controller_with_node_grace(NODE_GRACE).await?;
     s.restore_timing_out(&app, "20s").await?;
     s.until_pvr(PodVolumePhase::InProgress, SETUP).await?;
     // The node and everything on it, its node agent too, stop at once.
@@ -274,12 +277,9 @@ async fn node_frozen_and_back_within_the_grace(env: TestEnv) -> Result<()> {
     let s = Scene::new(env).await?;
     let node = s.own_node().await?;
     let app = s.app_on(&node.name).await?;
-    let config = refill::controller::Config {
-        namespace: s.ns.clone(),
-        node_grace: Duration::from_secs(600),
-        ..Default::default()
-    };
-    let _controller = fixture::ControllerHandle::start_with(s.env.cluster, config).await?;
+    let _controller = s
+        .controller_with_node_grace(Duration::from_secs(600))
+        .await?;
     s.restore_until_stand_in(&app).await?;
     node.answers(false).await?;
     s.until_said(
@@ -320,7 +320,7 @@ async fn node_stops_answering_while_the_consumers_go(env: TestEnv) -> Result<()>
     let node = s.own_node().await?;
     let app = s.app_on(&node.name).await?;
     let _agent = s.node_agent(Some(COPY_RATE));
-    let _controller = s.controller_with_node_grace().await?;
+    let _controller = s.controller_with_node_grace(NODE_GRACE).await?;
     node.answers(false).await?;
     node.until_ready(false, NODE_DOWN).await?;
     s.restore_timing_out(&app, "40s").await?;

@@ -324,10 +324,10 @@ pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> boo
 pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
     let mut step = by_phase(volume, seen, rules, now);
     if let Change::Stay { message, warning } = &mut step.change {
-        let down = seen.nodes_down.iter().find(|d| d.on != [OnNode::Volume]);
+        let down = node::waited_on(seen);
         *message = node::noted(message.take(), down);
-        if let Some(words) = node::warning(seen, &volume.pvc, rules, now) {
-            *warning = Some(words);
+        if let Some(down) = down {
+            *warning = Some(down.words(&volume.pvc, rules, now));
         }
         if step.effect.is_none() {
             step.effect = node::force(seen, rules, now);
@@ -1106,6 +1106,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
             ),
         };
     }
+    let volume_gone = node::volume_gone(seen);
     match &seen.copier {
         Copier::Present {
             puts_back: false,
@@ -1124,13 +1125,13 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
             name,
             waiting: Some(_),
             ..
-        } if node::volume_gone(seen).is_some() => step(
+        } if volume_gone.is_some() => step(
             None,
             Change::End {
                 outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
                 message: format!(
                     "{reason}; nothing was put back: copier pod {name} cannot reach the volume, which was on node {}, now deleted",
-                    node::volume_gone(seen).unwrap_or_default()
+                    volume_gone.unwrap_or_default()
                 ),
             },
         ),

@@ -66,6 +66,11 @@ impl OnNode {
         }
     }
 
+    /// refill's own pod: the stand-in or the copier.
+    fn is_refills_pod(&self) -> bool {
+        matches!(self, OnNode::StandIn(_) | OnNode::Copier { .. })
+    }
+
     fn what(&self) -> Option<String> {
         match self {
             OnNode::StandIn(name) => Some(format!("stand-in pod {name}")),
@@ -87,9 +92,10 @@ impl NodeDown {
         self.gone || expired(self.since, rules.node_grace, now)
     }
 
-    /// Nothing there writes any more, or may: its pods may be removed without it.
-    fn harmless(&self) -> bool {
-        self.gone || self.writers().is_empty()
+    /// Given up, and nothing there writes any more, or may: its pods may be removed
+    /// without it.
+    fn abandoned(&self, rules: &Rules, now: Timestamp) -> bool {
+        self.given_up(rules, now) && (self.gone || self.writers().is_empty())
     }
 
     fn state(&self) -> String {
@@ -139,14 +145,12 @@ fn holding(seen: &Seen, what: impl Fn(&OnNode) -> bool) -> Option<&NodeDown> {
 /// A stand-in or copier that has to start on a node down for the grace, with nothing
 /// there that may write: the volume cannot go on there. Why, if so.
 pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String> {
-    let down = holding(seen, |o| {
-        matches!(o, OnNode::StandIn(_) | OnNode::Copier { .. })
-    })?;
-    (down.given_up(rules, now) && down.harmless()).then(|| {
+    let down = holding(seen, OnNode::is_refills_pod)?;
+    down.abandoned(rules, now).then(|| {
         let pods: Vec<String> = down
             .on
             .iter()
-            .filter(|o| matches!(o, OnNode::StandIn(_) | OnNode::Copier { .. }))
+            .filter(|o| o.is_refills_pod())
             .filter_map(OnNode::what)
             .collect();
         format!(
@@ -160,17 +164,15 @@ pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String
 
 /// The stand-in's node is given up, and nothing there may write.
 pub fn stand_in_given_up(seen: &Seen, rules: &Rules, now: Timestamp) -> bool {
-    holding(seen, |o| matches!(o, OnNode::StandIn(_)))
-        .is_some_and(|d| d.given_up(rules, now) && d.harmless())
+    holding(seen, |o| matches!(o, OnNode::StandIn(_))).is_some_and(|d| d.abandoned(rules, now))
 }
 
 /// The pod to remove without the kubelet's word: refill's own stand-in or copier,
 /// already being deleted, on a node given up with nothing there that may write.
 pub fn force(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<Effect> {
-    let gives_up = |d: &NodeDown| d.given_up(rules, now) && d.harmless();
     seen.nodes_down
         .iter()
-        .filter(|d| gives_up(d))
+        .filter(|d| d.abandoned(rules, now))
         .find_map(|d| {
             d.on.iter().find_map(|o| match o {
                 OnNode::StandIn(_) if seen.stand_in_terminating() => {
@@ -197,12 +199,10 @@ pub fn volume_gone(seen: &Seen) -> Option<&str> {
         .map(|d| d.node.as_str())
 }
 
-/// The first down node's words, for a volume that waits.
-pub fn warning(seen: &Seen, pvc: &str, rules: &Rules, now: Timestamp) -> Option<String> {
-    seen.nodes_down
-        .iter()
-        .find(|d| d.on.iter().any(|o| o.what().is_some()))
-        .map(|d| d.words(pvc, rules, now))
+/// The first down node something of the volume waits on (not only its volume's
+/// last node): the one its message and warning name.
+pub fn waited_on(seen: &Seen) -> Option<&NodeDown> {
+    holding(seen, |o| *o != OnNode::Volume)
 }
 
 /// Where a message's note of a down node starts; it is replaced, not added to, pass
