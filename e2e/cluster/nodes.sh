@@ -485,16 +485,42 @@ start_real_node() {
   echo "$want" >"$n_dir/run/fingerprint"
 }
 
+# The names the images of a docker archive go by in containerd (its manifest's
+# RepoTags, as containerd spells them: `velero/velero:v1` is
+# `docker.io/velero/velero:v1`).
+archive_images() {
+  local ref first
+  tar -xOf "$1" manifest.json 2>/dev/null | grep -o '"RepoTags":\[[^]]*\]' |
+    sed 's/.*\[//; s/\]//' | tr ',' '\n' | tr -d '"' | while read -r ref; do
+      [[ -n "$ref" ]] || continue
+      first="${ref%%/*}"
+      if [[ "$ref" != */* ]]; then
+        echo "docker.io/library/$ref"
+      elif [[ "$first" == *.* || "$first" == *:* || "$first" == localhost ]]; then
+        echo "$ref"
+      else
+        echo "docker.io/$ref"
+      fi
+    done
+}
+
 # Puts every image archive of $image_archives into the node's containerd, unless
-# the same archive was imported before.
+# the same archive was imported before and containerd still has its images: one
+# was seen gone from a node while its stamp stayed, and the Velero server then
+# could not start there.
 import_images() {
-  local archive stamp sum
+  local archive stamp sum present name missing
   mkdir -p "$n_dir/images"
+  present="$("$node_bin/ctr" --address "$n_sock" -n k8s.io images ls -q 2>/dev/null)"
   for archive in "${image_archives[@]}"; do
     stamp="$n_dir/images/$(basename "$archive").sha256"
     sum="$(sha256sum "$archive" | cut -d' ' -f1)"
+    missing=false
+    for name in $(archive_images "$archive"); do
+      grep -qxF "$name" <<<"$present" || missing=true
+    done
     # The stamps sit beside containerd's root, so they go when it goes.
-    [[ "$(cat "$stamp" 2>/dev/null)" == "$sum" ]] && continue
+    [[ "$(cat "$stamp" 2>/dev/null)" == "$sum" ]] && ! $missing && continue
     local out
     # ctr warns about cgroup v1 on every call; the output matters only on failure.
     out="$("$node_bin/ctr" --address "$n_sock" -n k8s.io images import "$archive" 2>&1)" ||
