@@ -9,7 +9,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::api::{Backup, DataRestore, PodVolumeBackup, Schedule};
+use crate::api::{Backup, DataRestore, PodVolumeBackup, Schedule, VolumePluginRestore};
 use crate::labels;
 use crate::observe::{self, Reads};
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
@@ -156,23 +156,28 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
         )
         .await?;
     }
-    // Each request makes a DataRestore here, and one's status lists every volume: a
-    // page at a time, keeping only which claims the running ones hold.
+    // Each request makes a DataRestore here; the running ones' volumes are kept in
+    // their VolumePluginRestores, read a page at a time, keeping only which claims
+    // they hold.
     let restores = Api::<DataRestore>::namespaced(client.clone(), &namespace);
+    let mut running = Vec::new();
     observe::for_each_listed(&restores, "", |other| {
-        let Some(status) = &other.status else {
-            return;
-        };
-        if other.uid().as_deref() == Some(own_uid.as_str()) || status.phase.is_terminal() {
-            return;
-        }
-        for volume in &status.volumes {
-            facts
-                .held_by_others
-                .insert(volume.pvc.clone(), other.name_any());
+        let ended = other.status.as_ref().is_none_or(|s| s.phase.is_terminal());
+        if other.uid().as_deref() != Some(own_uid.as_str()) && !ended {
+            running.push((other.uid().unwrap_or_default(), other.name_any()));
         }
     })
     .await?;
+    let records = Api::<VolumePluginRestore>::namespaced(client.clone(), &namespace);
+    for (uid, name) in running {
+        let mine = format!("{}={uid}", labels::DATA_RESTORE_UID);
+        observe::for_each_listed(&records, &mine, |record| {
+            if let Some(pvc) = record.status.and_then(|s| s.volume_id) {
+                facts.held_by_others.insert(pvc, name.clone());
+            }
+        })
+        .await?;
+    }
     let own_uid = &own_uid;
     let git_ops = dr.spec.git_ops();
     let git_ops = git_ops.as_ref();

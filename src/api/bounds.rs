@@ -4,12 +4,18 @@
 //! number of its entries. Each bound is far past what a real restore names; the
 //! field's description says it.
 //!
-//! Status lists the controller writes (volumes, consumers, errors) are bounded by what
-//! the spec selects, not here: a bound below what a valid spec selects would make a
-//! status write fail and the restore stall.
+//! The status lists the controller writes are cut to a bound before they are written
+//! (the last line says how many more there were); what each volume holds lives in its
+//! own VolumePluginRestore, not in the DataRestore.
 
 use schemars::Schema;
 use serde_json::Value;
+
+/// Lines of a status's `errors` and `warnings`: the first ones, then one that says how
+/// many more there are.
+pub const STATUS_LINES: u32 = 50;
+/// Volumes named in a status's `needsAttention`.
+pub const NOTED_VOLUMES: u32 = 20;
 
 /// Claims or namespaces one spec names (`pvcs`, `includedNamespaces`, the entries of
 /// `candidateNodes` and `pvcPaths`): past the 1,000 namespaces of refill's largest

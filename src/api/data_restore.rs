@@ -391,14 +391,31 @@ pub struct DataRestoreStatus {
     /// `done/total` volumes, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// How many volumes the restore has, and how many are in each phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_counts: Option<VolumeCounts>,
+    /// How many consumers the restore found, and how many are in each state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_counts: Option<ConsumerCounts>,
+    /// The volumes that need a person's eyes (failed, partly written, with a warning,
+    /// past their deadline), the first few of them; `volumeCounts` says how many in all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::NOTED_VOLUMES))]
+    pub needs_attention: Vec<VolumeNote>,
     /// Each PVC to restore and where its restore is, listed once validation passed.
-    // No maxItems here, nor on the other lists the controller writes: they hold what
-    // a valid spec selected, and a status write refused for its length would stall
-    // the restore. The spec's bounds (and etcd's object size) bound them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ///
+    /// Not part of the DataRestore object: each volume's record, with the consumers
+    /// that come back through it, is kept in the volume's VolumePluginRestore
+    /// (`status.record`), so that this object stays the same size whatever the number
+    /// of volumes, and a pass writes only the volumes that changed.
+    /// [`crate::controller::ledger`] assembles it.
+    #[serde(skip)]
+    #[schemars(skip)]
     pub volumes: Vec<VolumeStatus>,
-    /// Every consumer refill stopped, with what brings it back.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Every consumer refill stopped, with what brings it back; kept with the volumes,
+    /// in the VolumePluginRestore of the first of its PVCs.
+    #[serde(skip)]
+    #[schemars(skip)]
     pub consumers: Vec<ConsumerRecord>,
     /// The GitOps objects that manage the consumers, and whether each was paused.
     #[serde(default, rename = "gitOps", skip_serializing_if = "Vec::is_empty")]
@@ -410,12 +427,14 @@ pub struct DataRestoreStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
     /// Why the request was refused or volumes failed, each naming the field or PVC at
-    /// fault.
+    /// fault; the first ones, and a last line that says how many more there are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::STATUS_LINES))]
     pub errors: Vec<String>,
     /// What validation found worth knowing that does not stop the restore (a PVC not
-    /// bound yet, candidate nodes ignored).
+    /// bound yet, candidate nodes ignored); bounded as errors are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = super::bounds::STATUS_LINES))]
     pub warnings: Vec<String>,
     /// Ready, Reconciling and Stalled in kstatus style, and Warning while a volume
     /// needs a person.
@@ -424,8 +443,62 @@ pub struct DataRestoreStatus {
     pub conditions: Vec<Condition>,
 }
 
+impl DataRestoreStatus {
+    /// The counts of volumes and consumers and the volumes that need a person, from the
+    /// whole restore; `record_of` names the VolumePluginRestore that keeps a volume.
+    pub fn tally(&mut self, record_of: impl Fn(&VolumeStatus) -> String) {
+        let status = self;
+        if status.volumes.is_empty() {
+            return;
+        }
+        let mut volumes = VolumeCounts {
+            total: status.volumes.len() as u32,
+            ..Default::default()
+        };
+        let mut noted: Vec<(u8, VolumeNote)> = Vec::new();
+        for v in &status.volumes {
+            *volumes.phases.entry(v.phase).or_default() += 1;
+            volumes.partly_written += u32::from(v.partly_written);
+            volumes.warnings += u32::from(v.warning.is_some());
+            volumes.bytes_done += v.bytes_done;
+            volumes.total_bytes += v.total_bytes;
+            // A warning waits on a person now; a failure has ended.
+            let rank = match (&v.warning, v.phase) {
+                (Some(_), _) => 0,
+                (None, VolumePhase::Failed) => 1,
+                (None, _) if v.partly_written => 2,
+                _ => continue,
+            };
+            noted.push((
+                rank,
+                VolumeNote {
+                    pvc: v.pvc.clone(),
+                    phase: v.phase,
+                    message: v.warning.clone().or_else(|| v.message.clone()),
+                    partly_written: v.partly_written,
+                    volume_plugin_restore: Some(record_of(v)),
+                },
+            ));
+        }
+        noted.sort_by_key(|(rank, _)| *rank);
+        noted.truncate(super::bounds::NOTED_VOLUMES as usize);
+        status.needs_attention = noted.into_iter().map(|(_, note)| note).collect();
+        status.volume_counts = Some(volumes);
+        let mut consumers = ConsumerCounts {
+            total: status.consumers.len() as u32,
+            ..Default::default()
+        };
+        for c in &status.consumers {
+            *consumers.states.entry(c.state).or_default() += 1;
+        }
+        status.consumer_counts = (consumers.total > 0).then_some(consumers);
+    }
+}
+
 /// Where one volume is in its own restore.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub enum VolumePhase {
     /// Waiting for a slot (see spec.parallel).
     #[default]
@@ -546,6 +619,10 @@ pub struct VolumeStatus {
     /// The PodVolumeBackup the data comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_volume_backup: Option<String>,
+    /// The uploader that made the snapshot (`kopia` or `restic`), as the
+    /// PodVolumeBackup says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploader_type: Option<String>,
     /// The pod volume's name; the stand-in pod mounts the PVC under it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub volume: String,
@@ -665,6 +742,63 @@ impl VolumeStatus {
     }
 }
 
+/// How many volumes a restore has, by phase.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeCounts {
+    /// Every volume of the restore.
+    pub total: u32,
+    /// How many are in each phase (only phases that have some).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub phases: BTreeMap<VolumePhase, u32>,
+    /// How many ended with files that are a mix of the backup and what was there.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub partly_written: u32,
+    /// How many carry a warning: something waits on a person.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub warnings: u32,
+    /// Bytes written so far into all volumes, as the node agents report them.
+    #[serde(default)]
+    pub bytes_done: i64,
+    /// Bytes to write into all volumes.
+    #[serde(default)]
+    pub total_bytes: i64,
+}
+
+/// How many consumers a restore found, by state.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerCounts {
+    /// Every consumer of the restore's volumes.
+    pub total: u32,
+    /// How many are in each state (only states that have some).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub states: BTreeMap<ConsumerState, u32>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A volume that needs a person's eyes, in brief; its VolumePluginRestore has the rest.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeNote {
+    /// `namespace/name` of the PVC.
+    pub pvc: String,
+    /// Where the volume is.
+    pub phase: VolumePhase,
+    /// What needs a look: the volume's warning, else its message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Its files may be a mix of the backup and what was there before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partly_written: bool,
+    /// The VolumePluginRestore with the volume's whole record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_plugin_restore: Option<String>,
+}
+
 /// A consumer's pod and container security contexts, copied to the stand-in pod.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -734,7 +868,9 @@ impl ConsumerKind {
 }
 
 /// Where a consumer is: running, stopped by this restore, or back.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub enum ConsumerState {
     /// Found during validation, not stopped yet.
     #[default]

@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Progress;
+use super::data_restore::{ConsumerRecord, VolumeStatus};
 
 /// `status.pluginSpecific` keys refill fills in.
 pub mod plugin_keys {
@@ -89,4 +90,23 @@ pub struct VolumePluginRestoreStatus {
     /// `podVolumeRestore`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugin_specific: BTreeMap<String, String>,
+    /// refill's own record of the volume: the DataRestore's state of it, and of the
+    /// consumers that come back through it. The DataRestore keeps only counts, so that
+    /// its size does not grow with its volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<VolumeRecord>,
+}
+
+/// One volume of a DataRestore as refill keeps it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeRecord {
+    /// Where the volume comes in the DataRestore's list (its order of work).
+    pub index: u32,
+    /// The volume's restore.
+    pub volume: VolumeStatus,
+    /// The consumers whose first PVC in this restore is this volume's, with what
+    /// brings each back. Written before any of them is stopped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumers: Vec<ConsumerRecord>,
 }

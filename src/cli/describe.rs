@@ -37,18 +37,25 @@ pub async fn describe(ctx: &Ctx, args: &DescribeArgs) -> Result<()> {
     if let Some(uid) = dr.uid() {
         events.retain(|e| e.involved_object.uid.as_deref().is_none_or(|u| u == uid));
     }
-    let plugin_restores = if args.details {
-        let uid = dr.uid().unwrap_or_default();
-        let selector = format!("{}={uid}", labels::DATA_RESTORE_UID);
-        let list = ctx
-            .api::<VolumePluginRestore>()
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| ctx.error(&e, Target::all(Kind::VolumePluginRestore, &ctx.namespace)))?;
-        Some(list.items)
-    } else {
-        None
-    };
+    // Each volume's record, with the consumers that come back through it, is kept in
+    // its VolumePluginRestore.
+    let uid = dr.uid().unwrap_or_default();
+    let selector = format!("{}={uid}", labels::DATA_RESTORE_UID);
+    let plugin_restores = ctx
+        .api::<VolumePluginRestore>()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| ctx.error(&e, Target::all(Kind::VolumePluginRestore, &ctx.namespace)))?
+        .items;
+    let mut dr = dr;
+    if let Some(status) = dr.status.as_mut() {
+        let records = plugin_restores
+            .iter()
+            .filter_map(|p| p.status.as_ref()?.record.clone())
+            .collect();
+        (status.volumes, status.consumers) = crate::controller::ledger::assemble(records);
+    }
+    let plugin_restores = args.details.then_some(plugin_restores);
     print!(
         "{}",
         render(&dr, &events, plugin_restores.as_deref(), Timestamp::now())

@@ -92,14 +92,10 @@ pub fn backup_of(dr: &DataRestore) -> String {
 
 /// `done/total` volumes, or `-` before the volumes are known.
 pub fn volumes_done(dr: &DataRestore) -> String {
-    match &dr.status {
-        Some(s) if !s.volumes.is_empty() => {
-            let done = s
-                .volumes
-                .iter()
-                .filter(|v| v.phase == VolumePhase::Completed)
-                .count();
-            format!("{done}/{}", s.volumes.len())
+    match dr.status.as_ref().and_then(|s| s.volume_counts.as_ref()) {
+        Some(counts) if counts.total > 0 => {
+            let done = counts.phases.get(&VolumePhase::Completed).unwrap_or(&0);
+            format!("{done}/{}", counts.total)
         }
         _ => "-".into(),
     }
@@ -165,6 +161,7 @@ mod tests {
             ],
             ..DataRestoreStatus::default()
         });
+        done.status.as_mut().unwrap().tally(|v| v.pvc.clone());
         let mut fresh = DataRestore::new(
             "new-one",
             DataRestoreSpec {

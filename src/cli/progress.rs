@@ -87,7 +87,8 @@ impl Lines {
             if let Some(backup) = &status.backup_name
                 && status.phase == Phase::Restoring
             {
-                line += &format!(" from backup {backup}, {} volume(s)", status.volumes.len());
+                let total = status.volume_counts.as_ref().map_or(0, |c| c.total);
+                line += &format!(" from backup {backup}, {total} volume(s)");
             }
             out.push(line);
         }
@@ -195,23 +196,27 @@ impl Reporter for Bars {
         let Some(status) = &dr.status else {
             return;
         };
-        let mut done = 0;
-        let mut total = 0;
-        let mut finished = 0;
+        // A bar a volume for a restore small enough to have its volumes attached
+        // (see wait::VOLUMES_SHOWN); the whole one from the counts.
         for v in &status.volumes {
             let bar = self.volume_bar(&v.pvc);
             bar.set_length(v.total_bytes.max(v.bytes_done).max(0) as u64);
             bar.set_position(v.bytes_done.max(0) as u64);
             bar.set_message(volume_state(v));
-            done += v.bytes_done.max(0);
-            total += v.total_bytes.max(v.bytes_done).max(0);
-            finished += usize::from(v.phase.is_terminal());
         }
-        self.overall.set_length(total as u64);
+        let counts = status.volume_counts.clone().unwrap_or_default();
+        let done = counts.bytes_done.max(0);
+        self.overall.set_length(counts.total_bytes.max(done) as u64);
         self.overall.set_position(done as u64);
         let mut message = format!("{:?}", status.phase);
-        if !status.volumes.is_empty() {
-            message += &format!(" · {finished}/{} volumes done", status.volumes.len());
+        if counts.total > 0 {
+            let finished: u32 = counts
+                .phases
+                .iter()
+                .filter(|(phase, _)| phase.is_terminal())
+                .map(|(_, n)| n)
+                .sum();
+            message += &format!(" · {finished}/{} volumes done", counts.total);
         }
         self.overall.set_message(message);
     }
@@ -241,6 +246,9 @@ mod tests {
             volumes,
             ..DataRestoreStatus::default()
         });
+        if let Some(status) = dr.status.as_mut() {
+            status.tally(|v| v.pvc.clone());
+        }
         dr
     }
 

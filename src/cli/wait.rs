@@ -36,6 +36,7 @@ pub async fn follow(
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
 
+    let mut records = Records::default();
     let mut picked_up = false;
     let mut failures = 0;
     let mut seen_in_listing = false;
@@ -46,6 +47,7 @@ pub async fn follow(
                     failures = 0;
                     seen_in_listing = true;
                     picked_up |= dr.status.is_some();
+                    let dr = records.attach(ctx, dr).await;
                     reporter.update(&dr);
                     if dr.status.as_ref().is_some_and(|s| s.phase.is_terminal()) {
                         break Ok(dr);
@@ -90,6 +92,48 @@ pub async fn follow(
     result
 }
 
+/// Restores of at most this many volumes are shown a volume at a time; larger ones by
+/// their counts (a bar or a line a volume would not be read, and reading every volume's
+/// record again and again would load the API server).
+pub const VOLUMES_SHOWN: u32 = 100;
+/// A small restore's volumes are read again no sooner than this.
+const RECORDS_EVERY: Duration = Duration::from_secs(2);
+
+/// The volumes of the restore being followed, read from their VolumePluginRestores.
+#[derive(Default)]
+struct Records {
+    read_at: Option<tokio::time::Instant>,
+    volumes: Vec<crate::api::VolumeStatus>,
+}
+
+impl Records {
+    /// `dr` with its volumes, when it has few enough to show: read again when the last
+    /// read is old or the restore ended, else as last read.
+    async fn attach(&mut self, ctx: &Ctx, mut dr: DataRestore) -> DataRestore {
+        let Some(status) = dr.status.as_ref() else {
+            return dr;
+        };
+        let total = status.volume_counts.as_ref().map_or(0, |c| c.total);
+        if total == 0 || total > VOLUMES_SHOWN {
+            return dr;
+        }
+        let stale = self
+            .read_at
+            .is_none_or(|at| at.elapsed() >= RECORDS_EVERY);
+        if stale || status.phase.is_terminal() {
+            // Without them the counts are still shown.
+            if let Ok(read) = crate::controller::ledger::read(&ctx.client, &dr).await {
+                self.volumes = read.volumes;
+                self.read_at = Some(tokio::time::Instant::now());
+            }
+        }
+        if let Some(status) = dr.status.as_mut() {
+            status.volumes = self.volumes.clone();
+        }
+        dr
+    }
+}
+
 /// The message for a restore nobody picked up.
 pub fn no_controller(name: &str, namespace: &str, after: Duration) -> CliError {
     CliError::with_code(
@@ -128,25 +172,21 @@ fn retryable(e: &watcher::Error) -> bool {
     !matches!(status, 401 | 403 | 404)
 }
 
-/// What an ended restore means for the exit code, with a summary for the person.
+/// What an ended restore means for the exit code, with a summary for the person. A
+/// restore with its volumes attached names each that did not complete; a larger one
+/// names those that need attention and says how many others there are.
 pub fn outcome(dr: &DataRestore) -> Result<String> {
     let name = dr.name_any();
     let namespace = dr.namespace().unwrap_or_default();
     let status = dr.status.clone().unwrap_or_default();
-    let total = status.volumes.len();
-    let completed: Vec<_> = status
-        .volumes
-        .iter()
-        .filter(|v| v.phase == VolumePhase::Completed)
-        .collect();
-    let restored: i64 = completed
-        .iter()
-        .map(|v| v.bytes_done.max(v.total_bytes))
-        .sum();
+    let counts = status.volume_counts.clone().unwrap_or_default();
+    let total = counts.total;
+    let completed = *counts.phases.get(&VolumePhase::Completed).unwrap_or(&0);
     let took = between(status.start_time.as_ref(), status.completion_time.as_ref())
         .map(|d| format!(" in {d}"))
         .unwrap_or_default();
     if status.phase == Phase::Completed {
+        let restored = counts.bytes_done.max(counts.total_bytes);
         let mut text = format!(
             "restore \"{name}\" Completed: {total} volume(s), {}{took}",
             bytes(restored)
@@ -157,21 +197,36 @@ pub fn outcome(dr: &DataRestore) -> Result<String> {
         return Ok(text);
     }
     let mut text = format!(
-        "restore \"{name}\" ended {:?}: {} of {total} volume(s) restored{took}",
+        "restore \"{name}\" ended {:?}: {completed} of {total} volume(s) restored{took}",
         status.phase,
-        completed.len()
     );
-    for v in status
-        .volumes
-        .iter()
-        .filter(|v| v.phase != VolumePhase::Completed)
-    {
-        text += &format!("\n  {}: {}", v.pvc, super::progress::volume_state(v));
-        if v.phase != VolumePhase::Failed
-            && let Some(message) = v.message.as_deref().filter(|m| !m.is_empty())
-        {
-            text += &format!(" ({message})");
+    let mut named = 0;
+    if status.volumes.is_empty() {
+        for note in &status.needs_attention {
+            text += &format!("\n  {}: {:?}", note.pvc, note.phase);
+            if let Some(message) = note.message.as_deref().filter(|m| !m.is_empty()) {
+                text += &format!(": {message}");
+            }
+            named += 1;
         }
+    } else {
+        for v in status
+            .volumes
+            .iter()
+            .filter(|v| v.phase != VolumePhase::Completed)
+        {
+            text += &format!("\n  {}: {}", v.pvc, super::progress::volume_state(v));
+            if v.phase != VolumePhase::Failed
+                && let Some(message) = v.message.as_deref().filter(|m| !m.is_empty())
+            {
+                text += &format!(" ({message})");
+            }
+            named += 1;
+        }
+    }
+    let unnamed = total.saturating_sub(completed).saturating_sub(named);
+    if unnamed > 0 {
+        text += &format!("\n  ... and {unnamed} more not restored");
     }
     for error in &status.errors {
         text += &format!("\n  {error}");
@@ -207,6 +262,9 @@ mod tests {
                 .collect(),
             ..DataRestoreStatus::default()
         });
+        if let Some(status) = dr.status.as_mut() {
+            status.tally(|v| v.pvc.clone());
+        }
         dr
     }
 
@@ -236,6 +294,24 @@ mod tests {
             "restore \"r1\" ended PartiallyFailed: 1 of 3 volume(s) restored in 65s\n  \
              shop/data-1: Failed: node agent: snapshot not found\n  \
              shop/data-2: Canceled (restore timed out)\n\
+             see: refill restore describe r1 -n velero"
+        );
+    }
+
+    #[test]
+    fn a_large_restore_names_the_volumes_that_need_attention_and_counts_the_rest() {
+        let mut volumes = vec![(VolumePhase::Completed, None); 3];
+        volumes.extend(vec![(VolumePhase::Canceled, None); 200]);
+        volumes.push((VolumePhase::Failed, Some("node agent: snapshot not found")));
+        let mut dr = ended(Phase::PartiallyFailed, volumes);
+        // As a follower sees a restore past VOLUMES_SHOWN: counts and notes only.
+        dr.status.as_mut().unwrap().volumes.clear();
+        let err = outcome(&dr).unwrap_err();
+        assert_eq!(
+            err.message,
+            "restore \"r1\" ended PartiallyFailed: 3 of 204 volume(s) restored in 65s\n  \
+             shop/data-203: Failed: node agent: snapshot not found\n  \
+             ... and 200 more not restored\n\
              see: refill restore describe r1 -n velero"
         );
     }

@@ -15,9 +15,9 @@ use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
 use crate::observe::{Known, Reads};
 
+use super::ledger::Ledger;
 use super::metrics::Metrics;
 use super::stores::Stores;
-use super::volume::mirror::Mirror;
 
 /// How the controller runs: the namespace it serves, its timings and its metrics.
 #[derive(Debug, Clone)]
@@ -130,8 +130,8 @@ pub struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
-    /// What each VolumePluginRestore should show; written on the side.
-    pub mirror: Arc<Mirror>,
+    /// Each restore's volumes and consumers as last written (see [`super::ledger`]).
+    pub ledger: Ledger,
     /// Backoff of each restore whose passes fail.
     pub backoffs: super::error::Backoffs,
     /// The stand-ins, PodVolumeRestores and VolumePluginRestores, as watches tell.
@@ -146,7 +146,6 @@ impl Context {
             controller: "refill".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let mirror = Arc::new(Mirror::new(config.progress_interval));
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -155,7 +154,7 @@ impl Context {
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),
-            mirror,
+            ledger: Ledger::default(),
             backoffs: Default::default(),
             stores,
         }
@@ -247,7 +246,7 @@ impl Context {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&uid);
-            self.mirror.forget(&uid);
+            self.ledger.forget(&uid);
             self.config.metrics.forget(&uid);
         }
     }

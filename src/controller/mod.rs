@@ -11,6 +11,7 @@ pub mod health;
 #[cfg(test)]
 mod hostile_input;
 pub mod leader;
+pub mod ledger;
 pub mod metrics;
 mod new_claim;
 mod panics;
@@ -37,7 +38,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use crate::api::{DataRestore, PodVolumeRestore, VolumePluginRestore};
+use crate::api::{DataRestore, PodVolumeRestore};
 use panics::Audience;
 
 pub use consumer::{PARKED_KEY, who_changed};
@@ -95,18 +96,6 @@ pub async fn run_with_readiness(
     .reflect(writers.pod_volume_restores)
     .inspect(move |item| writers.pod_volume_restores_health.note(item))
     .touched_objects();
-    // VolumePluginRestores only mirror the status; their changes need no pass.
-    let plugin_restores = watcher(
-        Api::<VolumePluginRestore>::namespaced(client.clone(), &namespace),
-        made,
-    )
-    .default_backoff()
-    .modify(forget_managed_fields)
-    .reflect(writers.plugin_restores)
-    .for_each(move |item| {
-        writers.plugin_restores_health.note(&item);
-        futures::future::ready(())
-    });
     let pods: Api<Pod> = Api::all(client.clone());
     let index_ctx = ctx.clone();
     let mut stand_ins = writers.stand_ins;
@@ -153,7 +142,6 @@ pub async fn run_with_readiness(
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
     let schedules = schedule::run(ctx.clone());
-    let mirror = ctx.mirror.clone().run(client.clone(), namespace.clone());
     let restores = Controller::new(restores, watcher::Config::default())
         .with_config(ctx.config.runtime())
         .owns_stream(pvr_events)
@@ -190,12 +178,9 @@ pub async fn run_with_readiness(
                 warn!("reconcile failed: {e}");
             }
         });
-    // The mirror's watch and writer live as long as the controller does.
+    // The node watch lives as long as the controller does.
     let restores = async {
-        let mirror = async {
-            futures::join!(plugin_restores, mirror, node_events);
-        };
-        futures::future::select(std::pin::pin!(restores), std::pin::pin!(mirror)).await;
+        futures::future::select(std::pin::pin!(restores), std::pin::pin!(node_events)).await;
     };
     match requests {
         Some(requests) => {

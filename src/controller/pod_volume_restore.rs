@@ -145,6 +145,7 @@ pub fn plugin_status(volume: &VolumeStatus) -> VolumePluginRestoreStatus {
             bytes_done: volume.bytes_done,
         }),
         plugin_specific: specific,
+        record: None,
     }
 }
 

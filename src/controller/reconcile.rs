@@ -14,6 +14,7 @@ use crate::api::{DataRestore, DataRestoreStatus};
 use crate::labels::{FIELD_MANAGER, FINALIZER};
 
 use super::error::Category;
+use super::ledger;
 use super::phase::{self, Next};
 use super::status;
 use super::{Context, Error, Result};
@@ -60,12 +61,15 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
 
     for _ in 0..MAX_PASSES {
         let started = std::time::Instant::now();
-        let before = dr.status.clone().unwrap_or_default();
+        let mut before = dr.status.clone().unwrap_or_default();
+        ctx.ledger.load(&ctx.client, &dr, &mut before).await?;
         let mut status = before.clone();
         // What a pass did is in `status` even when it failed part-way: it is written
         // before the error is reported, so no effect goes unrecorded.
         let result = phase::pass(&dr, &ctx, &mut status, deleting).await;
+        ledger::in_read_order(&status.volumes, &mut status.consumers);
         status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
+        status.tally(|v| ledger::record_name(&dr, v));
         status.observed_generation = dr.metadata.generation;
         let online = dr.spec.writes_under_running_consumers();
         status.conditions = status::conditions(&status, dr.metadata.generation, online);
@@ -80,7 +84,11 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
             {
                 Some(throttled) => wait = Some(throttled),
                 None => {
-                    dr = write_status(&api, &dr, &status).await?;
+                    // The volumes' records first: the DataRestore's counts follow them.
+                    ctx.ledger.save(&ctx.client, &dr, &before, &status).await?;
+                    if head_differs(&before, &status) {
+                        dr = write_status(&api, &dr, &status).await?;
+                    }
                     ctx.wrote(&uid, dr.resource_version());
                     // `before` is the status last written: `dr` is what a write returned.
                     ctx.config.metrics.written(&uid, &before, &status);
@@ -111,9 +119,13 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
     Ok(Action::requeue(Duration::ZERO))
 }
 
-/// The body of a status write, serialized straight from the status: with a thousand
-/// volumes the status is close to a megabyte, and a `serde_json::Value` copy of it
-/// would be several.
+/// Whether what the DataRestore object itself holds of the status differs: its
+/// volumes and consumers are kept elsewhere (see [`ledger`]).
+fn head_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
+    serde_json::to_vec(a).ok() != serde_json::to_vec(b).ok()
+}
+
+/// The body of a status write, serialized straight from the status.
 #[derive(serde::Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 struct StatusApply<'a> {

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{DataRestoreStatus, Phase, VolumePhase, VolumeStatus};
+use crate::api::{DataRestoreStatus, Phase, VolumePhase, VolumeStatus, bounds};
 
 pub mod condition {
     pub const READY: &str = "Ready";
@@ -169,6 +169,46 @@ fn done(status: &DataRestoreStatus) -> usize {
         .count()
 }
 
+/// Adds `line` to a status's `errors` or `warnings` unless there already: past
+/// [`bounds::STATUS_LINES`] lines, the last says how many more there were instead.
+pub fn add_line(lines: &mut Vec<String>, line: String) {
+    let max = bounds::STATUS_LINES as usize;
+    if lines.contains(&line) {
+        return;
+    }
+    if lines.len() < max - 1 {
+        lines.push(line);
+        return;
+    }
+    let more = match lines.get(max - 1).and_then(|last| more_of(last)) {
+        Some(more) => more + 1,
+        None => 1,
+    };
+    lines.truncate(max - 1);
+    lines.push(format!(
+        "{MORE_PREFIX}{more} more (each volume's VolumePluginRestore has its own message)"
+    ));
+}
+
+/// `lines` cut as [`add_line`] would have kept them.
+pub fn bounded(lines: Vec<String>) -> Vec<String> {
+    let mut kept = Vec::new();
+    for line in lines {
+        add_line(&mut kept, line);
+    }
+    kept
+}
+
+const MORE_PREFIX: &str = "... and ";
+
+fn more_of(line: &str) -> Option<usize> {
+    line.strip_prefix(MORE_PREFIX)?
+        .split_once(' ')?
+        .0
+        .parse()
+        .ok()
+}
+
 /// Whether two statuses differ only in bytes done (and the conditions that follow from
 /// them), which is written at most once a second per restore.
 ///
@@ -181,6 +221,9 @@ pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bo
         observed_generation,
         backup_name,
         summary,
+        volume_counts,
+        consumer_counts,
+        needs_attention,
         volumes,
         consumers,
         git_ops,
@@ -194,6 +237,14 @@ pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bo
         && *observed_generation == b.observed_generation
         && *backup_name == b.backup_name
         && *summary == b.summary
+        && *consumer_counts == b.consumer_counts
+        && *needs_attention == b.needs_attention
+        && volume_counts
+            .as_ref()
+            .map(|c| (c.total, &c.phases, c.partly_written, c.warnings))
+            == b.volume_counts
+                .as_ref()
+                .map(|c| (c.total, &c.phases, c.partly_written, c.warnings))
         && *consumers == b.consumers
         && *git_ops == b.git_ops
         && *start_time == b.start_time

@@ -1,7 +1,8 @@
-//! Watch-fed copies of the objects refill makes for a restore: stand-in pods,
-//! PodVolumeRestores and VolumePluginRestores.
+//! Watch-fed copies of the objects refill makes for a restore: stand-in pods and
+//! PodVolumeRestores. (Its VolumePluginRestores are written from memory, see
+//! [`super::ledger`], and need no watch.)
 //!
-//! Every pass of every restore looks at all three; listing them each time cost three
+//! Every pass of every restore looks at both; listing them each time cost two
 //! requests a pass, for objects the controller watches anyway (changes to them are what
 //! wake a restore up). A pass reads them from these stores instead, and reads the API
 //! only where a store that lags behind could mislead a decision (see
@@ -21,7 +22,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::api::{PodVolumeRestore, VolumePluginRestore};
+use crate::api::PodVolumeRestore;
 use crate::controller::restore_helper;
 use crate::labels;
 use crate::observe;
@@ -65,7 +66,6 @@ impl Health {
 pub struct Stores {
     stand_ins: Watched<Pod>,
     pod_volume_restores: Watched<PodVolumeRestore>,
-    plugin_restores: Watched<VolumePluginRestore>,
 }
 
 /// The writing ends, each fed by one watch of [`super::run_with_readiness`], and the
@@ -73,10 +73,8 @@ pub struct Stores {
 pub struct Writers {
     pub stand_ins: StandInWriter,
     pub pod_volume_restores: Writer<PodVolumeRestore>,
-    pub plugin_restores: Writer<VolumePluginRestore>,
     pub stand_ins_health: Health,
     pub pod_volume_restores_health: Health,
-    pub plugin_restores_health: Health,
 }
 
 fn watched<K>() -> (Watched<K>, Writer<K>, Health)
@@ -100,20 +98,16 @@ where
 pub fn stores() -> (Stores, Writers) {
     let (stand_ins, stand_in_writer, stand_ins_health) = watched();
     let (pod_volume_restores, pvr_writer, pod_volume_restores_health) = watched();
-    let (plugin_restores, vpr_writer, plugin_restores_health) = watched();
     (
         Stores {
             stand_ins,
             pod_volume_restores,
-            plugin_restores,
         },
         Writers {
             stand_ins: StandInWriter(stand_in_writer),
             pod_volume_restores: pvr_writer,
-            plugin_restores: vpr_writer,
             stand_ins_health,
             pod_volume_restores_health,
-            plugin_restores_health,
         },
     )
 }
@@ -184,8 +178,6 @@ pub struct PassView {
     pub stand_ins: BTreeMap<(String, String), Arc<Pod>>,
     /// PodVolumeRestores by name.
     pub pod_volume_restores: BTreeMap<String, Arc<PodVolumeRestore>>,
-    /// VolumePluginRestores by name.
-    pub plugin_restores: BTreeMap<String, Arc<VolumePluginRestore>>,
 }
 
 fn of_restore<K: kube::Resource>(object: &K, uid: &str) -> bool {
@@ -203,11 +195,9 @@ impl Stores {
     pub async fn view(&self, client: &Client, namespace: &str, uid: &str) -> Result<PassView> {
         self.synced().await?;
         let mine = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
-        let (stand_ins, pod_volume_restores, plugin_restores) = futures::try_join!(
+        let (stand_ins, pod_volume_restores) = futures::try_join!(
             self.stand_ins.of(Api::all(client.clone()), &mine, uid),
             self.pod_volume_restores
-                .of(Api::namespaced(client.clone(), namespace), &mine, uid),
-            self.plugin_restores
                 .of(Api::namespaced(client.clone(), namespace), &mine, uid),
         )?;
         Ok(PassView {
@@ -216,7 +206,6 @@ impl Stores {
                 .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
                 .collect(),
             pod_volume_restores: by_name(pod_volume_restores),
-            plugin_restores: by_name(plugin_restores),
         })
     }
 
@@ -225,7 +214,6 @@ impl Stores {
             futures::try_join!(
                 self.stand_ins.store.wait_until_ready(),
                 self.pod_volume_restores.store.wait_until_ready(),
-                self.plugin_restores.store.wait_until_ready(),
             )
         };
         match tokio::time::timeout(SYNC_BOUND, all).await {
@@ -234,7 +222,7 @@ impl Stores {
                 "the watches of stand-in pods and PodVolumeRestores stopped".into(),
             )),
             Err(_) => Err(Error::Transient(format!(
-                "the watches of stand-in pods, PodVolumeRestores and VolumePluginRestores have not listed within {}s",
+                "the watches of stand-in pods and PodVolumeRestores have not listed within {}s",
                 SYNC_BOUND.as_secs()
             ))),
         }
@@ -293,9 +281,6 @@ mod tests {
     fn listed(writers: &mut Writers) {
         writers
             .pod_volume_restores
-            .apply_watcher_event(&Event::InitDone);
-        writers
-            .plugin_restores
             .apply_watcher_event(&Event::InitDone);
     }
 

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use kube::ResourceExt;
-use tracing::warn;
 
 use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, Phase, VolumePhase};
 use crate::controller::gitops;
@@ -13,9 +12,6 @@ use crate::controller::status::{self, now};
 use crate::controller::{Context, Result};
 
 use super::{Next, restoring, stopping};
-
-/// How long the end of a restore waits for its VolumePluginRestores to be written.
-const MIRROR_FLUSH_LIMIT: Duration = Duration::from_secs(10);
 
 pub async fn finalize(
     dr: &DataRestore,
@@ -36,10 +32,6 @@ pub async fn finalize(
     // reconcile a workload refill still holds stopped.
     let uid = dr.uid().unwrap_or_default();
     gitops::release_all(dr, ctx, status, &uid).await?;
-    // Whoever waits for the restore to end reads final VolumePluginRestores.
-    if !ctx.mirror.flush(&uid, MIRROR_FLUSH_LIMIT).await {
-        warn!(restore = %dr.name_any(), "VolumePluginRestores not all written; ending without them");
-    }
     status.phase = status::outcome(&status.volumes, stopping(dr, deleting));
     status.completion_time = Some(now());
     let restored = status

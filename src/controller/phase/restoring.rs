@@ -24,6 +24,7 @@ use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_cons
 use crate::controller::gitops;
 use crate::controller::reasons;
 use crate::controller::restore_helper;
+use crate::controller::status;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
 use crate::controller::volume::observe::split;
@@ -150,8 +151,8 @@ pub async fn record(
     if let Some(stop) = stop_of(dr, status, deleting, Timestamp::now()) {
         // No volume starts any more; the ones under way roll back (see volume::decide).
         status.phase = Phase::Finalizing;
-        if stop.outcome == VolumePhase::Failed && !status.errors.contains(&stop.why) {
-            status.errors.push(stop.why);
+        if stop.outcome == VolumePhase::Failed {
+            status::add_line(&mut status.errors, stop.why);
         }
         return Ok(());
     }
@@ -331,9 +332,7 @@ fn seen_for(
 }
 
 fn push_error(status: &mut DataRestoreStatus, error: String) {
-    if !status.errors.contains(&error) {
-        status.errors.push(error);
-    }
+    status::add_line(&mut status.errors, error);
 }
 
 /// Most entries a list copied from a team's pod template keeps in the status: what a
@@ -553,10 +552,6 @@ pub async fn work(
             let related = crate::controller::Context::pvc_ref(&pvc);
             ctx.event_about(dr, note.warning, note.reason, note.text, related);
         }
-    }
-    // Each volume's VolumePluginRestore is brought up to date on the side.
-    for volume in &status.volumes {
-        volume::mirror::want(ctx, &uid, volume, &view.plugin_restores);
     }
     // Volumes that ended in this pass may free their consumers at once.
     let settled = settle_consumers(dr, ctx, status, &uid).await;

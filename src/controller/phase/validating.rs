@@ -37,7 +37,7 @@ pub async fn validate(
     }
     let invalid = |status: &mut DataRestoreStatus, errors: Vec<String>| {
         status.phase = Phase::Failed;
-        status.errors = errors;
+        status.errors = crate::controller::status::bounded(errors);
         status.completion_time = Some(now());
         ctx.event(
             dr,
@@ -73,7 +73,7 @@ pub async fn validate(
         Err(ValidateError::Kube(e)) => return Err(Error::Kube(e)),
     };
     status.backup_name = Some(plan.backup_name.clone());
-    status.warnings = plan.warnings.clone();
+    status.warnings = crate::controller::status::bounded(plan.warnings.clone());
     status.volumes = plan
         .volumes
         .iter()
@@ -81,6 +81,7 @@ pub async fn validate(
             pvc: v.pvc.clone(),
             phase: VolumePhase::Pending,
             pod_volume_backup: Some(v.pod_volume_backup.clone()),
+            uploader_type: v.uploader_type.clone(),
             volume: v.volume.clone(),
             snapshot_id: Some(v.snapshot_id.clone()),
             total_bytes: v.total_bytes,

@@ -13,8 +13,7 @@ use serde_json::json;
 use tracing::info;
 
 use crate::api::{
-    DataRestore, DataRestoreStatus, PodVolumeBackup, PodVolumeRestore, VolumePhase,
-    VolumePluginRestore, VolumeStatus,
+    DataRestore, DataRestoreStatus, PodVolumeBackup, PodVolumeRestore, VolumePhase, VolumeStatus,
 };
 use crate::controller::error::{Category, Error, has_status};
 use crate::controller::new_claim;
@@ -319,27 +318,11 @@ async fn create_pod_volume_restore(
     let ns = &ctx.config.namespace;
     let name = labels::pod_volume_restore_name(&dr.name_any(), act.uid, &volume.pvc);
     let object = pvr::pod_volume_restore(dr, &name, volume, pvb, pod);
-    let backup = act.status.backup_name.clone().unwrap_or_default();
-    let plugin = pvr::volume_plugin_restore(
-        dr,
-        &name,
-        &backup,
-        volume,
-        pvb.spec.uploader_type.as_deref(),
-    );
     let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), ns);
-    let plugins = Api::<VolumePluginRestore>::namespaced(ctx.client.clone(), ns);
-    let params = PostParams::default();
-    let (created, mirrored) = futures::join!(
-        pvrs.create(&params, &object),
-        plugins.create(&params, &plugin)
-    );
-    for result in [created.map(drop), mirrored.map(drop)] {
-        match result {
-            Ok(()) => {}
-            Err(e) if has_status(&e, 409) => {}
-            Err(e) => return Err(e.into()),
-        }
+    match pvrs.create(&PostParams::default(), &object).await {
+        Ok(_) => {}
+        Err(e) if has_status(&e, 409) => {}
+        Err(e) => return Err(e.into()),
     }
     volume.pod_volume_restore = Some(name.clone());
     // Which node and stand-in serve the volume is in its status and VolumePluginRestore;

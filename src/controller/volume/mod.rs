@@ -5,7 +5,6 @@
 pub mod apply;
 pub mod decide;
 pub mod execute;
-pub mod mirror;
 pub mod observe;
 pub mod paths;
 

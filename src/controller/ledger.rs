@@ -1,0 +1,437 @@
+//! Where a DataRestore's volumes and consumers are kept: each volume's record, with the
+//! consumers that come back through it, in the volume's VolumePluginRestore
+//! (`status.record`). The DataRestore itself keeps only counts and the few volumes that
+//! need a person, so that its size does not grow with its volumes (etcd refuses
+//! objects past 1.5 MiB, which a status listing ~1,200 volumes reached) and a pass
+//! writes only the volumes that changed, not all of them: at `parallel: 8` a restore of
+//! N volumes made N passes that each wrote N volumes.
+//!
+//! The controller keeps what it last wrote in memory ([`Ledger`]): it is the only
+//! writer (one leader at a time), so its last writes are what the cluster holds. A
+//! restarted controller, or one whose write failed, reads the VolumePluginRestores
+//! again. Each write carries the resourceVersion it read, so a write from a copy that
+//! is not the newest fails instead of writing old phases back.
+//!
+//! Records go out before anything acts on them: a pass's volume records are written
+//! before its DataRestore status, and both before the next pass acts on them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+
+use crate::api::{
+    ConsumerRecord, DataRestore, DataRestoreStatus, VolumePluginRestore, VolumePluginRestoreStatus,
+    VolumeRecord, VolumeStatus,
+};
+use crate::controller::pod_volume_restore as pvr;
+use crate::labels::{self, FIELD_MANAGER};
+
+use super::error::has_status;
+use super::{Error, Result};
+
+/// VolumePluginRestores written at once.
+const WRITES_IN_FLIGHT: usize = 16;
+
+/// What the controller last wrote of each restore, by the restore's UID.
+#[derive(Default)]
+pub struct Ledger {
+    books: Mutex<HashMap<String, Book>>,
+}
+
+/// One restore's volumes and consumers as the cluster holds them.
+#[derive(Clone, Default)]
+struct Book {
+    volumes: Vec<VolumeStatus>,
+    consumers: Vec<ConsumerRecord>,
+    /// The resourceVersion of each volume's VolumePluginRestore, by index; `None`
+    /// before it is made.
+    versions: Vec<Option<String>>,
+}
+
+/// A volume's record as written: the volume and the consumers that come back through it.
+#[derive(Debug, PartialEq)]
+pub struct Entry<'a> {
+    /// The volume's restore.
+    pub volume: &'a VolumeStatus,
+    /// The consumers kept with it (see [`homes`]).
+    pub consumers: Vec<&'a ConsumerRecord>,
+}
+
+/// The index of the volume each consumer is kept with: the first of its PVCs that the
+/// restore has (the first volume if none, which validation never lets happen).
+pub fn homes(volumes: &[VolumeStatus], consumers: &[ConsumerRecord]) -> Vec<usize> {
+    let index: HashMap<&str, usize> = volumes
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.pvc.as_str(), i))
+        .collect();
+    consumers
+        .iter()
+        .map(|c| {
+            c.pvcs
+                .iter()
+                .filter_map(|pvc| index.get(pvc.as_str()).copied())
+                .min()
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Each volume's entry, by index.
+pub fn entries<'a>(volumes: &'a [VolumeStatus], consumers: &'a [ConsumerRecord]) -> Vec<Entry<'a>> {
+    let mut entries: Vec<Entry> = volumes
+        .iter()
+        .map(|volume| Entry {
+            volume,
+            consumers: Vec::new(),
+        })
+        .collect();
+    if entries.is_empty() {
+        return entries;
+    }
+    for (consumer, home) in consumers.iter().zip(homes(volumes, consumers)) {
+        entries[home].consumers.push(consumer);
+    }
+    entries
+}
+
+/// The consumers in the order they are read back (by the volume each is kept with),
+/// so that the order a pass sees does not depend on whether the controller restarted.
+pub fn in_read_order(volumes: &[VolumeStatus], consumers: &mut Vec<ConsumerRecord>) {
+    let homes = homes(volumes, consumers);
+    if homes.windows(2).all(|w| w[0] <= w[1]) {
+        return;
+    }
+    let mut paired: Vec<(usize, ConsumerRecord)> =
+        homes.into_iter().zip(consumers.drain(..)).collect();
+    paired.sort_by_key(|(home, _)| *home);
+    consumers.extend(paired.into_iter().map(|(_, c)| c));
+}
+
+/// The indices of the entries of `after` that differ from `before` (or are new).
+pub fn changed(before: &[Entry], after: &[Entry]) -> Vec<usize> {
+    (0..after.len())
+        .filter(|&i| before.get(i) != Some(&after[i]))
+        .collect()
+}
+
+/// Volumes and consumers from records read back, in the order of their indices.
+pub fn assemble(mut records: Vec<VolumeRecord>) -> (Vec<VolumeStatus>, Vec<ConsumerRecord>) {
+    records.sort_by_key(|r| r.index);
+    let mut volumes = Vec::with_capacity(records.len());
+    let mut consumers = Vec::new();
+    for record in records {
+        volumes.push(record.volume);
+        consumers.extend(record.consumers);
+    }
+    (volumes, consumers)
+}
+
+/// The name of the VolumePluginRestore that keeps `volume` of restore `dr`.
+pub fn record_name(dr: &DataRestore, volume: &VolumeStatus) -> String {
+    labels::pod_volume_restore_name(&dr.name_any(), &dr.uid().unwrap_or_default(), &volume.pvc)
+}
+
+/// What `dr`'s status holds once its volumes and consumers are read back from its
+/// VolumePluginRestores: the whole restore, as `refill restore describe` and tests read it.
+pub async fn read(client: &Client, dr: &DataRestore) -> kube::Result<DataRestoreStatus> {
+    let mut status = dr.status.clone().unwrap_or_default();
+    let (book, _) = list(client, dr).await?;
+    status.volumes = book.volumes;
+    status.consumers = book.consumers;
+    Ok(status)
+}
+
+/// Every VolumePluginRestore of `dr` that holds a record, as a book, and how many
+/// there were in all.
+async fn list(client: &Client, dr: &DataRestore) -> kube::Result<(Book, usize)> {
+    let api: Api<VolumePluginRestore> =
+        Api::namespaced(client.clone(), &dr.namespace().unwrap_or_default());
+    let selector = format!(
+        "{}={}",
+        labels::DATA_RESTORE_UID,
+        dr.uid().unwrap_or_default()
+    );
+    let mut found: Vec<(VolumeRecord, Option<String>)> = Vec::new();
+    crate::observe::for_each_listed(&api, &selector, |vpr: VolumePluginRestore| {
+        let version = vpr.resource_version();
+        if let Some(record) = vpr.status.and_then(|s| s.record) {
+            found.push((record, version));
+        }
+    })
+    .await?;
+    let all = found.len();
+    found.sort_by_key(|(r, _)| r.index);
+    let versions = found.iter().map(|(_, v)| v.clone()).collect();
+    let (volumes, consumers) = assemble(found.into_iter().map(|(r, _)| r).collect());
+    Ok((
+        Book {
+            volumes,
+            consumers,
+            versions,
+        },
+        all,
+    ))
+}
+
+impl Ledger {
+    /// `dr`'s volumes and consumers: as last written, or read back from its
+    /// VolumePluginRestores. `status` is the DataRestore's own; its counts say how many
+    /// volumes there must be.
+    pub async fn load(
+        &self,
+        client: &Client,
+        dr: &DataRestore,
+        status: &mut DataRestoreStatus,
+    ) -> Result<()> {
+        let uid = dr.uid().unwrap_or_default();
+        let kept = self.lock().get(&uid).cloned();
+        let book = match kept {
+            Some(book) => book,
+            None => {
+                let (book, found) = list(client, dr).await?;
+                let expected = status
+                    .volume_counts
+                    .as_ref()
+                    .map_or(0, |c| c.total as usize);
+                if found < expected {
+                    return Err(Error::Permanent(format!(
+                        "{} of the {expected} VolumePluginRestores that keep this restore's volumes are missing; its state cannot be read back",
+                        expected - found
+                    )));
+                }
+                self.lock().insert(uid, book.clone());
+                book
+            }
+        };
+        status.volumes = book.volumes;
+        status.consumers = book.consumers;
+        Ok(())
+    }
+
+    /// Writes the records of `after` that differ from `before` (both as loaded and
+    /// changed by a pass), making the VolumePluginRestores of new volumes. On any
+    /// failure the memory of the restore goes, so the next pass reads the cluster again.
+    pub async fn save(
+        &self,
+        client: &Client,
+        dr: &DataRestore,
+        before: &DataRestoreStatus,
+        after: &DataRestoreStatus,
+    ) -> Result<()> {
+        let uid = dr.uid().unwrap_or_default();
+        let old = entries(&before.volumes, &before.consumers);
+        let new = entries(&after.volumes, &after.consumers);
+        let changed = changed(&old, &new);
+        if changed.is_empty() && after.volumes.len() == before.volumes.len() {
+            return Ok(());
+        }
+        let mut versions = self
+            .lock()
+            .get(&uid)
+            .map(|b| b.versions.clone())
+            .unwrap_or_default();
+        versions.resize(after.volumes.len(), None);
+        let api: Api<VolumePluginRestore> =
+            Api::namespaced(client.clone(), &dr.namespace().unwrap_or_default());
+        let backup = after.backup_name.as_deref().unwrap_or_default();
+        let jobs: Vec<(usize, VolumeRecord, Option<String>)> = changed
+            .into_iter()
+            .map(|i| {
+                let entry = &new[i];
+                let record = VolumeRecord {
+                    index: i as u32,
+                    volume: entry.volume.clone(),
+                    consumers: entry.consumers.iter().map(|c| (*c).clone()).collect(),
+                };
+                (i, record, versions[i].clone())
+            })
+            .collect();
+        // One copy of the restore for all writes: its spec may name thousands of claims.
+        let shared = Arc::new((dr.clone(), backup.to_string()));
+        let results: std::result::Result<Vec<(usize, Option<String>)>, Error> =
+            futures::stream::iter(jobs)
+                .map(|(i, record, version)| {
+                    let written = write(api.clone(), shared.clone(), record, version);
+                    async move { Ok::<_, Error>((i, written.await?)) }
+                })
+                .buffer_unordered(WRITES_IN_FLIGHT)
+                .try_collect()
+                .await;
+        match results {
+            Ok(written) => {
+                for (i, version) in written {
+                    versions[i] = version;
+                }
+                self.lock().insert(
+                    uid,
+                    Book {
+                        volumes: after.volumes.clone(),
+                        consumers: after.consumers.clone(),
+                        versions,
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.forget(&uid);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops what is kept of restore `uid`.
+    pub fn forget(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Book>> {
+        self.books
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Writes one volume's record into its VolumePluginRestore, made first if `version` is
+/// `None`; answers the resourceVersion it now has.
+async fn write(
+    api: Api<VolumePluginRestore>,
+    restore: Arc<(DataRestore, String)>,
+    record: VolumeRecord,
+    version: Option<String>,
+) -> Result<Option<String>> {
+    let (dr, backup) = (&restore.0, restore.1.as_str());
+    let name = record_name(dr, &record.volume);
+    let version = match version {
+        Some(version) => Some(version),
+        None => {
+            let object = pvr::volume_plugin_restore(
+                dr,
+                &name,
+                backup,
+                &record.volume,
+                record.volume.uploader_type.as_deref(),
+            );
+            match api.create(&PostParams::default(), &object).await {
+                Ok(made) => made.resource_version(),
+                // Made by a pass whose status write did not go through: written over,
+                // with no precondition, as it holds nothing newer than this pass.
+                Err(e) if has_status(&e, 409) => None,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let mut status: VolumePluginRestoreStatus = pvr::plugin_status(&record.volume);
+    status.record = Some(record);
+    let body = serde_json::json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": "VolumePluginRestore",
+        "metadata": {"resourceVersion": version},
+        "status": status,
+    });
+    let written = api
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(written.resource_version())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ConsumerKind, VolumePhase};
+
+    fn volume(pvc: &str) -> VolumeStatus {
+        VolumeStatus {
+            pvc: pvc.into(),
+            ..Default::default()
+        }
+    }
+
+    fn consumer(name: &str, pvcs: &[&str]) -> ConsumerRecord {
+        ConsumerRecord {
+            kind: ConsumerKind::Deployment,
+            namespace: "shop".into(),
+            name: name.into(),
+            pvcs: pvcs.iter().map(|p| p.to_string()).collect(),
+            state: Default::default(),
+            replicas: Some(1),
+            original: None,
+            held_by: None,
+            switch_to: None,
+            stopped_at: None,
+            resumed_at: None,
+            uid: None,
+        }
+    }
+
+    #[test]
+    fn a_consumer_is_kept_with_the_first_of_its_volumes() {
+        let volumes = [volume("shop/a"), volume("shop/b"), volume("shop/c")];
+        let consumers = [
+            consumer("web", &["shop/c", "shop/b"]),
+            consumer("db", &["shop/a"]),
+            consumer("stray", &["other/x"]),
+        ];
+        assert_eq!(homes(&volumes, &consumers), vec![1, 0, 0]);
+        let entries = entries(&volumes, &consumers);
+        let names = |i: usize| -> Vec<&str> {
+            entries[i]
+                .consumers
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect()
+        };
+        assert_eq!(
+            (names(0), names(1), names(2)),
+            (vec!["db", "stray"], vec!["web"], vec![])
+        );
+    }
+
+    #[test]
+    fn only_changed_volumes_and_the_homes_of_changed_consumers_are_written() {
+        let volumes = vec![volume("shop/a"), volume("shop/b"), volume("shop/c")];
+        let consumers = vec![consumer("web", &["shop/b"])];
+        let mut after_volumes = volumes.clone();
+        after_volumes[2].phase = VolumePhase::Quiescing;
+        let mut after_consumers = consumers.clone();
+        after_consumers[0].replicas = Some(3);
+        let before = entries(&volumes, &consumers);
+        let after = entries(&after_volumes, &after_consumers);
+        assert_eq!(changed(&before, &after), vec![1, 2]);
+        assert!(changed(&before, &before).is_empty());
+        assert_eq!(changed(&[], &before), vec![0, 1, 2], "all new");
+    }
+
+    #[test]
+    fn records_read_back_are_what_was_written_in_the_same_order() {
+        let volumes = vec![volume("shop/a"), volume("shop/b"), volume("shop/c")];
+        let mut consumers = vec![
+            consumer("late", &["shop/c"]),
+            consumer("web", &["shop/b"]),
+            consumer("db", &["shop/a"]),
+        ];
+        in_read_order(&volumes, &mut consumers);
+        let records: Vec<VolumeRecord> = entries(&volumes, &consumers)
+            .into_iter()
+            .enumerate()
+            .rev()
+            .map(|(i, e)| VolumeRecord {
+                index: i as u32,
+                volume: e.volume.clone(),
+                consumers: e.consumers.into_iter().cloned().collect(),
+            })
+            .collect();
+        let (read_volumes, read_consumers) = assemble(records);
+        assert_eq!(read_volumes, volumes);
+        assert_eq!(read_consumers, consumers);
+        let names: Vec<&str> = consumers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["db", "web", "late"]);
+    }
+}
