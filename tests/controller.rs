@@ -523,7 +523,7 @@ async fn a_switch_canceled_before_it_is_written_brings_the_workload_back_on_its_
         s.restore("r1", spec).await?;
         let waiting = s.wait_volume("r1", VolumePhase::Switching).await?;
         wait_for("the switch to wait for the app's pod", TIMEOUT, || async {
-            let dr = s.env.api::<DataRestore>().get("r1").await?;
+            let dr = fixture::get_whole(&s.client, &s.ns, "r1").await?;
             let message = dr.status.unwrap_or_default().volumes[0].message.clone();
             Ok(message
                 .is_some_and(|m| m.contains(&format!("release PVC {}/data: {pod}", s.ns)))
@@ -1633,9 +1633,7 @@ async fn lose_the_lock_while(
     match held {
         Held::Quiescing | Held::RemovingStandIn => fixture::release_pods(&s.client, &s.ns).await,
         Held::StartingStandIn => {
-            let dr = Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
-                .get(name)
-                .await?;
+            let dr = fixture::get_whole(&s.client, &s.ns, name).await?;
             let stand_in = stand_in_of(s, &dr).await?.name_any();
             fixture::bind_pod(&s.client, &s.ns, &stand_in, "node-a").await
         }
@@ -1890,6 +1888,69 @@ async fn the_admission_guard_lets_refill_restore_and_refuses_any_other_pod() -> 
             api.delete(name, &Default::default()).await?;
         }
         checked
+    })
+    .await
+}
+
+/// The DataRestore object stays the same size whatever the number of its volumes: each
+/// volume's record is kept in its VolumePluginRestore, and the DataRestore holds counts.
+/// A restore of 300 claims ends with a status no larger than one of 30 (but for the
+/// digits of its counts), and every volume's record is in its VolumePluginRestore.
+#[tokio::test]
+async fn the_status_does_not_grow_with_the_number_of_volumes() -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    run_test("dr-size", |env| async move {
+        let s = Scene::new(env, Duration::from_secs(600)).await?;
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let mut sizes = Vec::new();
+        for n in [30usize, 300] {
+            let claims: Vec<String> = (0..n).map(|i| format!("c{n}-{i}")).collect();
+            futures::stream::iter(&claims)
+                .map(|claim| s.volume(claim, "node-a", &[("f", b"live")]))
+                .buffer_unordered(16)
+                .try_collect::<Vec<_>>()
+                .await?;
+            let pods: Vec<String> = claims.iter().map(|c| format!("p-{c}")).collect();
+            let backed_up: Vec<BackedUpVolume> = claims
+                .iter()
+                .zip(&pods)
+                .map(|(claim, pod)| s.backed_up(claim, pod, &[("f", b"good")]))
+                .collect();
+            let backup = format!("b{n}");
+            s.backup(&backup, &backed_up).await?;
+            let name = format!("r{n}");
+            let wanted: Vec<&str> = claims.iter().map(String::as_str).collect();
+            s.restore(&name, s.spec(&backup, &wanted)).await?;
+            let dr = s.finished(&name).await?;
+            ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+            let status = dr.status.clone().unwrap_or_default();
+            // `finished` reads the volumes back from their VolumePluginRestores.
+            ensure!(
+                status.volumes.len() == n
+                    && status.volumes.iter().all(|v| v.phase == VolumePhase::Completed),
+                "{} volume records read back of {n}",
+                status.volumes.len()
+            );
+            let counts = status.volume_counts.clone().unwrap_or_default();
+            ensure!(
+                counts.total as usize == n
+                    && counts.phases.get(&VolumePhase::Completed) == Some(&(n as u32)),
+                "{counts:#?}"
+            );
+            let stored = Api::<DataRestore>::namespaced(s.client.clone(), &s.ns)
+                .get(&name)
+                .await?;
+            sizes.push(serde_json::to_vec(&stored.status)?.len());
+        }
+        eprintln!("status bytes: 30 claims {}, 300 claims {}", sizes[0], sizes[1]);
+        ensure!(
+            sizes[1] <= sizes[0] + 64,
+            "the status grew with the volumes: {} bytes for 30 claims, {} for 300",
+            sizes[0],
+            sizes[1]
+        );
+        Ok(())
     })
     .await
 }

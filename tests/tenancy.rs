@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{ApiResource, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{
-    ConsumerKind, ConsumerPolicy, ConsumerState, DataRestoreRequest, DataRestoreRequestStatus,
+    ConsumerPolicy, ConsumerState, DataRestoreRequest, DataRestoreRequestStatus,
     Phase, VolumePhase,
 };
 use refill::labels;
@@ -216,7 +216,8 @@ async fn a_team_s_hostile_request_and_fake_stand_in_are_refused_and_refill_serve
                 .await?
                 .status
                 .unwrap_or_default();
-            let volume = &status.restore.volumes[0];
+            // What the team reads: the volume that needs its eyes, in its request.
+            let volume = &status.restore.needs_attention[0];
             ensure!(
                 volume.phase == VolumePhase::Failed
                     && volume
@@ -371,10 +372,10 @@ async fn a_pod_the_team_makes_under_a_stopped_bare_pod_s_name_is_left_as_it_is()
                 "refill replaced the team's pod: {:?}",
                 now.metadata
             );
-            let consumer = &status.restore.consumers[0];
+            let counts = status.restore.consumer_counts.clone().unwrap_or_default();
             ensure!(
-                consumer.kind == ConsumerKind::Pod && consumer.state == ConsumerState::Replaced,
-                "{consumer:#?}"
+                counts.total == 1 && counts.states.get(&ConsumerState::Replaced) == Some(&1),
+                "{counts:#?}"
             );
             let told = format!("another pod took the name of Pod {}/solo", s.ns);
             ensure!(

@@ -85,9 +85,8 @@ async fn start(client: &Client, ns: &str, backup: &str, method: RestoreMethod) -
 
 /// Waits until the restore's only volume is in `phase`.
 async fn volume_reaches(client: &Client, name: &str, phase: VolumePhase) -> Result<DataRestore> {
-    let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
     wait_for(format!("volume {phase:?}"), TIMEOUT, || async {
-        let dr = restores.get(name).await?;
+        let dr = fixture::get_whole(client, VELERO_NAMESPACE, name).await?;
         let now = dr
             .status
             .as_ref()

@@ -150,10 +150,9 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
     let started = std::time::Instant::now();
     let tag = format!("[node-frozen {when:?}]");
 
-    let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
     let named = format!("node {node} is");
     let said = wait_for(format!("the restore to say {named:?}"), TIMEOUT, || async {
-        let dr = restores.get(&ns).await?;
+        let dr = fixture::get_whole(&client, VELERO_NAMESPACE, &ns).await?;
         let said = texts(&dr);
         Ok(said.contains(&named).then_some(said))
     })
@@ -170,7 +169,7 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
         // A node agent that took the restore may still write if the node answers: refill
         // waits, saying so, until the node answers (here) or is deleted.
         (Err(_), When::DataMoving) => {
-            let dr = restores.get(&ns).await?;
+            let dr = fixture::get_whole(&client, VELERO_NAMESPACE, &ns).await?;
             let said = texts(&dr);
             ensure!(
                 !dr.status.as_ref().is_some_and(|s| s.phase.is_terminal())

@@ -117,9 +117,7 @@ impl Records {
         if total == 0 || total > VOLUMES_SHOWN {
             return dr;
         }
-        let stale = self
-            .read_at
-            .is_none_or(|at| at.elapsed() >= RECORDS_EVERY);
+        let stale = self.read_at.is_none_or(|at| at.elapsed() >= RECORDS_EVERY);
         if stale || status.phase.is_terminal() {
             // Without them the counts are still shown.
             if let Ok(read) = crate::controller::ledger::read(&ctx.client, &dr).await {

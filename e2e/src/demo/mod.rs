@@ -21,7 +21,7 @@ use crate::{REFILL_IMAGE, in_cluster, wait_for};
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::{Api, Client};
-use refill::api::{DataRestore, Phase};
+use refill::api::Phase;
 
 use self::data::{DAMAGE, FileState};
 use self::scene::{NS, RESTORE, VELERO_NS, Volume};
@@ -291,9 +291,7 @@ async fn verify(client: &Client, ui: &Ui, volumes: &[Volume], report: &mut Repor
         }
     };
 
-    let restore = Api::<DataRestore>::namespaced(client.clone(), VELERO_NS)
-        .get(RESTORE)
-        .await?;
+    let restore = crate::fixture::get_whole(client, VELERO_NS, RESTORE).await?;
     let status = restore.status.unwrap_or_default();
     report.volumes = status.volumes.len();
     report.restored_bytes = status
