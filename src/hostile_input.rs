@@ -185,7 +185,7 @@ proptest! {
         let _ = crate::plan::duration(&text);
         let _ = crate::plan::spec::quantity(&text);
         let _ = crate::plan::spec::image_reference(&text);
-        let _ = crate::plan::spec::dns_subdomain(&text);
+        let _ = crate::k8s_names::dns_subdomain(&text);
         let _ = crate::plan::parse_pvc_key(&text);
         let _ = crate::cli::selector::parse(&text);
         let _ = crate::copy::pattern_error(&text);

@@ -10,6 +10,7 @@ pub mod crds;
 pub mod gitops;
 #[cfg(test)]
 mod hostile_input;
+mod k8s_names;
 pub mod labels;
 mod mounts;
 mod nodes;

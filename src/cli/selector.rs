@@ -157,54 +157,14 @@ fn expression(key: &str, operator: &str, values: Vec<String>) -> Requirement {
     })
 }
 
-/// `[prefix/]name`: the prefix a DNS subdomain, the name at most 63 characters of
-/// letters, digits, `-`, `_` and `.`, beginning and ending with a letter or digit.
 fn check_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        let ok = !prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix.split('.').all(|p| {
-                !p.is_empty()
-                    && p.chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                    && !p.starts_with('-')
-                    && !p.ends_with('-')
-            });
-        if !ok {
-            return Err(format!(
-                "label key \"{key}\": the part before '/' must be a DNS subdomain such as example.com"
-            ));
-        }
-    }
-    if name.is_empty() || !is_label_name(name) {
-        return Err(format!(
-            "label key \"{key}\" is not valid: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-        ));
-    }
-    Ok(())
+    crate::k8s_names::label_key(key)
+        .map_err(|why| format!("label key \"{key}\" is not valid: {why}"))
 }
 
 fn check_value(value: &str) -> Result<(), String> {
-    if value.is_empty() || is_label_name(value) {
-        Ok(())
-    } else {
-        Err(format!(
-            "label value \"{value}\" is not valid: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-        ))
-    }
-}
-
-fn is_label_name(s: &str) -> bool {
-    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    s.len() <= 63
-        && alnum(s.chars().next())
-        && alnum(s.chars().last())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    crate::k8s_names::label_value(value)
+        .map_err(|why| format!("label value \"{value}\" is not valid: {why}"))
 }
 
 #[cfg(test)]
@@ -294,6 +254,9 @@ mod tests {
             ("=x", "does not start with a label key"),
             ("app=no spaces", "label value \"no spaces\""),
             ("Bad_Prefix/x=y", "DNS subdomain"),
+            ("a.-b/x=y", "DNS subdomain"),
+            ("a/b/c=y", "more than one '/'"),
+            ("example.com/=y", "name part after '/' is empty"),
             ("x>5", "cannot read"),
             (&format!("k={}", "v".repeat(64)), "is not valid"),
         ] {

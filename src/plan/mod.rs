@@ -29,7 +29,7 @@ pub use consumers::{
     template_mounts, template_spec, top_owner,
 };
 pub use placement::{beside_original, beside_running_consumers, placement};
-pub use selector::{label_selector_matches, parse_pvc_key};
+pub use selector::{label_selector, parse_pvc_key};
 pub use spec::{duration, spec_errors};
 pub use switch::{Labelled, switches};
 pub use volumes::{select_volumes, selection_field};

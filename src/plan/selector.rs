@@ -1,8 +1,7 @@
 //! Label selectors and `namespace/name` keys.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::Selector;
 
 /// Splits `namespace/name`, refusing anything else.
 pub fn parse_pvc_key(key: &str) -> Result<(&str, &str), String> {
@@ -16,38 +15,32 @@ pub fn parse_pvc_key(key: &str) -> Result<(&str, &str), String> {
     }
 }
 
-/// Whether labels match a selector, with Kubernetes' semantics (an empty selector
-/// matches everything).
-pub fn label_selector_matches(
-    selector: &LabelSelector,
-    labels: &BTreeMap<String, String>,
-) -> Result<bool, String> {
-    if let Some(match_labels) = &selector.match_labels
-        && match_labels.iter().any(|(k, v)| labels.get(k) != Some(v))
-    {
-        return Ok(false);
-    }
-    for expr in selector.match_expressions.iter().flatten() {
-        let value = labels.get(&expr.key);
-        let values = expr.values.as_deref().unwrap_or_default();
-        let ok = match expr.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            other => return Err(format!("unknown label selector operator \"{other}\"")),
-        };
-        if !ok {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+/// A selector to match labels with, with Kubernetes' semantics (an empty selector
+/// matches everything); refused when an operator is unknown, or In or NotIn has no
+/// values, as [`super::spec_errors`] refuses it first.
+pub fn label_selector(selector: &LabelSelector) -> Result<Selector, String> {
+    Selector::try_from(selector.clone())
+        .map_err(|e| format!("{e}; use In or NotIn with values, or Exists or DoesNotExist without"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use kube::core::SelectorExt;
+
+    fn label_selector_matches(
+        selector: &LabelSelector,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<bool, String> {
+        Ok(label_selector(selector)?.matches(labels))
+    }
+
+    fn s(values: &[&str]) -> Vec<String> {
+        values.iter().map(|v| v.to_string()).collect()
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -94,5 +87,31 @@ mod tests {
         );
         assert!(!label_selector_matches(&sel, &labels(&[("tier", "gold")])).unwrap());
         assert!(label_selector_matches(&LabelSelector::default(), &labels(&[])).unwrap());
+    }
+
+    #[test]
+    fn not_in_and_exists_and_operators_that_are_none() {
+        let one = |operator: &str, values: &[&str]| {
+            let requirement = LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: operator.into(),
+                values: (!values.is_empty()).then(|| s(values)),
+            };
+            LabelSelector {
+                match_expressions: Some(vec![requirement]),
+                match_labels: None,
+            }
+        };
+        let not_in = one("NotIn", &["gold"]);
+        assert!(label_selector_matches(&not_in, &labels(&[])).unwrap());
+        assert!(label_selector_matches(&not_in, &labels(&[("tier", "tin")])).unwrap());
+        assert!(!label_selector_matches(&not_in, &labels(&[("tier", "gold")])).unwrap());
+        let exists = one("Exists", &[]);
+        assert!(label_selector_matches(&exists, &labels(&[("tier", "")])).unwrap());
+        assert!(!label_selector_matches(&exists, &labels(&[("app", "db")])).unwrap());
+        for wrong in [one("Like", &[]), one("In", &[])] {
+            let why = label_selector(&wrong).unwrap_err();
+            assert!(why.contains("use In or NotIn with values"), "{why}");
+        }
     }
 }

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use crate::api::{
     DataRestoreSpec, ExtraFiles, PathRestore, RestoreHelperOverrides, RestoreMethod, RestoreTarget,
 };
+use crate::k8s_names::{dns_label, dns_subdomain, label_key, label_value};
 
 /// Every mistake in the spec that can be told without the cluster, in field order.
 pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
@@ -191,11 +192,18 @@ fn pvc_errors(pvcs: &[String], errors: &mut Vec<String>) {
     }
 }
 
+/// A selector as Kubernetes checks its own (a Deployment's, say): a value no label can
+/// hold would silently match nothing, or with NotIn everything.
 fn selector_errors(selector: &LabelSelector, errors: &mut Vec<String>) {
-    for key in selector.match_labels.iter().flat_map(|m| m.keys()) {
+    for (key, value) in selector.match_labels.iter().flatten() {
         if let Err(why) = label_key(key) {
             errors.push(format!(
                 "spec.selector.matchLabels: \"{key}\" is not a label key: {why}"
+            ));
+        }
+        if let Err(why) = label_value(value) {
+            errors.push(format!(
+                "spec.selector.matchLabels[\"{key}\"]: \"{value}\" is not a label value: {why}"
             ));
         }
     }
@@ -208,6 +216,13 @@ fn selector_errors(selector: &LabelSelector, errors: &mut Vec<String>) {
             ));
         }
         let values = expr.values.as_deref().unwrap_or_default();
+        for (j, value) in values.iter().enumerate() {
+            if let Err(why) = label_value(value) {
+                errors.push(format!(
+                    "{field}.values[{j}]: \"{value}\" is not a label value: {why}"
+                ));
+            }
+        }
         match expr.operator.as_str() {
             "In" | "NotIn" if values.is_empty() => errors.push(format!(
                 "{field}.values: operator {} needs at least one value",
@@ -477,66 +492,6 @@ pub fn image_reference(image: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A DNS-1123 label: namespace names.
-fn dns_label(text: &str) -> Result<(), String> {
-    if text.is_empty() {
-        return Err("it is empty".into());
-    }
-    if text.len() > 63 {
-        return Err("it is longer than 63 characters".into());
-    }
-    let ok = text
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !text.starts_with('-')
-        && !text.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err("use only lowercase letters, digits and '-', starting and ending with a letter or digit".into())
-    }
-}
-
-/// A DNS-1123 subdomain: names of PVCs, nodes, backups.
-pub fn dns_subdomain(text: &str) -> Result<(), String> {
-    if text.is_empty() {
-        return Err("it is empty".into());
-    }
-    if text.len() > 253 {
-        return Err("it is longer than 253 characters".into());
-    }
-    if text.split('.').all(|part| dns_label(part).is_ok()) {
-        Ok(())
-    } else {
-        Err("use only lowercase letters, digits, '-' and '.', starting and ending with a letter or digit".into())
-    }
-}
-
-/// A label key: `[prefix/]name`, the name up to 63 of letters, digits, '-', '_', '.'.
-fn label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix
-        && dns_subdomain(prefix).is_err()
-    {
-        return Err(format!("its prefix \"{prefix}\" is not a DNS subdomain"));
-    }
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err("the name part takes up to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit".into())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -801,6 +756,11 @@ mod tests {
         assert!(e.contains("not a namespace name"), "{e}");
         let e = one_error("spec.pvcs[0]", |s| s.pvcs = vec!["shop/Data".into()]);
         assert!(e.contains("not a PVC name"), "{e}");
+        let e = one_error("spec.pvcs[0]", |s| s.pvcs = vec!["shop/a.-b".into()]);
+        assert!(e.contains("not a PVC name"), "{e}");
+        // A claim name may be longer than a DNS label: only the whole is bounded.
+        let long = format!("shop/{}", "d".repeat(64));
+        assert_eq!(errors_of(|s| s.pvcs = vec![long]), Vec::<String>::new());
     }
 
     #[test]
@@ -846,6 +806,16 @@ mod tests {
                 match_labels: Some([("bad key".to_string(), "x".to_string())].into()),
                 ..Default::default()
             })
+        });
+        let e = one_error("spec.selector.matchLabels[\"app\"]", |s| {
+            s.selector = Some(LabelSelector {
+                match_labels: Some([("app".to_string(), "no spaces".to_string())].into()),
+                ..Default::default()
+            })
+        });
+        assert!(e.contains("\"no spaces\" is not a label value"), "{e}");
+        one_error("spec.selector.matchExpressions[0].values[1]", |s| {
+            s.selector = Some(expr("NotIn", Some(vec!["ok".into(), "-x".into()])))
         });
     }
 

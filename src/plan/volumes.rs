@@ -3,11 +3,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::core::SelectorExt;
 
 use crate::api::{DataRestoreSpec, PodVolumeBackup, PodVolumePhase};
 use crate::labels::PVC_NAME_ANNOTATION;
 
-use super::{Invalid, label_selector_matches, parse_pvc_key};
+use super::{Invalid, label_selector, parse_pvc_key};
 
 /// The PVC key (`namespace/name`) a PodVolumeBackup covers, if its volume is a PVC.
 pub fn pvc_of(pvb: &PodVolumeBackup) -> Option<String> {
@@ -93,6 +94,13 @@ pub fn select_volumes<'a>(
     }
 
     if !spec.included_namespaces.is_empty() || spec.selector.is_some() {
+        let selector = spec
+            .selector
+            .as_ref()
+            .map(label_selector)
+            .transpose()
+            .map_err(|message| Invalid::one(format!("spec.selector: {message}")))?;
+        let no_labels = BTreeMap::new();
         let mut matched_any = false;
         for (key, pvb) in &in_backup {
             let (namespace, _) = parse_pvc_key(key).expect("keys are built as namespace/name");
@@ -101,15 +109,13 @@ pub fn select_volumes<'a>(
             {
                 continue;
             }
-            if let Some(selector) = &spec.selector {
+            if let Some(selector) = &selector {
                 let labels = pvcs
                     .get(key)
-                    .and_then(|p| p.metadata.labels.clone())
-                    .unwrap_or_default();
-                match label_selector_matches(selector, &labels) {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(message) => return Err(Invalid::one(format!("spec.selector: {message}"))),
+                    .and_then(|p| p.metadata.labels.as_ref())
+                    .unwrap_or(&no_labels);
+                if !selector.matches(labels) {
+                    continue;
                 }
             }
             matched_any = true;

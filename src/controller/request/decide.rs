@@ -26,17 +26,6 @@ pub fn data_restore_name(namespace: &str, name: &str, uid: &str) -> String {
     format!("{readable}-{}", &hex::encode(digest)[..8])
 }
 
-/// Whether `text` can name a claim (a DNS-1123 subdomain).
-fn is_object_name(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 253
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && text.ends_with(|c: char| c.is_ascii_alphanumeric())
-}
-
 /// `claim` (a name, or `namespace/name` of the request's own namespace) as the
 /// DataRestore's `namespace/name`; else why not, for the field `field`.
 fn own_claim(namespace: &str, claim: &str, field: &str) -> Result<String, String> {
@@ -49,8 +38,8 @@ fn own_claim(namespace: &str, claim: &str, field: &str) -> Result<String, String
             "{field}: {claim:?} is in namespace {in_namespace}; a DataRestoreRequest restores claims of its own namespace ({namespace}) only"
         ));
     }
-    if !is_object_name(name) {
-        return Err(format!("{field}: {claim:?} is not a claim name"));
+    if let Err(why) = crate::k8s_names::dns_subdomain(name) {
+        return Err(format!("{field}: {claim:?} is not a claim name: {why}"));
     }
     Ok(format!("{namespace}/{name}"))
 }
@@ -67,7 +56,7 @@ pub fn data_restore_spec(
     let mut errors = Vec::new();
     if spec.backup_name.is_empty() {
         errors.push("spec.backupName: required".to_string());
-    } else if let Err(why) = crate::plan::spec::dns_subdomain(&spec.backup_name) {
+    } else if let Err(why) = crate::k8s_names::dns_subdomain(&spec.backup_name) {
         errors.push(format!(
             "spec.backupName: {:?} is not a backup name: {why}",
             spec.backup_name

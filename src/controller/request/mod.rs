@@ -243,7 +243,7 @@ async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<St
     let mut namespaces = BTreeSet::new();
     // A name no backup can have is refused by decide::data_restore_spec; it must not
     // become a label selector either (a comma would add terms of the team's choosing).
-    if crate::plan::spec::dns_subdomain(backup).is_err() {
+    if crate::k8s_names::dns_subdomain(backup).is_err() {
         return Ok(namespaces);
     }
     let pvbs: Api<PodVolumeBackup> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);

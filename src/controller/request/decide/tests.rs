@@ -100,6 +100,25 @@ fn every_reason_is_given_at_once() {
     assert!(errors[2].starts_with("spec.pvcs[1]"));
 }
 
+/// A claim name is refused here exactly when the DataRestore made of the request
+/// would refuse it, so that a team reads the reason on its own request.
+#[test]
+fn claim_names_are_dns_subdomains() {
+    for bad in ["a.-b", "a-.b", "a..b"] {
+        let errors = data_restore_spec("team-a", &spec("nightly", &[bad]), &holding(&["team-a"]))
+            .unwrap_err();
+        assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+        assert!(
+            errors[0].starts_with(&format!("spec.pvcs[0]: {bad:?} is not a claim name: ")),
+            "{bad}: {errors:?}"
+        );
+    }
+    let long = "d".repeat(64);
+    let dr =
+        data_restore_spec("team-a", &spec("nightly", &[&long]), &holding(&["team-a"])).unwrap();
+    assert!(crate::plan::spec_errors(&dr).is_empty());
+}
+
 #[test]
 fn data_restore_names_are_valid_readable_and_differ_per_request_object() {
     let a = data_restore_name("team-a", "fix-db", "uid-1");
@@ -107,7 +126,7 @@ fn data_restore_names_are_valid_readable_and_differ_per_request_object() {
     assert_ne!(a, data_restore_name("team-a", "fix-db", "uid-2"));
     let long = data_restore_name(&"n".repeat(63), &"r".repeat(253), "uid");
     assert!(long.len() <= 63, "{}", long.len());
-    assert!(is_object_name(&long));
+    assert_eq!(crate::k8s_names::dns_subdomain(&long), Ok(()));
 }
 
 #[test]
