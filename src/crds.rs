@@ -21,7 +21,7 @@ pub fn to_yaml(crds: &[CustomResourceDefinition]) -> anyhow::Result<String> {
     let mut out = String::new();
     for crd in crds {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(crd)?);
+        out.push_str(&yaml_serde::to_string(crd)?);
     }
     Ok(out)
 }

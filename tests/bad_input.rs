@@ -1281,15 +1281,15 @@ async fn limited_user(env: &TestEnv, dir: &std::path::Path) -> Result<PathBuf> {
     }))
     .await?;
     let token = refill_e2e::cluster::service_account_token(&env.client, ns, "operator").await?;
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&env.cluster.kubeconfig)?)?;
+    let mut config: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(&env.cluster.kubeconfig)?)?;
     let users = config["users"]
         .as_sequence_mut()
         .context("the admin kubeconfig has no users")?;
     for user in users {
-        user["user"] = serde_yaml::to_value(json!({"token": token}))?;
+        user["user"] = yaml_serde::to_value(json!({"token": token}))?;
     }
     let path = dir.join("operator.kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    std::fs::write(&path, yaml_serde::to_string(&config)?)?;
     Ok(path)
 }

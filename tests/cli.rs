@@ -273,7 +273,7 @@ async fn dry_run_prints_the_plan_and_changes_nothing() -> Result<()> {
         let run = create_from_nightly(env, "r1", &pvc, &["--dry-run", "-o", "yaml"])
             .await?
             .ok()?;
-        let object: DataRestore = serde_yaml::from_str(&run.stdout)?;
+        let object: DataRestore = yaml_serde::from_str(&run.stdout)?;
         assert_eq!(object.spec.pvcs, vec![pvc.clone()]);
 
         // A request validation refuses is refused with the controller's words.

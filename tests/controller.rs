@@ -1744,7 +1744,7 @@ fn guard_for(ns: &str, images: &[&str]) -> Result<Vec<serde_json::Value>> {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/admission-guard.yaml");
     let text = std::fs::read_to_string(path)?;
     let mut objects = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in yaml_serde::Deserializer::from_str(&text) {
         let mut object = <serde_json::Value as serde::Deserialize>::deserialize(doc)?;
         match object["kind"].as_str() {
             Some("ValidatingAdmissionPolicy") => {

@@ -21,7 +21,7 @@ fn helm() -> &'static Path {
 }
 
 fn documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    yaml_serde::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).unwrap())
         .filter(|v| !v.is_null())
         .collect()

@@ -12,7 +12,7 @@ fn objects(file: &str) -> Vec<Value> {
         .join("manifests")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    yaml_serde::Deserializer::from_str(&text)
         .map(|doc| Value::deserialize(doc).unwrap())
         .collect()
 }

@@ -224,7 +224,7 @@ pub fn write_token_kubeconfig(admin_kubeconfig: &Path, token: &str, path: &Path)
         }}],
         "current-context": "refill",
     });
-    let yaml = serde_yaml::to_string(&config)?;
+    let yaml = yaml_serde::to_string(&config)?;
     let _ = std::fs::remove_file(path);
     let mut file = std::fs::OpenOptions::new()
         .write(true)

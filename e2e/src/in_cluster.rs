@@ -33,7 +33,7 @@ fn manifest_objects() -> Result<(Deployment, serde_json::Value)> {
     let yaml = std::fs::read_to_string(&path)?;
     let mut deployment = None;
     let mut budget = None;
-    for document in serde_yaml::Deserializer::from_str(&yaml) {
+    for document in yaml_serde::Deserializer::from_str(&yaml) {
         let object = serde_json::Value::deserialize(document)?;
         match object["kind"].as_str() {
             Some("Deployment") => deployment = Some(serde_json::from_value(object)?),
@@ -126,7 +126,7 @@ pub async fn install_controller(
         .patch("refill", &apply, &Patch::Apply(&budget))
         .await?;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/metrics.yaml");
-    let service: Service = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+    let service: Service = yaml_serde::from_str(&std::fs::read_to_string(&path)?)?;
     Api::<Service>::namespaced(client.clone(), CONTROLLER_SA.0)
         .patch("refill-metrics", &apply, &Patch::Apply(&service))
         .await?;

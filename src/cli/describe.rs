@@ -190,7 +190,7 @@ pub fn render(
 
     if details {
         out += "\nSpec:\n";
-        let spec = serde_yaml::to_string(&dr.spec).unwrap_or_default();
+        let spec = yaml_serde::to_string(&dr.spec).unwrap_or_default();
         for line in spec.lines() {
             out += &format!("  {line}\n");
         }

@@ -12,7 +12,7 @@ pub fn render<T: Serialize>(value: &T, format: OutputFormat) -> Result<String> {
         .map_err(|e| CliError::new(format!("cannot render the output: {e}")))?;
     strip_managed_fields(&mut value);
     let text = match format {
-        OutputFormat::Yaml => serde_yaml::to_string(&value).map_err(|e| e.to_string()),
+        OutputFormat::Yaml => yaml_serde::to_string(&value).map_err(|e| e.to_string()),
         OutputFormat::Json => serde_json::to_string_pretty(&value)
             .map(|s| s + "\n")
             .map_err(|e| e.to_string()),

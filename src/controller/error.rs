@@ -6,8 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use backoff::ExponentialBackoff;
-use backoff::backoff::Backoff;
+use backon::{BackoffBuilder, ExponentialBuilder};
 
 /// Why a reconcile pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -80,10 +79,31 @@ impl Error {
     }
 }
 
+/// The delays of one restore's retries, before their spread.
+type Schedule = <ExponentialBuilder as BackoffBuilder>::Backoff;
+
 /// Per-restore backoff for transient errors, reset by a pass that succeeds.
 #[derive(Default)]
 pub struct Backoffs {
-    by_restore: Mutex<HashMap<String, ExponentialBackoff>>,
+    by_restore: Mutex<HashMap<String, Schedule>>,
+}
+
+/// From half a second, half as long again after each failed pass, up to a minute,
+/// and never giving up: a restore waits out an API outage however long it lasts.
+fn schedule() -> Schedule {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(500))
+        .with_factor(1.5)
+        .with_max_delay(Duration::from_secs(60))
+        .without_max_times()
+        .build()
+}
+
+/// Anywhere from half to one and a half times `delay`, so that restores which failed
+/// together (the API server went away under all of them) do not retry in step.
+/// backon's own jitter only ever lengthens a delay, up to twice it.
+fn spread(delay: Duration) -> Duration {
+    delay.mul_f64(0.5 + fastrand::f64())
 }
 
 impl Backoffs {
@@ -93,15 +113,12 @@ impl Backoffs {
             .by_restore
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let backoff = all
+        let delay = all
             .entry(uid.to_string())
-            .or_insert_with(|| ExponentialBackoff {
-                initial_interval: Duration::from_millis(500),
-                max_interval: Duration::from_secs(60),
-                max_elapsed_time: None,
-                ..ExponentialBackoff::default()
-            });
-        backoff.next_backoff().unwrap_or(Duration::from_secs(60))
+            .or_insert_with(schedule)
+            .next()
+            .unwrap_or(Duration::from_secs(60));
+        spread(delay)
     }
 
     pub fn reset(&self, uid: &str) {
@@ -151,5 +168,28 @@ mod tests {
         assert!(backoffs.next("b") < later, "another restore starts afresh");
         backoffs.reset("a");
         assert!(backoffs.next("a") < later);
+    }
+
+    #[test]
+    fn the_schedule_grows_by_half_up_to_a_minute_and_never_ends() {
+        let delays: Vec<Duration> = schedule().take(1000).collect();
+        assert_eq!(delays.len(), 1000);
+        assert_eq!(delays[0], Duration::from_millis(500));
+        assert_eq!(delays[1], Duration::from_millis(750));
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]), "{delays:?}");
+        assert_eq!(delays[20], Duration::from_secs(60));
+        assert_eq!(delays[999], Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_spread_is_half_to_one_and_a_half_times_the_delay() {
+        let delay = Duration::from_secs(10);
+        let delays: Vec<Duration> = (0..1000).map(|_| spread(delay)).collect();
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d >= delay / 2 && *d <= delay * 3 / 2)
+        );
+        assert!(delays.iter().any(|d| *d < delay) && delays.iter().any(|d| *d > delay));
     }
 }

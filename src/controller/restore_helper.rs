@@ -133,7 +133,7 @@ fn configured_security(
     config: &BTreeMap<String, String>,
 ) -> Result<Option<SecurityContext>, String> {
     if let Some(yaml) = config.get("secCtx") {
-        return serde_yaml::from_str(yaml).map(Some).map_err(|e| {
+        return yaml_serde::from_str(yaml).map(Some).map_err(|e| {
             format!("restore-helper ConfigMap key secCtx is not a SecurityContext: {e}")
         });
     }

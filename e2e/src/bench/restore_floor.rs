@@ -249,7 +249,7 @@ pub async fn run(admin: &Client, scene: &Scene, side: Side) -> Result<RestoreFlo
         let pods_now = pods.snapshot();
         let seen = seen_by_namespace(&pods_now);
         let completed = completed_restores(&restores.snapshot());
-        for (ns, (stage, busy)) in stages.iter_mut() {
+        for (ns, (stage, busy)) in &mut stages {
             if *busy {
                 continue;
             }

@@ -750,7 +750,7 @@ mod tests {
             .unwrap()[0];
         wait.args = None;
         assert_eq!(helper_wait(&no_uid, &nodes), None);
-        let mut no_mounts = pod.clone();
+        let mut no_mounts = pod;
         no_mounts
             .spec
             .as_mut()
@@ -802,10 +802,7 @@ mod tests {
             Some(StartupAction::RequestCancel { message }) if message.starts_with("Resume InProgress PVR failed")
         ));
         // Cancel already requested: the normal cancel handling finishes it.
-        assert_eq!(
-            startup_action(&cancelled(in_progress.clone()), &nodes),
-            None
-        );
+        assert_eq!(startup_action(&cancelled(in_progress), &nodes), None);
         assert!(matches!(
             startup_action(&with_node(pvr(Some(PodVolumePhase::Accepted)), "node-a"), &nodes),
             Some(StartupAction::Cancel { message }) if message.contains("velero/app-data with expose error")

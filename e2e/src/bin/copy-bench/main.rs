@@ -59,6 +59,7 @@ impl Drop for Scratch {
 
 /// One measured case.
 pub struct Row {
+    /// What it did, as the table names it.
     pub case: String,
     /// The median of its runs.
     pub wall: Duration,
@@ -69,13 +70,16 @@ pub struct Row {
 /// What every case shares: the trees, the volume's size and the threads compared.
 pub struct Bench {
     source: PathBuf,
+    /// The size of the tree: what every row's MiB/s is of.
     pub bytes: u64,
     runs: u32,
+    /// refill's default number of copying threads on this machine.
     pub default_threads: usize,
     /// Whether the page cache was emptied before each run.
     pub dropped: bool,
     /// The machine's load average (1, 5, 15 minutes) as the cases began.
     pub load: String,
+    /// Each case measured, in the order it ran.
     pub rows: Vec<Row>,
 }
 
