@@ -62,6 +62,10 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
             "{run}: the controller's memory was not read: {refill:#}"
         );
         ensure!(
+            refill["largest_status_bytes"].as_u64().unwrap_or(0) > 0,
+            "{run}: the DataRestore's status was not measured: {refill:#}"
+        );
+        ensure!(
             seconds(&refill["wall"]) > 0.0
                 && seconds(&refill["ready_wall"]) >= seconds(&refill["wall"]),
             "{run}: its times were not taken: {refill:#}"

@@ -22,6 +22,8 @@ pub mod scene;
 pub mod watch;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
@@ -110,6 +112,8 @@ pub struct RefillRun {
     pub startup_requests: Requests,
     /// Peak resident set of the controller process (VmHWM), bytes.
     pub controller_peak_rss: Option<u64>,
+    /// The largest DataRestore status seen in the run, serialized, bytes.
+    pub largest_status_bytes: usize,
     pub controller_binary: String,
     /// Moments of the run, seconds after the DataRestore was created.
     pub timeline: Vec<(String, f64)>,
@@ -324,12 +328,17 @@ async fn refill_run(
     let audit_start = audit::Cursor::now(cluster)?;
     let (ctl, credential) = start_idle_controller(cluster, options, scene, name).await?;
     let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &scene.velero_ns);
+    // The largest status the watch shows: every version the controller wrote, but for
+    // those it overwrote before the watch delivered them.
+    let largest = Arc::new(AtomicUsize::new(0));
     let finished = tokio::spawn({
-        let (restores, name) = (restores.clone(), name.to_string());
+        let (restores, name, largest) = (restores.clone(), name.to_string(), largest.clone());
         async move {
-            await_condition(restores, &name, |dr: Option<&DataRestore>| {
-                dr.and_then(|d| d.status.as_ref())
-                    .is_some_and(|s| s.phase.is_terminal())
+            await_condition(restores, &name, move |dr: Option<&DataRestore>| {
+                let status = dr.and_then(|d| d.status.as_ref());
+                let bytes = serde_json::to_vec(&status).map_or(0, |b| b.len());
+                largest.fetch_max(bytes, Ordering::Relaxed);
+                status.is_some_and(|s| s.phase.is_terminal())
             })
             .await
         }
@@ -397,6 +406,7 @@ async fn refill_run(
         requests: audit::count(&mine, requested_at, idle_at),
         startup_requests: audit::count(&mine, started_at, requested_at),
         controller_peak_rss,
+        largest_status_bytes: largest.load(Ordering::Relaxed),
         controller_binary,
         timeline: audit::timeline(&mine, requested_at, completed_at),
         load_average,

@@ -213,15 +213,15 @@ pub fn markdown(
     let _ = writeln!(s, "\n## The controller's work\n");
     let _ = writeln!(
         s,
-        "| N | parallel | writes/PVC | writes/PVC besides status | status writes/PVC | reads/PVC | watches opened | controller peak RSS |"
+        "| N | parallel | writes/PVC | writes/PVC besides status | status writes/PVC | reads/PVC | watches opened | controller peak RSS | largest status |"
     );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for o in outcomes {
         for run in [&o.refill, &o.refill_default] {
             let r = &run.requests;
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} KiB |",
                 o.n,
                 parallel(run),
                 per(r.writes(), o.n),
@@ -230,6 +230,7 @@ pub fn markdown(
                 per(r.reads(), o.n),
                 r.watches(),
                 rss(run.controller_peak_rss),
+                run.largest_status_bytes as f64 / 1024.0,
             );
         }
     }
