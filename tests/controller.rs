@@ -1954,3 +1954,68 @@ async fn the_status_does_not_grow_with_the_number_of_volumes() -> Result<()> {
     })
     .await
 }
+
+/// A restore an earlier refill left under way, its volumes and consumers in the
+/// DataRestore's own status and no VolumePluginRestore holding a record, is carried
+/// across the upgrade: the records are moved into VolumePluginRestores, the restore
+/// completes and its consumers come back.
+#[tokio::test]
+async fn a_restore_left_in_the_old_status_format_is_carried_over() -> Result<()> {
+    run_test("dr-upgrade", |env| async move {
+        let s = scene(env).await?;
+        let dir = web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
+        let controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        let whole = s.wait_volume("r1", VolumePhase::Restoring).await?;
+        controller.kill().await;
+        ensure!(s.replicas("web").await?.0 == 0, "the app is stopped");
+
+        // The DataRestore as an earlier refill wrote it: records in its status, and no
+        // VolumePluginRestore of the kind that holds them.
+        let old = whole.status.clone().unwrap_or_default();
+        let records: Api<VolumePluginRestore> = Api::namespaced(s.client.clone(), &s.ns);
+        for vpr in records.list(&ListParams::default()).await?.items {
+            records.delete(&vpr.name_any(), &Default::default()).await?;
+        }
+        let restores: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
+        // As refill wrote it: server-side apply under its field manager, counts unset.
+        let mut status = serde_json::to_value(&old)?;
+        status["volumes"] = json!(old.volumes);
+        status["consumers"] = json!(old.consumers);
+        for newer in ["volumeCounts", "consumerCounts", "needsAttention"] {
+            status.as_object_mut().map(|o| o.remove(newer));
+        }
+        let patch = json!({
+            "apiVersion": refill::api::API_VERSION, "kind": "DataRestore", "status": status,
+        });
+        restores
+            .patch_status(
+                "r1",
+                &PatchParams::apply(labels::FIELD_MANAGER).force(),
+                &Patch::Apply(patch),
+            )
+            .await?;
+        let stored = restores.get("r1").await?;
+        let stored_volumes = stored.status.as_ref().map_or(0, |st| st.volumes.len());
+        ensure!(stored_volumes == 1, "the old format was not stored: {stored_volumes}");
+
+        let _controller = s.controller().await?;
+        let _agent = s.node_agent();
+        let dr = s.finished("r1").await?;
+        ensure!(phase(&dr) == Phase::Completed, "{:#?}", dr.status);
+        ensure!(fixture::read(&dir, "f")? == b"good");
+        ensure!(s.replicas("web").await? == (2, None), "the app is not back");
+        let status = dr.status.clone().unwrap_or_default();
+        ensure!(
+            status.volumes.len() == 1 && status.consumers.len() == 1,
+            "the records were not carried into VolumePluginRestores: {status:#?}"
+        );
+        let stored = restores.get("r1").await?;
+        ensure!(
+            stored.status.as_ref().is_some_and(|st| st.volumes.is_empty()),
+            "the old records stayed in the DataRestore"
+        );
+        Ok(())
+    })
+    .await
+}

@@ -402,20 +402,18 @@ pub struct DataRestoreStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = super::bounds::NOTED_VOLUMES))]
     pub needs_attention: Vec<VolumeNote>,
-    /// Each PVC to restore and where its restore is, listed once validation passed.
-    ///
-    /// Not part of the DataRestore object: each volume's record, with the consumers
-    /// that come back through it, is kept in the volume's VolumePluginRestore
-    /// (`status.record`), so that this object stays the same size whatever the number
-    /// of volumes, and a pass writes only the volumes that changed.
-    /// [`crate::controller::ledger`] assembles it.
-    #[serde(skip)]
-    #[schemars(skip)]
+    /// Deprecated, never written: each volume's record now lives in its
+    /// VolumePluginRestore (`status.record`). Read once from a restore that an earlier
+    /// refill left under way, to carry it across the upgrade.
+    // In memory: every PVC to restore and where its restore is. Not written into the
+    // DataRestore, so that it stays the same size whatever the number of volumes and a
+    // pass writes only the volumes that changed; [`crate::controller::ledger`] keeps
+    // and assembles them.
+    #[serde(default, skip_serializing)]
     pub volumes: Vec<VolumeStatus>,
-    /// Every consumer refill stopped, with what brings it back; kept with the volumes,
-    /// in the VolumePluginRestore of the first of its PVCs.
-    #[serde(skip)]
-    #[schemars(skip)]
+    /// Deprecated, never written: each consumer's record now lives in the
+    /// VolumePluginRestore of the first of its PVCs. Read once, as `volumes` is.
+    #[serde(default, skip_serializing)]
     pub consumers: Vec<ConsumerRecord>,
     /// The GitOps objects that manage the consumers, and whether each was paused.
     #[serde(default, rename = "gitOps", skip_serializing_if = "Vec::is_empty")]

@@ -103,26 +103,32 @@ const RECORDS_EVERY: Duration = Duration::from_secs(2);
 #[derive(Default)]
 struct Records {
     read_at: Option<tokio::time::Instant>,
+    /// How many volumes were in each phase when they were last read.
+    phases: Option<std::collections::BTreeMap<VolumePhase, u32>>,
     volumes: Vec<crate::api::VolumeStatus>,
 }
 
 impl Records {
-    /// `dr` with its volumes, when it has few enough to show: read again when the last
-    /// read is old or the restore ended, else as last read.
+    /// `dr` with its volumes, when it has few enough to show: read again when a volume
+    /// changed phase, the last read is old or the restore ended, else as last read.
     async fn attach(&mut self, ctx: &Ctx, mut dr: DataRestore) -> DataRestore {
         let Some(status) = dr.status.as_ref() else {
             return dr;
         };
-        let total = status.volume_counts.as_ref().map_or(0, |c| c.total);
-        if total == 0 || total > VOLUMES_SHOWN {
+        let Some(counts) = status.volume_counts.clone() else {
+            return dr;
+        };
+        if counts.total == 0 || counts.total > VOLUMES_SHOWN {
             return dr;
         }
         let stale = self.read_at.is_none_or(|at| at.elapsed() >= RECORDS_EVERY);
-        if stale || status.phase.is_terminal() {
+        let moved = self.phases.as_ref() != Some(&counts.phases);
+        if stale || moved || status.phase.is_terminal() {
             // Without them the counts are still shown.
             if let Ok(read) = crate::controller::ledger::read(&ctx.client, &dr).await {
                 self.volumes = read.volumes;
                 self.read_at = Some(tokio::time::Instant::now());
+                self.phases = Some(counts.phases);
             }
         }
         if let Some(status) = dr.status.as_mut() {

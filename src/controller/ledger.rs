@@ -192,7 +192,17 @@ impl Ledger {
         let book = match kept {
             Some(book) => book,
             None => {
-                let (book, found) = list(client, dr).await?;
+                let (mut book, found) = list(client, dr).await?;
+                if found == 0 && !status.volumes.is_empty() {
+                    // Left under way by a refill that kept the records in the
+                    // DataRestore: carried over, and written out in full by the next
+                    // save (none has a version yet).
+                    book = Book {
+                        versions: vec![None; status.volumes.len()],
+                        volumes: std::mem::take(&mut status.volumes),
+                        consumers: std::mem::take(&mut status.consumers),
+                    };
+                }
                 let expected = status
                     .volume_counts
                     .as_ref()
@@ -225,16 +235,21 @@ impl Ledger {
         let uid = dr.uid().unwrap_or_default();
         let old = entries(&before.volumes, &before.consumers);
         let new = entries(&after.volumes, &after.consumers);
-        let changed = changed(&old, &new);
-        if changed.is_empty() && after.volumes.len() == before.volumes.len() {
-            return Ok(());
-        }
         let mut versions = self
             .lock()
             .get(&uid)
             .map(|b| b.versions.clone())
             .unwrap_or_default();
         versions.resize(after.volumes.len(), None);
+        // What changed, and what was never written (a restore carried over from the
+        // DataRestore's own status).
+        let mut changed = changed(&old, &new);
+        changed.extend((0..new.len()).filter(|&i| versions[i].is_none()));
+        changed.sort_unstable();
+        changed.dedup();
+        if changed.is_empty() {
+            return Ok(());
+        }
         let api: Api<VolumePluginRestore> =
             Api::namespaced(client.clone(), &dr.namespace().unwrap_or_default());
         let backup = after.backup_name.as_deref().unwrap_or_default();
