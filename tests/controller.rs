@@ -1928,7 +1928,10 @@ async fn the_status_does_not_grow_with_the_number_of_volumes() -> Result<()> {
             // `finished` reads the volumes back from their VolumePluginRestores.
             ensure!(
                 status.volumes.len() == n
-                    && status.volumes.iter().all(|v| v.phase == VolumePhase::Completed),
+                    && status
+                        .volumes
+                        .iter()
+                        .all(|v| v.phase == VolumePhase::Completed),
                 "{} volume records read back of {n}",
                 status.volumes.len()
             );
@@ -1943,7 +1946,10 @@ async fn the_status_does_not_grow_with_the_number_of_volumes() -> Result<()> {
                 .await?;
             sizes.push(serde_json::to_vec(&stored.status)?.len());
         }
-        eprintln!("status bytes: 30 claims {}, 300 claims {}", sizes[0], sizes[1]);
+        eprintln!(
+            "status bytes: 30 claims {}, 300 claims {}",
+            sizes[0], sizes[1]
+        );
         ensure!(
             sizes[1] <= sizes[0] + 64,
             "the status grew with the volumes: {} bytes for 30 claims, {} for 300",
@@ -1997,7 +2003,10 @@ async fn a_restore_left_in_the_old_status_format_is_carried_over() -> Result<()>
             .await?;
         let stored = restores.get("r1").await?;
         let stored_volumes = stored.status.as_ref().map_or(0, |st| st.volumes.len());
-        ensure!(stored_volumes == 1, "the old format was not stored: {stored_volumes}");
+        ensure!(
+            stored_volumes == 1,
+            "the old format was not stored: {stored_volumes}"
+        );
 
         let _controller = s.controller().await?;
         let _agent = s.node_agent();
@@ -2012,7 +2021,10 @@ async fn a_restore_left_in_the_old_status_format_is_carried_over() -> Result<()>
         );
         let stored = restores.get("r1").await?;
         ensure!(
-            stored.status.as_ref().is_some_and(|st| st.volumes.is_empty()),
+            stored
+                .status
+                .as_ref()
+                .is_some_and(|st| st.volumes.is_empty()),
             "the old records stayed in the DataRestore"
         );
         Ok(())

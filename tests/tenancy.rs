@@ -13,8 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{ApiResource, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use refill::api::{
-    ConsumerPolicy, ConsumerState, DataRestoreRequest, DataRestoreRequestStatus,
-    Phase, VolumePhase,
+    ConsumerPolicy, ConsumerState, DataRestoreRequest, DataRestoreRequestStatus, Phase, VolumePhase,
 };
 use refill::labels;
 use refill_e2e::fixture::{self, AccessMode, ControllerHandle, LocalVolume, Scene};

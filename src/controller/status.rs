@@ -268,6 +268,71 @@ mod tests {
     use super::*;
 
     #[test]
+    fn errors_past_the_bound_are_counted_in_one_last_line() {
+        let max = bounds::STATUS_LINES as usize;
+        let lines: Vec<String> = (0..max + 30).map(|i| format!("pvc-{i} failed")).collect();
+        let mut kept = bounded(lines.clone());
+        assert_eq!(kept.len(), max);
+        assert_eq!(kept[..max - 1], lines[..max - 1]);
+        assert!(
+            kept[max - 1].starts_with("... and 31 more"),
+            "{}",
+            kept[max - 1]
+        );
+        // One more, and one already there: the count moves by one only.
+        add_line(&mut kept, "pvc-x failed".into());
+        add_line(&mut kept, lines[0].clone());
+        assert_eq!(kept.len(), max);
+        assert!(
+            kept[max - 1].starts_with("... and 32 more"),
+            "{}",
+            kept[max - 1]
+        );
+        assert_eq!(bounded(lines[..3].to_vec()), lines[..3]);
+    }
+
+    #[test]
+    fn the_tally_counts_every_volume_and_notes_the_few_that_need_a_person() {
+        let mut status = DataRestoreStatus::default();
+        for i in 0..100 {
+            let mut v = volume(VolumePhase::Completed);
+            v.pvc = format!("shop/c{i}");
+            v.total_bytes = 10;
+            v.bytes_done = 10;
+            status.volumes.push(v);
+        }
+        status.volumes[3].phase = VolumePhase::Failed;
+        status.volumes[5].partly_written = true;
+        status.volumes[5].phase = VolumePhase::Canceled;
+        status.volumes[7].phase = VolumePhase::Restoring;
+        status.volumes[7].warning = Some("no node agent".into());
+        for v in &mut status.volumes[20..60] {
+            v.phase = VolumePhase::Failed;
+        }
+        status.tally(|v| format!("vpr-{}", v.pvc));
+        let counts = status.volume_counts.clone().unwrap();
+        assert_eq!(counts.total, 100);
+        assert_eq!(counts.phases[&VolumePhase::Failed], 41);
+        assert_eq!(counts.phases[&VolumePhase::Completed], 57);
+        assert_eq!((counts.partly_written, counts.warnings), (1, 1));
+        assert_eq!((counts.bytes_done, counts.total_bytes), (1000, 1000));
+        let noted = &status.needs_attention;
+        assert_eq!(noted.len(), bounds::NOTED_VOLUMES as usize);
+        // What waits on a person now comes first, then failures.
+        assert_eq!(noted[0].pvc, "shop/c7");
+        assert_eq!(noted[0].message.as_deref(), Some("no node agent"));
+        assert_eq!(
+            noted[0].volume_plugin_restore.as_deref(),
+            Some("vpr-shop/c7")
+        );
+        assert_eq!(noted[1].pvc, "shop/c3");
+        assert!(
+            noted.iter().all(|n| n.pvc != "shop/c5"),
+            "failures fill the list first"
+        );
+    }
+
+    #[test]
     fn status_times_are_kept_to_the_second_as_the_api_server_keeps_them() {
         let at: Timestamp = "2026-12-01T07:17:15.483959427Z".parse().unwrap();
         let kept = stored(at);
