@@ -319,6 +319,8 @@ pub fn markdown(
         }
     }
 
+    medians(&mut s, outcomes);
+
     if let Some(o) = outcomes.iter().rev().find(|o| o.baseline.is_some()) {
         let b = o.baseline.as_ref().expect("found");
         if !b.steps.is_empty() {
@@ -583,6 +585,88 @@ impl Steady {
 
 /// Status writes of `resource` per object while only progress changed, and the
 /// shortest gap between two writes of one object.
+/// The median of `values` and their spread (lowest, highest).
+pub fn median_spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return (0.0, 0.0, 0.0);
+    }
+    let median = if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    };
+    (median, values[0], values[n - 1])
+}
+
+/// For every N run more than once (`bench 100 100 100`): the median and the spread of
+/// each run's measures, as the targets are judged on medians.
+fn medians(s: &mut String, outcomes: &[Outcome]) {
+    let mut sizes: Vec<usize> = outcomes.iter().map(|o| o.n).collect();
+    sizes.dedup();
+    let repeated: Vec<(usize, Vec<&Outcome>)> = sizes
+        .into_iter()
+        .map(|n| (n, outcomes.iter().filter(|o| o.n == n).collect::<Vec<_>>()))
+        .filter(|(_, runs)| runs.len() > 1)
+        .collect();
+    if repeated.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Medians of repeated runs\n");
+    let _ = writeln!(
+        s,
+        "| N | runs | refill / restore floor | per PVC, parallel N | per PVC, parallel 8 (default) | default / parallel N | requests/PVC, default | peak RSS, default | largest status |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let shown = |(m, lo, hi): (f64, f64, f64), unit: &str, digits: usize| {
+        format!("{m:.digits$}{unit} ({lo:.digits$}–{hi:.digits$})")
+    };
+    for (n, runs) in repeated {
+        let of = |f: &dyn Fn(&Outcome) -> f64| median_spread(runs.iter().map(|o| f(o)).collect());
+        let per_pvc = |r: &RefillRun| r.wall.as_secs_f64() / n as f64;
+        let _ = writeln!(
+            s,
+            "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            runs.len(),
+            shown(of(&|o| o.over_restore_floor()), "×", 2),
+            shown(of(&|o| per_pvc(&o.refill)), " s", 3),
+            shown(of(&|o| per_pvc(&o.refill_default)), " s", 3),
+            shown(
+                of(&|o| per_pvc(&o.refill_default) / per_pvc(&o.refill).max(1e-9)),
+                "×",
+                2
+            ),
+            shown(
+                of(&|o| o.refill_default.requests.total as f64 / n as f64),
+                "",
+                1
+            ),
+            shown(
+                of(&|o| o.refill_default.controller_peak_rss.unwrap_or(0) as f64 / MIB),
+                " MiB",
+                1
+            ),
+            shown(
+                of(&|o| o
+                    .refill
+                    .largest_status_bytes
+                    .max(o.refill_default.largest_status_bytes) as f64
+                    / 1024.0),
+                " KiB",
+                1
+            ),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nEach cell: the median, and in brackets the lowest and highest run. Per PVC is the \
+         wall time (request to Completed) over N; \"default / parallel N\" is the cost per PVC \
+         at refill's default parallelism over its cost with every volume at once. The largest \
+         status is the largest DataRestore status the benchmark's watch saw in either run."
+    );
+}
+
 fn steady_writes(p: &ProgressOutcome, resource: &str) -> Steady {
     let (objects, writes) = p
         .steady
@@ -601,4 +685,16 @@ fn total(p: &ProgressOutcome, resource: &str) -> usize {
         .status_writes
         .get(resource)
         .map_or(0, |(_, writes)| *writes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_spread;
+
+    #[test]
+    fn medians_and_spreads() {
+        assert_eq!(median_spread(vec![3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        assert_eq!(median_spread(vec![4.0, 1.0, 2.0, 3.0]), (2.5, 1.0, 4.0));
+        assert_eq!(median_spread(vec![]), (0.0, 0.0, 0.0));
+    }
 }
