@@ -13,9 +13,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
-use refill::api::{DataRestore, DataRestoreSpec, ExtraFiles, Phase, PodVolumeRestore};
+use refill::api::{
+    DataRestore, DataRestoreSpec, ExtraFiles, Phase, PodVolumePhase, PodVolumeRestore,
+};
 use refill::labels;
 use refill_e2e::velero::VELERO_NAMESPACE;
 use refill_e2e::velero_app::{
@@ -45,8 +48,21 @@ impl Frozen {
     }
 }
 
+impl Frozen {
+    /// Kills the frozen kubelet, for a node that is started again from scratch.
+    fn kill(mut self) {
+        if let Err(e) = signal("KILL", &self.pid) {
+            eprintln!("could not kill kubelet {}: {e:#}", self.pid);
+        }
+        self.pid.clear();
+    }
+}
+
 impl Drop for Frozen {
     fn drop(&mut self) {
+        if self.pid.is_empty() {
+            return;
+        }
         if let Err(e) = signal("CONT", &self.pid) {
             eprintln!("could not continue kubelet {}: {e:#}", self.pid);
         }
@@ -108,17 +124,121 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// When the kubelet is frozen.
 #[derive(Clone, Copy, Debug)]
 enum When {
+    /// Before the restore is made: the app's pod, which refill stops first, cannot go
+    /// (its kubelet does not answer), and its container may still write.
+    ConsumersGoing,
     /// As soon as refill's stand-in pod exists: before it runs, most often.
     StandInMade,
     /// Once Velero's node agent accepted the restore: its data mover may be writing.
     DataMoving,
+    /// Once the node agent finished: refill removes the stand-in next, without the
+    /// kubelet's word.
+    StandInRemoval,
+    /// As soon as refill's copier pod (which empties the claim before the node agent
+    /// writes, `extraFiles: Delete`) is bound to the node: it may have started.
+    CopierRunning,
 }
 
-/// The app (`mib` MiB) backed up and damaged, a restore of it (extra files kept: the
-/// stand-in is the first pod refill makes on the node), and the app's kubelet frozen
-/// `when`. The restore must name the node, end within its bound (or, with a writer
-/// that may run, wait saying so until the kubelet runs again) and leave nothing behind.
-async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
+impl When {
+    /// Whether something that writes to the volume may have run by then.
+    fn writer_may_have_run(self) -> bool {
+        matches!(
+            self,
+            When::DataMoving | When::StandInRemoval | When::CopierRunning
+        )
+    }
+}
+
+/// What becomes of the frozen node.
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    /// Its kubelet runs again, once the restore ended or said what it waits for.
+    Back,
+    /// Gone for good: its Node object is deleted once it is called unreachable, as a
+    /// person does when a machine is lost. The node is started again afterwards, as a
+    /// new machine of that name would be.
+    Deleted,
+}
+
+async fn pvr_of(client: &Client, restore: &str) -> Result<Vec<PodVolumeRestore>> {
+    let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+    let uid = restores.get(restore).await?.uid().unwrap_or_default();
+    let pvrs: Api<PodVolumeRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
+    Ok(pvrs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+        .collect())
+}
+
+/// The node agent finished the restore's PodVolumeRestore.
+async fn node_agent_done(client: &Client, restore: &str) -> Result<()> {
+    wait_for("the node agent to finish", TIMEOUT, || async {
+        let done = pvr_of(client, restore).await?.iter().any(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(|phase| phase == PodVolumePhase::Completed)
+        });
+        Ok(done.then_some(()))
+    })
+    .await
+}
+
+/// refill's copier pods in `ns`.
+async fn copier_pods(client: &Client, ns: &str) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let selector = format!("{}={}", labels::ROLE, labels::ROLE_COPIER);
+    Ok(pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items)
+}
+
+async fn copier_bound(client: &Client, ns: &str) -> Result<()> {
+    wait_for("a copier bound to a node", TIMEOUT, || async {
+        let bound = copier_pods(client, ns)
+            .await?
+            .iter()
+            .any(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()));
+        Ok(bound.then_some(()))
+    })
+    .await
+}
+
+/// Deletes the Node object, as a person does once the machine is known lost.
+async fn delete_node(client: &Client, node: &str) -> Result<()> {
+    Api::<Node>::all(client.clone())
+        .delete(node, &Default::default())
+        .await?;
+    Ok(())
+}
+
+/// Starts the real nodes again as `e2e/cluster/up.sh` does: a node whose kubelet was
+/// killed starts over (containerd and every container of it stopped first), and its
+/// kubelet registers the node anew.
+async fn restart_real_nodes() -> Result<()> {
+    let out = tokio::process::Command::new(refill_e2e::cluster::scripts_dir().join("up.sh"))
+        .stdout(std::process::Stdio::null())
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "up.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// The app (`mib` MiB) backed up and damaged, a restore of it, and the app's kubelet
+/// frozen `when`; then the node comes back or is deleted (`fate`). The restore must
+/// name the node, end within its bound (or, with a writer that may run, wait saying so
+/// until the kubelet runs again or the node is deleted), say whether anything was
+/// written, and leave nothing behind; the app is scaled back either way, and runs once
+/// its node does.
+async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When, fate: Fate) -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().await;
     let BackedUp {
         ns,
@@ -138,17 +258,32 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
     let spec = DataRestoreSpec {
         backup_name: Some(backup.clone()),
         pvcs: vec![format!("{ns}/data")],
-        extra_files: ExtraFiles::Keep,
+        // Kept, so that the stand-in is the first pod refill makes on the node; but for
+        // the copier's case, whose copier empties the claim first.
+        extra_files: match when {
+            When::CopierRunning => ExtraFiles::Delete,
+            _ => ExtraFiles::Keep,
+        },
         ..Default::default()
     };
+    let node_dir = env.cluster.real_node_dir(&node);
+    let mut frozen = None;
+    if let When::ConsumersGoing = when {
+        frozen = Some(Frozen::kubelet(&node_dir)?);
+    }
     fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
     match when {
+        When::ConsumersGoing => {}
         When::StandInMade => stand_in_exists(&client, &ns).await?,
         When::DataMoving => node_agent_took_it(&client, &ns).await?,
+        When::StandInRemoval => node_agent_done(&client, &ns).await?,
+        When::CopierRunning => copier_bound(&client, &ns).await?,
     }
-    let mut frozen = Some(Frozen::kubelet(&env.cluster.real_node_dir(&node))?);
+    if frozen.is_none() {
+        frozen = Some(Frozen::kubelet(&node_dir)?);
+    }
     let started = std::time::Instant::now();
-    let tag = format!("[node-frozen {when:?}]");
+    let tag = format!("[node-frozen {when:?} {fate:?}]");
 
     let named = format!("node {node} is");
     let said = wait_for(format!("the restore to say {named:?}"), TIMEOUT, || async {
@@ -158,46 +293,47 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
     })
     .await?;
     eprintln!("{tag} said after {:?}: {said}", started.elapsed());
-    // Named once the node is called unreachable; given up 20 s later.
-    let bound = match when {
-        When::StandInMade => NODE_FAULT_BOUND,
-        When::DataMoving => Duration::from_secs(60),
-    };
-    let ended = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, bound).await;
-    let done = match (ended, when) {
-        (Ok(done), _) => done,
-        // A node agent that took the restore may still write if the node answers: refill
-        // waits, saying so, until the node answers (here) or is deleted.
-        (Err(_), When::DataMoving) => {
-            let dr = fixture::get_whole(&client, VELERO_NAMESPACE, &ns).await?;
-            let said = texts(&dr);
-            ensure!(
-                !dr.status.as_ref().is_some_and(|s| s.phase.is_terminal())
-                    && said.contains("may still be writing")
-                    && said.contains(&format!("kubectl delete node {node}")),
-                "while the node agent may write: {said}"
-            );
-            eprintln!("{tag} still waiting after {:?}: {said}", started.elapsed());
-            frozen = None;
-            fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?
+    let done = match fate {
+        Fate::Back => {
+            match fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, NODE_FAULT_BOUND).await {
+                Ok(done) => done,
+                // Something that may still write if the node answers: refill waits,
+                // saying so, until the node answers (here) or is deleted.
+                Err(_) => {
+                    let dr = fixture::get_whole(&client, VELERO_NAMESPACE, &ns).await?;
+                    let said = texts(&dr);
+                    ensure!(
+                        !dr.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+                            && said.contains("may still be")
+                            && said.contains(&format!("kubectl delete node {node}")),
+                        "while something may write: {said}"
+                    );
+                    eprintln!("{tag} still waiting after {:?}: {said}", started.elapsed());
+                    frozen = None;
+                    fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?
+                }
+            }
         }
-        (Err(e), When::StandInMade) => return Err(e),
+        Fate::Deleted => {
+            delete_node(&client, &node).await?;
+            fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, NODE_FAULT_BOUND).await?
+        }
     };
     let status = done.status.clone().unwrap_or_default();
     let volume = status.volumes.first().context("no volume")?;
+    let said = texts(&done);
     eprintln!(
-        "{tag} ended {:?} after {:?}: {}",
+        "{tag} ended {:?} after {:?}: {said}",
         status.phase,
         started.elapsed(),
-        volume.message.as_deref().unwrap_or_default()
     );
     match status.phase {
-        // The node agent (whose container runs on) finished: the backup is in, and
-        // the stand-in went without restore-wait's word once the node was given up.
+        // The node agent (whose container runs on) finished: the backup is in.
         Phase::Completed => same_tree(&want, &dir)?,
-        // No node agent took it: nothing was written, and the volume says so.
+        // Ended without the backup: the words name the node, and say something was
+        // written only when a writer may have run.
         Phase::Failed => ensure!(
-            !volume.partly_written
+            (when.writer_may_have_run() || !volume.partly_written)
                 && volume
                     .message
                     .as_deref()
@@ -207,9 +343,17 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
         ),
         other => anyhow::bail!("ended {other:?}: {status:#?}"),
     }
+    // A node that is not back: the app's pod, which needs its volume there, waits.
+    if status.phase == Phase::Failed && frozen.is_some() {
+        ensure!(
+            said.contains("Pending"),
+            "nothing says the app waits: {said}"
+        );
+    }
     ensure!(
-        fixture::stand_in_pods(&client, &ns).await?.is_empty(),
-        "a stand-in is left on the frozen node"
+        fixture::stand_in_pods(&client, &ns).await?.is_empty()
+            && copier_pods(&client, &ns).await?.is_empty(),
+        "a stand-in or copier is left on the frozen node"
     );
     // The app is scaled back, the node still frozen or not; it runs once the kubelet
     // does (its volume is on that node).
@@ -222,29 +366,196 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When) -> Result<()> {
         "the app was not scaled back: {:?}",
         app_object.metadata.annotations
     );
-    drop(frozen);
+    match (fate, frozen) {
+        (Fate::Deleted, Some(frozen)) => {
+            frozen.kill();
+            restart_real_nodes().await?;
+        }
+        (_, frozen) => drop(frozen),
+    }
+    fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
+    if !pvr_of(&client, &ns).await?.is_empty() {
+        nothing_left_behind(&client, &ns, &done).await?;
+    }
+    forget(&client, &ns, &backup).await
+}
+
+/// A drain of the app's node while the stand-in waits for the node agent: `kubectl
+/// drain` evicts refill's stand-in like any pod. The volume fails (nothing was
+/// written: the stand-in went before Velero's helper ran), the app is scaled back and,
+/// its node cordoned, waits until the node is uncordoned.
+async fn drained(env: &refill_e2e::TestEnv) -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let BackedUp {
+        ns,
+        client,
+        app,
+        dir,
+        want,
+        backup,
+    } = backed_up(env, 8).await?;
+    let node = app
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .context("the app's pod has no node")?;
+    damage(&dir)?;
+    let spec = DataRestoreSpec {
+        backup_name: Some(backup.clone()),
+        pvcs: vec![format!("{ns}/data")],
+        extra_files: ExtraFiles::Keep,
+        ..Default::default()
+    };
+    fixture::data_restore(&client, VELERO_NAMESPACE, &ns, spec).await?;
+    stand_in_exists(&client, &ns).await?;
+    let drain = env
+        .cluster
+        .kubectl_command()
+        .args([
+            "drain",
+            &node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+        ])
+        .args(["--timeout", "120s"])
+        .output()
+        .await?;
+    let uncordon = Uncordon {
+        kubectl: env.cluster.kubectl(),
+        node: node.clone(),
+    };
+    let drained = String::from_utf8_lossy(&drain.stdout).to_string()
+        + &String::from_utf8_lossy(&drain.stderr);
+    eprintln!("[drain] {}: {drained}", drain.status);
+    let done = fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?;
+    let status = done.status.clone().unwrap_or_default();
+    let volume = status.volumes.first().context("no volume")?;
+    eprintln!("[drain] ended {:?}: {}", status.phase, texts(&done));
+    match status.phase {
+        // The stand-in outlived the drain's start long enough for the node agent.
+        Phase::Completed => same_tree(&want, &dir)?,
+        Phase::Failed => ensure!(
+            volume
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("evicted"),
+            "{volume:#?}"
+        ),
+        other => anyhow::bail!("ended {other:?}: {status:#?}"),
+    }
+    ensure!(
+        fixture::stand_in_pods(&client, &ns).await?.is_empty(),
+        "a stand-in is left after the drain"
+    );
+    drop(uncordon);
     fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
     nothing_left_behind(&client, &ns, &done).await?;
     forget(&client, &ns, &backup).await
 }
 
-#[tokio::test]
-async fn a_restore_whose_node_stops_answering_ends_within_its_bound() -> Result<()> {
-    run_test("node-frozen", |env| async move {
-        frozen(&env, 8, When::StandInMade).await
-    })
-    .await
+/// Uncordons a node when this goes, whatever the test did.
+struct Uncordon {
+    kubectl: std::path::PathBuf,
+    node: String,
 }
 
-/// Frozen once Velero's node agent took the restore: its data mover either finishes
-/// (its container runs on, unreported), and the restore completes once the node is
-/// given up; or it had not started, and refill waits, saying a writer may run, until
-/// the kubelet runs again.
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let status = std::process::Command::new(&self.kubectl)
+            .args(["uncordon", &self.node])
+            .stdout(std::process::Stdio::null())
+            .status();
+        if !status.as_ref().is_ok_and(|s| s.success()) {
+            eprintln!("could not uncordon {}: {status:?}", self.node);
+        }
+    }
+}
+
+macro_rules! node_fault {
+    ($name:ident, $label:literal, $mib:literal, $when:ident, $fate:ident) => {
+        #[tokio::test]
+        async fn $name() -> Result<()> {
+            run_test($label, |env| async move {
+                frozen(&env, $mib, When::$when, Fate::$fate).await
+            })
+            .await
+        }
+    };
+}
+
+node_fault!(
+    frozen_while_the_consumers_go,
+    "nf-consumers-back",
+    8,
+    ConsumersGoing,
+    Back
+);
+node_fault!(
+    lost_while_the_consumers_go,
+    "nf-consumers-lost",
+    8,
+    ConsumersGoing,
+    Deleted
+);
+node_fault!(
+    frozen_once_the_stand_in_is_made,
+    "nf-stand-in-back",
+    8,
+    StandInMade,
+    Back
+);
+node_fault!(
+    lost_once_the_stand_in_is_made,
+    "nf-stand-in-lost",
+    8,
+    StandInMade,
+    Deleted
+);
+node_fault!(
+    frozen_while_data_moves,
+    "nf-moving-back",
+    64,
+    DataMoving,
+    Back
+);
+node_fault!(
+    lost_while_data_moves,
+    "nf-moving-lost",
+    64,
+    DataMoving,
+    Deleted
+);
+node_fault!(
+    frozen_as_the_stand_in_goes,
+    "nf-removal-back",
+    8,
+    StandInRemoval,
+    Back
+);
+node_fault!(
+    lost_as_the_stand_in_goes,
+    "nf-removal-lost",
+    8,
+    StandInRemoval,
+    Deleted
+);
+node_fault!(
+    frozen_while_the_copier_runs,
+    "nf-copier-back",
+    8,
+    CopierRunning,
+    Back
+);
+node_fault!(
+    lost_while_the_copier_runs,
+    "nf-copier-lost",
+    8,
+    CopierRunning,
+    Deleted
+);
+
 #[tokio::test]
-async fn a_restore_whose_node_stops_answering_while_data_moves_never_writes_under_the_app()
--> Result<()> {
-    run_test("node-frozen-moving", |env| async move {
-        frozen(&env, 64, When::DataMoving).await
-    })
-    .await
+async fn a_drain_mid_restore_evicts_the_stand_in_and_the_app_comes_back() -> Result<()> {
+    run_test("nf-drain", |env| async move { drained(&env).await }).await
 }

@@ -19,7 +19,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Effect, Rules, Seen, expired};
+use super::{Copier, Effect, Rules, Seen, StandIn, expired};
 
 /// What a wait depends on, on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,8 +114,13 @@ impl NodeDown {
             false => format!("refill waits for {}", waits.join(", ")),
         };
         let writers = self.writers();
+        let only_the_volume = self.on.iter().all(|o| *o == OnNode::Volume);
         let then = if self.gone {
             "nothing on it runs any more".to_string()
+        } else if only_the_volume {
+            format!(
+                "a pod that needs PVC {pvc}'s volume there cannot start until the node is back; nothing of this restore runs there yet, so waiting is safe (the volume's bound is its volumeTimeout)"
+            )
         } else if !writers.is_empty() {
             format!(
                 "{} to PVC {pvc} if the node answers again, so refill waits and the consumers stay stopped; if {} is gone for good, delete its Node object (kubectl delete node {}) and the restore goes on",
@@ -143,23 +148,69 @@ fn holding(seen: &Seen, what: impl Fn(&OnNode) -> bool) -> Option<&NodeDown> {
 }
 
 /// A stand-in or copier that has to start on a node down for the grace, with nothing
-/// there that may write: the volume cannot go on there. Why, if so.
+/// there that may write, or that waits to be placed while the node its volume is on
+/// is deleted: the volume cannot go on there. Why, if so.
 pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String> {
-    let down = holding(seen, OnNode::is_refills_pod)?;
-    down.abandoned(rules, now).then(|| {
-        let pods: Vec<String> = down
-            .on
-            .iter()
-            .filter(|o| o.is_refills_pod())
-            .filter_map(OnNode::what)
-            .collect();
-        format!(
-            "{} (more than {}s): {} cannot run there; nothing wrote to the volume there",
-            down.state(),
-            rules.node_grace.as_secs(),
-            pods.join(", ")
-        )
-    })
+    if let Some(down) = holding(seen, OnNode::is_refills_pod) {
+        return down.abandoned(rules, now).then(|| {
+            let pods: Vec<String> = down
+                .on
+                .iter()
+                .filter(|o| o.is_refills_pod())
+                .filter_map(OnNode::what)
+                .collect();
+            format!(
+                "{} (more than {}s): {} cannot run there; nothing wrote to the volume there; {}",
+                down.state(),
+                rules.node_grace.as_secs(),
+                pods.join(", "),
+                pending(&down.node)
+            )
+        });
+    }
+    // Not placed on any node yet, and the only node that holds the volume is gone: a
+    // scheduler never places it (a node-local volume), and nothing of it ever ran.
+    let node = volume_gone(seen)?;
+    let pod = unplaced(seen)?;
+    Some(format!(
+        "node {node}, where the volume is, is deleted: {pod} cannot run anywhere else; nothing wrote to the volume; {}",
+        pending(node)
+    ))
+}
+
+/// refill's own pod that waits to be placed (not on a node that is down), if any.
+fn unplaced(seen: &Seen) -> Option<String> {
+    let on_down_node = |what: &dyn Fn(&OnNode) -> bool| holding(seen, what).is_some();
+    match (&seen.stand_in, &seen.copier) {
+        (
+            StandIn::Ours {
+                name,
+                waiting: Some(_),
+                ..
+            },
+            _,
+        ) if !on_down_node(&|o| matches!(o, OnNode::StandIn(_))) => {
+            Some(format!("stand-in pod {name}"))
+        }
+        (
+            _,
+            Copier::Present {
+                name,
+                waiting: Some(_),
+                ..
+            },
+        ) if !on_down_node(&|o| matches!(o, OnNode::Copier { .. })) => {
+            Some(format!("copier pod {name}"))
+        }
+        _ => None,
+    }
+}
+
+/// What becomes of the consumers of a volume that stays on a node that is down.
+fn pending(node: &str) -> String {
+    format!(
+        "the consumers are brought back, and a pod of theirs that needs a volume local to node {node} stays Pending until that node is back"
+    )
 }
 
 /// The stand-in's node is given up, and nothing there may write.
@@ -199,10 +250,11 @@ pub fn volume_gone(seen: &Seen) -> Option<&str> {
         .map(|d| d.node.as_str())
 }
 
-/// The first down node something of the volume waits on (not only its volume's
-/// last node): the one its message and warning name.
+/// The first down node something of the volume waits on: the one its message and
+/// warning name. Failing that, the down node the volume itself is on, which a stand-in
+/// or copier that is not placed yet waits for.
 pub fn waited_on(seen: &Seen) -> Option<&NodeDown> {
-    holding(seen, |o| *o != OnNode::Volume)
+    holding(seen, |o| *o != OnNode::Volume).or_else(|| holding(seen, |o| *o == OnNode::Volume))
 }
 
 /// Where a message's note of a down node starts; it is replaced, not added to, pass

@@ -58,7 +58,7 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             rules(),
             Want::Abort(
                 Failed,
-                "stand-in pod refill-data-1 cannot run there; nothing wrote",
+                "stand-in pod refill-data-1 cannot run there; nothing wrote to the volume there; the consumers are brought back, and a pod of theirs that needs a volume local to node node-a stays Pending",
             ),
         ),
         (
@@ -207,6 +207,31 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             ),
             rules(),
             Want::End(Failed, "which was on node node-a, now deleted"),
+        ),
+        (
+            "a stand-in not placed yet, the node its volume is on down a moment: named",
+            volume(StartingStandIn),
+            with_down(
+                seen(waiting_for("0/3 nodes are available"), untaken_pvr(P::New)),
+                down(30, false, vec![OnNode::Volume]),
+            ),
+            rules(),
+            Want::StayWarning(
+                "cannot start until the node is back; nothing of this restore runs there yet",
+            ),
+        ),
+        (
+            "a stand-in not placed yet, the node its volume is on deleted: the volume fails, and says the app waits for that node",
+            volume(StartingStandIn),
+            with_down(
+                seen(waiting_for("0/3 nodes are available"), untaken_pvr(P::New)),
+                down(0, true, vec![OnNode::Volume]),
+            ),
+            rules(),
+            Want::Abort(
+                Failed,
+                "cannot run anywhere else; nothing wrote to the volume; the consumers are brought back, and a pod of theirs that needs a volume local to node node-a stays Pending",
+            ),
         ),
     ];
     let now = at(NOW);
