@@ -2031,3 +2031,45 @@ async fn a_restore_left_in_the_old_status_format_is_carried_over() -> Result<()>
     })
     .await
 }
+
+/// The VolumePluginRestores that keep a running restore's records deleted by hand
+/// while no controller held them in memory: the restore cannot be read back, and says
+/// so in a Stalled condition (reason CannotProceed) and what a person does next,
+/// rather than only in the controller's log.
+#[tokio::test]
+async fn a_restore_whose_records_were_deleted_says_it_cannot_go_on() -> Result<()> {
+    run_test("dr-records-lost", |env| async move {
+        let s = scene(env).await?;
+        web_with_backup(&s, "node-a", 2, b"bad", b"good").await?;
+        let controller = s.controller().await?;
+        s.restore("r1", s.spec("b1", &["data"])).await?;
+        s.wait_volume("r1", VolumePhase::Restoring).await?;
+        controller.kill().await;
+        let records: Api<VolumePluginRestore> = Api::namespaced(s.client.clone(), &s.ns);
+        for vpr in records.list(&ListParams::default()).await?.items {
+            records.delete(&vpr.name_any(), &Default::default()).await?;
+        }
+
+        let _controller = s.controller().await?;
+        let restores: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
+        let stalled = wait_for("the Stalled condition", Duration::from_secs(60), || async {
+            let dr = restores.get("r1").await?;
+            let conditions = dr.status.map(|st| st.conditions).unwrap_or_default();
+            Ok(conditions.into_iter().find(|c| {
+                c.type_ == "Stalled" && c.status == "True" && c.reason == "CannotProceed"
+            }))
+        })
+        .await?;
+        ensure!(
+            stalled.message.contains("1 of the 1 VolumePluginRestores")
+                && stalled.message.contains(labels::ORIGINAL_REPLICAS),
+            "{stalled:#?}"
+        );
+        ensure!(
+            s.replicas("web").await?.0 == 0,
+            "the app came back without its record"
+        );
+        Ok(())
+    })
+    .await
+}

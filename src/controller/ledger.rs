@@ -209,8 +209,11 @@ impl Ledger {
                     .map_or(0, |c| c.total as usize);
                 if found < expected {
                     return Err(Error::Permanent(format!(
-                        "{} of the {expected} VolumePluginRestores that keep this restore's volumes are missing; its state cannot be read back",
-                        expected - found
+                        "{} of the {expected} VolumePluginRestores that keep this restore's volumes are missing (deleted by hand?), so its state cannot be read back; the workloads it stopped carry {}={uid} and their replica count in {}: scale them back by hand, then remove the finalizer {} from this DataRestore",
+                        expected - found,
+                        labels::QUIESCED_BY,
+                        labels::ORIGINAL_REPLICAS,
+                        labels::FINALIZER,
                     )));
                 }
                 self.lock().insert(uid, book.clone());

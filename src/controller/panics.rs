@@ -17,6 +17,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::error;
 
+use super::error::Category;
 use super::status::{condition, now};
 use super::{Context, Error, Result, reasons, status_write};
 
@@ -52,10 +53,12 @@ where
     Fut: Future<Output = Result<Action>>,
 {
     let result = caught(pass(object.clone(), ctx.clone())).await;
-    if let Err(Error::Panicked(panic)) = &result {
+    if let Err(error) = &result
+        && let Some(stalled) = stalled_by(kind, error, audience)
+    {
         let api: Api<K> =
             Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
-        stall(&api, kind, &object, panic, audience, &ctx).await;
+        stall(&api, kind, &object, &error.to_string(), stalled, &ctx).await;
     }
     result
 }
@@ -79,6 +82,42 @@ pub enum Audience {
     Team,
 }
 
+/// Why an object is marked Stalled after its pass failed with `error`: a panic, or an
+/// error no retry is expected to change that the pass could not turn into the end of a
+/// volume (its records missing, a refusal by the API server). The reason and message of
+/// the condition, or None for an error that passes by itself. Pure.
+pub fn stalled_by(kind: &str, error: &Error, audience: Audience) -> Option<Stalled> {
+    match error {
+        Error::Panicked(panic) => Some(Stalled {
+            reason: reasons::INTERNAL_ERROR,
+            message: stalled_message(kind, panic, audience),
+        }),
+        e if e.category() == Category::Permanent => Some(Stalled {
+            reason: reasons::CANNOT_PROCEED,
+            message: cannot_proceed_message(kind, &e.reason(), audience),
+        }),
+        _ => None,
+    }
+}
+
+/// The reason and message of a Stalled condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stalled {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The Stalled condition's message for an error no retry is expected to change.
+pub fn cannot_proceed_message(kind: &str, why: &str, audience: Audience) -> String {
+    let what = match audience {
+        Audience::Admin => format!("refill cannot go on with this {kind}: {why}"),
+        Audience::Team => {
+            format!("refill cannot go on with this {kind}; the controller's log says why")
+        }
+    };
+    format!("{what}; it is tried again with a growing delay, in case what stops it changes")
+}
+
 /// The Stalled condition's message for a panic.
 pub fn stalled_message(kind: &str, panic: &str, audience: Audience) -> String {
     let what = match audience {
@@ -92,15 +131,15 @@ pub fn stalled_message(kind: &str, panic: &str, audience: Audience) -> String {
     )
 }
 
-/// `conditions` with Stalled set to True for `message` (its transition time kept when it
+/// `conditions` with Stalled set to True for `stalled` (its transition time kept when it
 /// was True already), every other condition as it was.
-pub fn with_stalled(conditions: &[Condition], message: &str) -> Vec<Condition> {
+pub fn with_stalled(conditions: &[Condition], stalled: &Stalled) -> Vec<Condition> {
     let previous = conditions.iter().find(|c| c.type_ == condition::STALLED);
     let stalled = Condition {
         type_: condition::STALLED.into(),
         status: "True".into(),
-        reason: reasons::INTERNAL_ERROR.into(),
-        message: message.into(),
+        reason: stalled.reason.into(),
+        message: stalled.message.clone(),
         last_transition_time: match previous {
             Some(p) if p.status == "True" => p.last_transition_time.clone(),
             _ => now(),
@@ -115,15 +154,16 @@ pub fn with_stalled(conditions: &[Condition], message: &str) -> Vec<Condition> {
         .collect()
 }
 
-/// Marks `object` Stalled after a panic in its pass and publishes a Warning Event: the
-/// rest of its status is written back as it is. Best effort: a failure here is logged,
-/// and the object is tried again anyway.
+/// Marks `object` Stalled after its pass failed (a panic, or an error no retry is
+/// expected to change) and publishes a Warning Event: the rest of its status is written
+/// back as it is. Best effort: a failure here is logged, and the object is tried again
+/// anyway.
 async fn stall<K>(
     api: &Api<K>,
     kind: &str,
     object: &K,
-    panic: &str,
-    audience: Audience,
+    error: &str,
+    stalled: Stalled,
     ctx: &Context,
 ) where
     K: Resource<DynamicType = ()>
@@ -133,13 +173,12 @@ async fn stall<K>(
         + std::fmt::Debug,
 {
     let name = object.name_any();
-    error!(kind, %name, namespace = ?object.namespace(), "panic in a reconcile: {panic}");
-    let message = stalled_message(kind, panic, audience);
+    error!(kind, %name, namespace = ?object.namespace(), "stalled: {error}");
     ctx.event_on(
         object.object_ref(&()),
         true,
-        reasons::INTERNAL_ERROR,
-        message.clone(),
+        stalled.reason,
+        stalled.message.clone(),
     );
     let written = async {
         let Some(fresh) = api.get_opt(&name).await? else {
@@ -153,7 +192,7 @@ async fn stall<K>(
             .unwrap_or_else(|| Value::Object(Default::default()));
         let conditions: Vec<Condition> =
             serde_json::from_value(status["conditions"].take()).unwrap_or_default();
-        status["conditions"] = serde_json::to_value(with_stalled(&conditions, &message))
+        status["conditions"] = serde_json::to_value(with_stalled(&conditions, &stalled))
             .map_err(kube::Error::SerdeError)?;
         status_write::apply_status(api, kind, &name, &status).await
     };
@@ -204,7 +243,11 @@ mod tests {
         );
         let admin = stalled_message("DataRestore", "index 57", Audience::Admin);
         assert!(admin.contains("index 57"), "{admin}");
-        let out = with_stalled(&[ready.clone(), old], &team);
+        let stalled = Stalled {
+            reason: reasons::INTERNAL_ERROR,
+            message: team.clone(),
+        };
+        let out = with_stalled(&[ready.clone(), old], &stalled);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0], ready);
         assert_eq!(
@@ -216,5 +259,29 @@ mod tests {
             ("True", reasons::INTERNAL_ERROR, team.as_str())
         );
         assert_eq!(out[1].observed_generation, Some(3));
+    }
+
+    #[test]
+    fn errors_no_retry_changes_stall_the_object_and_passing_ones_do_not() {
+        let admin = |e: Error| stalled_by("DataRestore", &e, Audience::Admin);
+        let missing = Error::Permanent("3 of the 10 VolumePluginRestores are missing".into());
+        let stalled = admin(missing).expect("a permanent error stalls");
+        assert_eq!(stalled.reason, reasons::CANNOT_PROCEED);
+        assert!(
+            stalled
+                .message
+                .contains("3 of the 10 VolumePluginRestores are missing"),
+            "{stalled:?}"
+        );
+        let panicked = admin(Error::Panicked("index 57".into())).expect("a panic stalls");
+        assert_eq!(panicked.reason, reasons::INTERNAL_ERROR);
+        assert_eq!(admin(Error::Transient("not listed yet".into())), None);
+        let team = stalled_by(
+            "DataRestoreRequest",
+            &Error::Permanent("namespace other-team is forbidden".into()),
+            Audience::Team,
+        )
+        .expect("stalls");
+        assert!(!team.message.contains("other-team"), "{team:?}");
     }
 }

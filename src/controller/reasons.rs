@@ -26,3 +26,6 @@ pub const GITOPS_RESUMED: &str = "GitOpsResumed";
 /// A Warning: a pass over the object panicked; it is marked Stalled and tried again
 /// later, while every other object is served on.
 pub const INTERNAL_ERROR: &str = "InternalError";
+/// A pass failed for a reason no retry is expected to change (the records of its
+/// volumes missing, a refusal by the API server): the object is marked Stalled.
+pub const CANNOT_PROCEED: &str = "CannotProceed";
