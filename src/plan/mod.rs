@@ -106,6 +106,16 @@ impl Placement {
             Placement::Anywhere | Placement::BoundTo { .. } => &[],
         }
     }
+
+    /// The one node a bound volume is on, when its PV says so (a node-local volume):
+    /// known from the start, so that a wait on that node is named even before any pod
+    /// of the restore is placed.
+    pub fn volume_node(&self) -> Option<&str> {
+        match self {
+            Placement::BoundTo { nodes, .. } if nodes.len() == 1 => Some(&nodes[0]),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Placement {

@@ -234,6 +234,13 @@ mod tests {
             }
         );
         assert!(warning.is_none());
+        assert_eq!(placement.volume_node(), Some("node-b"));
+        let network = Placement::BoundTo {
+            pv: "pv-2".into(),
+            nodes: vec![],
+        };
+        assert_eq!(network.volume_node(), None);
+        assert_eq!(Placement::Anywhere.volume_node(), None);
     }
 
     #[test]

@@ -86,6 +86,7 @@ pub async fn validate(
             snapshot_id: Some(v.snapshot_id.clone()),
             total_bytes: v.total_bytes,
             candidate_nodes: v.placement.pinned_nodes().to_vec(),
+            node: v.placement.volume_node().map(str::to_string),
             target_pvc: (dr.spec.target == RestoreTarget::NewClaim)
                 .then(|| labels::new_claim_name(split(&v.pvc).1, &dr.name_any())),
             paths: dr.spec.paths_for(&v.pvc).cloned(),
