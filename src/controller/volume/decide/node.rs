@@ -159,10 +159,13 @@ pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String
                 .filter(|o| o.is_refills_pod())
                 .filter_map(OnNode::what)
                 .collect();
+            let how_long = match down.gone {
+                true => String::new(),
+                false => format!(" (more than {}s)", rules.node_grace.as_secs()),
+            };
             format!(
-                "{} (more than {}s): {} cannot run there; nothing wrote to the volume there; {}",
+                "{}{how_long}: {} cannot run there; nothing wrote to the volume there; {}",
                 down.state(),
-                rules.node_grace.as_secs(),
                 pods.join(", "),
                 pending(&down.node)
             )
