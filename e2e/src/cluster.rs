@@ -38,6 +38,10 @@ pub const TESTBOX_IMAGE: &str = "refill.local/testbox:1";
 /// The pause image real nodes use as sandbox, also tagged `registry.k8s.io/pause:3.10`.
 pub const PAUSE_IMAGE: &str = "refill.local/pause:1";
 
+/// The namespace annotation of the PodNodeSelector admission plugin: the node
+/// selector every pod of the namespace gets.
+pub const NODE_SELECTOR_ANNOTATION: &str = "scheduler.alpha.kubernetes.io/node-selector";
+
 /// The namespace annotations that put every pod of a namespace (stand-ins and
 /// Velero's data movers included) on the real nodes, as an admin would: a node
 /// selector (PodNodeSelector) and a toleration of their taint
@@ -46,7 +50,7 @@ pub fn real_node_annotations() -> std::collections::BTreeMap<String, String> {
     let toleration = serde_json::json!([{ "key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule" }]);
     [
         (
-            "scheduler.alpha.kubernetes.io/node-selector".to_string(),
+            NODE_SELECTOR_ANNOTATION.to_string(),
             format!("{REAL_NODE_LABEL}=real"),
         ),
         (

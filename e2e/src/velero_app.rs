@@ -14,6 +14,7 @@ use kube::{Api, Client, ResourceExt};
 use refill::api::{DataRestore, PodVolumeRestore};
 use serde_json::{Value, json};
 
+use crate::cluster::NODE_SELECTOR_ANNOTATION;
 use crate::velero::{self, Entry, VELERO_NAMESPACE};
 use crate::{LOCAL_PATH_CLASS, TESTBOX_IMAGE, fixture, real_node_annotations, wait_for};
 
@@ -54,10 +55,15 @@ pub struct BackedUp {
 
 /// refill's controller installed, and [`BackedUp`] made.
 pub async fn backed_up(env: &crate::TestEnv, mib: u32) -> Result<BackedUp> {
+    backed_up_on(env, mib, None).await
+}
+
+/// [`backed_up`], every pod of the namespace on real node `node` when one is given.
+pub async fn backed_up_on(env: &crate::TestEnv, mib: u32, node: Option<&str>) -> Result<BackedUp> {
     controller(env).await?;
     let ns = env.namespace().to_string();
     let client = env.client.clone();
-    let (app, dir) = deploy_app(&client, &ns, mib).await?;
+    let (app, dir) = deploy_app_on(&client, &ns, mib, node).await?;
     let want = velero::tree(&dir)?;
     let backup = format!("{ns}-nightly");
     velero::backup_namespaces(&client, &backup, &[&ns], TIMEOUT).await?;
@@ -73,11 +79,22 @@ pub async fn backed_up(env: &crate::TestEnv, mib: u32) -> Result<BackedUp> {
 
 /// Every pod of `namespace`, stand-ins included, goes to a real node.
 pub async fn on_real_nodes(client: &Client, namespace: &str) -> Result<()> {
+    on_real_node(client, namespace, None).await
+}
+
+/// [`on_real_nodes`], on real node `node` alone when one is given.
+pub async fn on_real_node(client: &Client, namespace: &str, node: Option<&str>) -> Result<()> {
+    let mut annotations = real_node_annotations();
+    if let Some(node) = node {
+        annotations
+            .entry(NODE_SELECTOR_ANNOTATION.to_string())
+            .and_modify(|selector| selector.push_str(&format!(",kubernetes.io/hostname={node}")));
+    }
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .patch(
             namespace,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "annotations": real_node_annotations() } })),
+            &Patch::Merge(json!({ "metadata": { "annotations": annotations } })),
         )
         .await?;
     Ok(())
@@ -114,7 +131,17 @@ pub fn app_template(app: &str, mib: u32, volumes: Value) -> Value {
 /// the pod lands) and the Deployment `app` of [`app_template`] mounting it. Returns
 /// the app's Ready pod and the claim's directory on this machine.
 pub async fn deploy_app(client: &Client, namespace: &str, mib: u32) -> Result<(Pod, PathBuf)> {
-    on_real_nodes(client, namespace).await?;
+    deploy_app_on(client, namespace, mib, None).await
+}
+
+/// [`deploy_app`], on real node `node` when one is given.
+pub async fn deploy_app_on(
+    client: &Client,
+    namespace: &str,
+    mib: u32,
+    node: Option<&str>,
+) -> Result<(Pod, PathBuf)> {
+    on_real_node(client, namespace, node).await?;
     fixture::pvc_of_class(client, namespace, "data", None, &[], LOCAL_PATH_CLASS).await?;
     let volume = json!({ "name": "data", "persistentVolumeClaim": { "claimName": "data" } });
     let deployment = serde_json::from_value(json!({

@@ -22,9 +22,16 @@ use refill::api::{
 use refill::labels;
 use refill_e2e::velero::VELERO_NAMESPACE;
 use refill_e2e::velero_app::{
-    BackedUp, TIMEOUT, backed_up, damage, forget, nothing_left_behind, same_tree,
+    BackedUp, TIMEOUT, backed_up_on, damage, forget, nothing_left_behind, same_tree,
 };
 use refill_e2e::{fixture, run_test, wait_for};
+
+/// How long a restore that waits for a writer on a frozen node is watched not to end:
+/// past the node's grace (20 s in the tests), when refill gives up what cannot write.
+const HOLD: Duration = Duration::from_secs(40);
+
+/// What refill says of something on a down node that may still write to the volume.
+const MAY_WRITE: &str = "may still be";
 
 /// The node called unreachable (40 to 50 s without a word from its kubelet), the
 /// tests' `--node-grace` (20 s, see `in_cluster::controller_deployment`), the cancel
@@ -118,8 +125,39 @@ async fn node_agent_took_it(client: &Client, restore: &str) -> Result<()> {
     .await
 }
 
-/// One real node frozen at a time: the binary's tests run side by side otherwise.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The real nodes, each lent to one case at a time: a case freezes (or deletes) the
+/// node its app is pinned to while the other cases run on the other nodes.
+static FREE_NODES: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
+
+/// A real node lent to one case; back in [`FREE_NODES`] when this goes.
+struct Lent(String);
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let mut free = FREE_NODES.lock().unwrap_or_else(|e| e.into_inner());
+        free.get_or_insert_with(Vec::new).push(self.0.clone());
+    }
+}
+
+/// Waits for a real node no other case holds (the nodes up.sh started last).
+async fn borrow_node() -> Result<Lent> {
+    let listed = refill_e2e::cluster::cluster_dir().join("real-nodes");
+    let all: Vec<String> = std::fs::read_to_string(&listed)
+        .with_context(|| format!("reading {}", listed.display()))?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    ensure!(!all.is_empty(), "no real node in {}", listed.display());
+    loop {
+        {
+            let mut free = FREE_NODES.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(node) = free.get_or_insert(all.clone()).pop() {
+                return Ok(Lent(node));
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
 
 /// When the kubelet is frozen.
 #[derive(Clone, Copy, Debug)]
@@ -158,6 +196,27 @@ enum Fate {
     /// person does when a machine is lost. The node is started again afterwards, as a
     /// new machine of that name would be.
     Deleted,
+}
+
+/// The restore `name` ended (Ok), or says something on a down node may still write
+/// (Err, with what it says).
+async fn ended_or_holding(
+    client: &Client,
+    name: &str,
+) -> Result<std::result::Result<DataRestore, String>> {
+    wait_for(
+        "the restore to end or to say a writer may run",
+        NODE_FAULT_BOUND,
+        || async {
+            let dr = fixture::get_whole(client, VELERO_NAMESPACE, name).await?;
+            if dr.status.as_ref().is_some_and(|s| s.phase.is_terminal()) {
+                return Ok(Some(Ok(dr)));
+            }
+            let said = texts(&dr);
+            Ok(said.contains(MAY_WRITE).then_some(Err(said)))
+        },
+    )
+    .await
 }
 
 async fn pvr_of(client: &Client, restore: &str) -> Result<Vec<PodVolumeRestore>> {
@@ -238,8 +297,13 @@ async fn restart_real_nodes() -> Result<()> {
 /// until the kubelet runs again or the node is deleted), say whether anything was
 /// written, and leave nothing behind; the app is scaled back either way, and runs once
 /// its node does.
-async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When, fate: Fate) -> Result<()> {
-    let _one = ONE_AT_A_TIME.lock().await;
+async fn frozen(
+    env: &refill_e2e::TestEnv,
+    on: &str,
+    mib: u32,
+    when: When,
+    fate: Fate,
+) -> Result<()> {
     let BackedUp {
         ns,
         client,
@@ -247,7 +311,7 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When, fate: Fate) -> 
         dir,
         want,
         backup,
-    } = backed_up(env, mib).await?;
+    } = backed_up_on(env, mib, Some(on)).await?;
     let node = app
         .spec
         .as_ref()
@@ -294,26 +358,26 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When, fate: Fate) -> 
     .await?;
     eprintln!("{tag} said after {:?}: {said}", started.elapsed());
     let done = match fate {
-        Fate::Back => {
-            match fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, NODE_FAULT_BOUND).await {
-                Ok(done) => done,
-                // Something that may still write if the node answers: refill waits,
-                // saying so, until the node answers (here) or is deleted.
-                Err(_) => {
-                    let dr = fixture::get_whole(&client, VELERO_NAMESPACE, &ns).await?;
-                    let said = texts(&dr);
-                    ensure!(
-                        !dr.status.as_ref().is_some_and(|s| s.phase.is_terminal())
-                            && said.contains("may still be")
-                            && said.contains(&format!("kubectl delete node {node}")),
-                        "while something may write: {said}"
-                    );
-                    eprintln!("{tag} still waiting after {:?}: {said}", started.elapsed());
-                    frozen = None;
-                    fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?
-                }
+        Fate::Back => match ended_or_holding(&client, &ns).await? {
+            Ok(done) => done,
+            // Something that may still write if the node answers: refill waits, saying
+            // so, past the node's grace (when it gives up what cannot write), until the
+            // node answers (here) or is deleted.
+            Err(said) => {
+                eprintln!("{tag} holds after {:?}: {said}", started.elapsed());
+                tokio::time::sleep(HOLD).await;
+                let dr = fixture::get_whole(&client, VELERO_NAMESPACE, &ns).await?;
+                let said = texts(&dr);
+                ensure!(
+                    !dr.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+                        && said.contains(MAY_WRITE)
+                        && said.contains(&format!("kubectl delete node {node}")),
+                    "while something may write: {said}"
+                );
+                frozen = None;
+                fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, TIMEOUT).await?
             }
-        }
+        },
         Fate::Deleted => {
             delete_node(&client, &node).await?;
             fixture::wait_finished(&client, VELERO_NAMESPACE, &ns, NODE_FAULT_BOUND).await?
@@ -384,8 +448,7 @@ async fn frozen(env: &refill_e2e::TestEnv, mib: u32, when: When, fate: Fate) -> 
 /// drain` evicts refill's stand-in like any pod. The volume fails (nothing was
 /// written: the stand-in went before Velero's helper ran), the app is scaled back and,
 /// its node cordoned, waits until the node is uncordoned.
-async fn drained(env: &refill_e2e::TestEnv) -> Result<()> {
-    let _one = ONE_AT_A_TIME.lock().await;
+async fn drained(env: &refill_e2e::TestEnv, on: &str) -> Result<()> {
     let BackedUp {
         ns,
         client,
@@ -393,7 +456,7 @@ async fn drained(env: &refill_e2e::TestEnv) -> Result<()> {
         dir,
         want,
         backup,
-    } = backed_up(env, 8).await?;
+    } = backed_up_on(env, 8, Some(on)).await?;
     let node = app
         .spec
         .as_ref()
@@ -476,8 +539,9 @@ macro_rules! node_fault {
     ($name:ident, $label:literal, $mib:literal, $when:ident, $fate:ident) => {
         #[tokio::test]
         async fn $name() -> Result<()> {
+            let node = borrow_node().await?;
             run_test($label, |env| async move {
-                frozen(&env, $mib, When::$when, Fate::$fate).await
+                frozen(&env, &node.0, $mib, When::$when, Fate::$fate).await
             })
             .await
         }
@@ -557,5 +621,10 @@ node_fault!(
 
 #[tokio::test]
 async fn a_drain_mid_restore_evicts_the_stand_in_and_the_app_comes_back() -> Result<()> {
-    run_test("nf-drain", |env| async move { drained(&env).await }).await
+    let node = borrow_node().await?;
+    run_test(
+        "nf-drain",
+        |env| async move { drained(&env, &node.0).await },
+    )
+    .await
 }
