@@ -107,12 +107,11 @@ fn annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
 
 /// Waits until the restore records its GitOps object in `state`.
 async fn wait_gitops(s: &Scene, restore: &str, state: GitOpsState) -> Result<DataRestore> {
-    let api: Api<DataRestore> = Api::namespaced(s.client.clone(), &s.ns);
     wait_for(
         format!("{restore} to record its GitOps object {state:?}"),
         s.timeout,
         || async {
-            let dr = api.get(restore).await?;
+            let dr = fixture::get_whole(&s.client, &s.ns, restore).await?;
             let status = dr.status.clone().unwrap_or_default();
             Ok((status.git_ops.first().map(|g| g.state) == Some(state)).then_some(dr))
         },
@@ -593,7 +592,8 @@ async fn the_readme_standby_section_refreshes_a_flux_app_from_a_new_backup() -> 
             .await?
             .items;
         ensure!(restores.len() == 1, "{} restores", restores.len());
-        let status = restores[0].status.clone().unwrap_or_default();
+        let whole = fixture::whole(&s.client, restores[0].clone()).await?;
+        let status = whole.status.unwrap_or_default();
         ensure!(
             status.git_ops.len() == 1
                 && status.git_ops[0].state == GitOpsState::Resumed

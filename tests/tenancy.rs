@@ -306,7 +306,10 @@ async fn a_forged_flux_label_in_a_team_s_request_pauses_nothing_and_tells_nothin
             // The request says the marks were not backed, and nothing of the object:
             // neither its name nor its namespace, in its status or the Events the team
             // reads.
-            ensure!(status.restore.git_ops.is_empty(), "{status:#?}");
+            ensure!(
+                status.restore.git_ops.is_empty() && status.restore.git_ops_counts.is_none(),
+                "{status:#?}"
+            );
             let told = format!("Deployment {}/web carries Flux Kustomization marks", s.ns);
             ensure!(
                 status.restore.warnings.iter().any(|w| w.starts_with(&told)),

@@ -11,7 +11,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::gitops::{GitOpsRecord, GitOpsSpec};
+use super::gitops::{GitOpsRecord, GitOpsSpec, GitOpsState};
 use super::paths::{CopySummary, PathRestore};
 
 /// The API group of refill's own kinds.
@@ -415,8 +415,14 @@ pub struct DataRestoreStatus {
     /// VolumePluginRestore of the first of its PVCs. Read once, as `volumes` is.
     #[serde(default, skip_serializing)]
     pub consumers: Vec<ConsumerRecord>,
-    /// The GitOps objects that manage the consumers, and whether each was paused.
-    #[serde(default, rename = "gitOps", skip_serializing_if = "Vec::is_empty")]
+    /// How many GitOps objects manage the consumers, and how many are in each state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_ops_counts: Option<GitOpsCounts>,
+    /// Deprecated, never written: each GitOps object's record now lives in the
+    /// VolumePluginRestore of the first volume of the consumers it manages (a cluster
+    /// whose every namespace has its own Kustomization has as many as volumes). Read
+    /// once, as `volumes` is.
+    #[serde(default, rename = "gitOps", skip_serializing)]
     pub git_ops: Vec<GitOpsRecord>,
     /// When the controller took the restore up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -490,6 +496,14 @@ impl DataRestoreStatus {
             *consumers.states.entry(c.state).or_default() += 1;
         }
         status.consumer_counts = (consumers.total > 0).then_some(consumers);
+        let mut git_ops = GitOpsCounts {
+            total: status.git_ops.len() as u32,
+            ..Default::default()
+        };
+        for g in &status.git_ops {
+            *git_ops.states.entry(g.state).or_default() += 1;
+        }
+        status.git_ops_counts = (git_ops.total > 0).then_some(git_ops);
     }
 }
 
@@ -772,6 +786,17 @@ pub struct ConsumerCounts {
     /// How many are in each state (only states that have some).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub states: BTreeMap<ConsumerState, u32>,
+}
+
+/// How many GitOps objects manage a restore's consumers, by state.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitOpsCounts {
+    /// Every GitOps object found managing a consumer.
+    pub total: u32,
+    /// How many are in each state (only states that have some).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub states: BTreeMap<GitOpsState, u32>,
 }
 
 fn is_zero(n: &u32) -> bool {

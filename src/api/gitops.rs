@@ -103,7 +103,9 @@ impl GitOpsKind {
 }
 
 /// Where a GitOps object is in the restore.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub enum GitOpsState {
     /// Found managing a consumer; nothing done yet.
     #[default]

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Progress;
 use super::data_restore::{ConsumerRecord, VolumeStatus};
+use super::gitops::GitOpsRecord;
 
 /// `status.pluginSpecific` keys refill fills in.
 pub mod plugin_keys {
@@ -109,4 +110,8 @@ pub struct VolumeRecord {
     /// brings each back. Written before any of them is stopped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumers: Vec<ConsumerRecord>,
+    /// The GitOps objects whose first managed consumer is kept with this volume, with
+    /// what puts each back. Written before any of them is paused.
+    #[serde(default, rename = "gitOps", skip_serializing_if = "Vec::is_empty")]
+    pub git_ops: Vec<GitOpsRecord>,
 }

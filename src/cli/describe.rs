@@ -53,7 +53,7 @@ pub async fn describe(ctx: &Ctx, args: &DescribeArgs) -> Result<()> {
             .iter()
             .filter_map(|p| p.status.as_ref()?.record.clone())
             .collect();
-        (status.volumes, status.consumers) = crate::controller::ledger::assemble(records);
+        crate::controller::ledger::assemble(records).put(status);
     }
     let plugin_restores = args.details.then_some(plugin_restores);
     print!(

@@ -1,6 +1,6 @@
-//! Where a DataRestore's volumes and consumers are kept: each volume's record, with the
-//! consumers that come back through it, in the volume's VolumePluginRestore
-//! (`status.record`). The DataRestore itself keeps only counts and the few volumes that
+//! Where a DataRestore's volumes, consumers and GitOps objects are kept: each volume's
+//! record, with the consumers that come back through it and the GitOps objects that
+//! manage those first, in the volume's VolumePluginRestore (`status.record`). The DataRestore itself keeps only counts and the few volumes that
 //! need a person, so that its size does not grow with its volumes (etcd refuses
 //! objects past 1.5 MiB, which a status listing ~1,200 volumes reached) and a pass
 //! writes only the volumes that changed, not all of them: at `parallel: 8` a restore of
@@ -23,8 +23,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::{
-    ConsumerRecord, DataRestore, DataRestoreStatus, VolumePluginRestore, VolumePluginRestoreStatus,
-    VolumeRecord, VolumeStatus,
+    ConsumerRecord, DataRestore, DataRestoreStatus, GitOpsRecord, VolumePluginRestore,
+    VolumePluginRestoreStatus, VolumeRecord, VolumeStatus,
 };
 use crate::controller::pod_volume_restore as pvr;
 use crate::labels::{self, FIELD_MANAGER};
@@ -41,23 +41,64 @@ pub struct Ledger {
     books: Mutex<HashMap<String, Book>>,
 }
 
-/// One restore's volumes and consumers as the cluster holds them.
+/// One restore's records as the cluster holds them.
 #[derive(Clone, Default)]
 struct Book {
-    volumes: Vec<VolumeStatus>,
-    consumers: Vec<ConsumerRecord>,
+    kept: Kept,
     /// The resourceVersion of each volume's VolumePluginRestore, by index; `None`
     /// before it is made.
     versions: Vec<Option<String>>,
 }
 
-/// A volume's record as written: the volume and the consumers that come back through it.
+/// What a restore keeps in its VolumePluginRestores, assembled: the lists a pass reads
+/// and changes, as the DataRestore status holds them in memory.
+#[derive(Clone, Default, Debug, PartialEq)]
+pub struct Kept {
+    /// Every volume, in the restore's order of work.
+    pub volumes: Vec<VolumeStatus>,
+    /// The consumers, by the volume each is kept with.
+    pub consumers: Vec<ConsumerRecord>,
+    /// The GitOps objects, by the volume each is kept with.
+    pub git_ops: Vec<GitOpsRecord>,
+}
+
+impl Kept {
+    /// Moved out of `status`, leaving its lists empty.
+    pub fn take(status: &mut DataRestoreStatus) -> Kept {
+        Kept {
+            volumes: std::mem::take(&mut status.volumes),
+            consumers: std::mem::take(&mut status.consumers),
+            git_ops: std::mem::take(&mut status.git_ops),
+        }
+    }
+
+    /// Put into `status`, in place of its lists.
+    pub fn put(self, status: &mut DataRestoreStatus) {
+        status.volumes = self.volumes;
+        status.consumers = self.consumers;
+        status.git_ops = self.git_ops;
+    }
+
+    /// A copy of `status`'s lists.
+    fn of(status: &DataRestoreStatus) -> Kept {
+        Kept {
+            volumes: status.volumes.clone(),
+            consumers: status.consumers.clone(),
+            git_ops: status.git_ops.clone(),
+        }
+    }
+}
+
+/// A volume's record as written: the volume, the consumers that come back through it,
+/// and the GitOps objects kept with it.
 #[derive(Debug, PartialEq)]
 pub struct Entry<'a> {
     /// The volume's restore.
     pub volume: &'a VolumeStatus,
     /// The consumers kept with it (see [`homes`]).
     pub consumers: Vec<&'a ConsumerRecord>,
+    /// The GitOps objects kept with it (see [`git_ops_homes`]).
+    pub git_ops: Vec<&'a GitOpsRecord>,
 }
 
 /// The index of the volume each consumer is kept with: the first of its PVCs that the
@@ -80,35 +121,73 @@ pub fn homes(volumes: &[VolumeStatus], consumers: &[ConsumerRecord]) -> Vec<usiz
         .collect()
 }
 
+/// The index of the volume each GitOps object is kept with: the first home of the
+/// consumers it manages (the first volume if it names none the restore has).
+pub fn git_ops_homes(kept: &DataRestoreStatus) -> Vec<usize> {
+    let consumer_homes = homes(&kept.volumes, &kept.consumers);
+    let by_name: HashMap<String, usize> = kept
+        .consumers
+        .iter()
+        .zip(consumer_homes)
+        .map(|(c, home)| (c.kind.describe(&c.namespace, &c.name), home))
+        .collect();
+    kept.git_ops
+        .iter()
+        .map(|g| {
+            g.workloads
+                .iter()
+                .filter_map(|w| by_name.get(w).copied())
+                .min()
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
 /// Each volume's entry, by index.
-pub fn entries<'a>(volumes: &'a [VolumeStatus], consumers: &'a [ConsumerRecord]) -> Vec<Entry<'a>> {
-    let mut entries: Vec<Entry> = volumes
+pub fn entries(kept: &DataRestoreStatus) -> Vec<Entry<'_>> {
+    let mut entries: Vec<Entry> = kept
+        .volumes
         .iter()
         .map(|volume| Entry {
             volume,
             consumers: Vec::new(),
+            git_ops: Vec::new(),
         })
         .collect();
     if entries.is_empty() {
         return entries;
     }
-    for (consumer, home) in consumers.iter().zip(homes(volumes, consumers)) {
+    for (consumer, home) in kept
+        .consumers
+        .iter()
+        .zip(homes(&kept.volumes, &kept.consumers))
+    {
         entries[home].consumers.push(consumer);
+    }
+    for (record, home) in kept.git_ops.iter().zip(git_ops_homes(kept)) {
+        entries[home].git_ops.push(record);
     }
     entries
 }
 
-/// The consumers in the order they are read back (by the volume each is kept with),
-/// so that the order a pass sees does not depend on whether the controller restarted.
-pub fn in_read_order(volumes: &[VolumeStatus], consumers: &mut Vec<ConsumerRecord>) {
-    let homes = homes(volumes, consumers);
+/// The consumers and GitOps objects in the order they are read back (by the volume
+/// each is kept with), so that the order a pass sees does not depend on whether the
+/// controller restarted.
+pub fn in_read_order(status: &mut DataRestoreStatus) {
+    let homes = homes(&status.volumes, &status.consumers);
+    sort_by_home(&mut status.consumers, homes);
+    let homes = git_ops_homes(status);
+    sort_by_home(&mut status.git_ops, homes);
+}
+
+/// `items` ordered by their homes, stably; untouched when they are in order already.
+fn sort_by_home<T>(items: &mut Vec<T>, homes: Vec<usize>) {
     if homes.windows(2).all(|w| w[0] <= w[1]) {
         return;
     }
-    let mut paired: Vec<(usize, ConsumerRecord)> =
-        homes.into_iter().zip(consumers.drain(..)).collect();
+    let mut paired: Vec<(usize, T)> = homes.into_iter().zip(items.drain(..)).collect();
     paired.sort_by_key(|(home, _)| *home);
-    consumers.extend(paired.into_iter().map(|(_, c)| c));
+    items.extend(paired.into_iter().map(|(_, item)| item));
 }
 
 /// The indices of the entries of `after` that differ from `before` (or are new).
@@ -118,16 +197,19 @@ pub fn changed(before: &[Entry], after: &[Entry]) -> Vec<usize> {
         .collect()
 }
 
-/// Volumes and consumers from records read back, in the order of their indices.
-pub fn assemble(mut records: Vec<VolumeRecord>) -> (Vec<VolumeStatus>, Vec<ConsumerRecord>) {
+/// What records read back keep, in the order of their indices.
+pub fn assemble(mut records: Vec<VolumeRecord>) -> Kept {
     records.sort_by_key(|r| r.index);
-    let mut volumes = Vec::with_capacity(records.len());
-    let mut consumers = Vec::new();
+    let mut kept = Kept {
+        volumes: Vec::with_capacity(records.len()),
+        ..Default::default()
+    };
     for record in records {
-        volumes.push(record.volume);
-        consumers.extend(record.consumers);
+        kept.volumes.push(record.volume);
+        kept.consumers.extend(record.consumers);
+        kept.git_ops.extend(record.git_ops);
     }
-    (volumes, consumers)
+    kept
 }
 
 /// The name of the VolumePluginRestore that keeps `volume` of restore `dr`.
@@ -140,8 +222,7 @@ pub fn record_name(dr: &DataRestore, volume: &VolumeStatus) -> String {
 pub async fn read(client: &Client, dr: &DataRestore) -> kube::Result<DataRestoreStatus> {
     let mut status = dr.status.clone().unwrap_or_default();
     let (book, _) = list(client, dr).await?;
-    status.volumes = book.volumes;
-    status.consumers = book.consumers;
+    book.kept.put(&mut status);
     Ok(status)
 }
 
@@ -166,15 +247,8 @@ async fn list(client: &Client, dr: &DataRestore) -> kube::Result<(Book, usize)> 
     let all = found.len();
     found.sort_by_key(|(r, _)| r.index);
     let versions = found.iter().map(|(_, v)| v.clone()).collect();
-    let (volumes, consumers) = assemble(found.into_iter().map(|(r, _)| r).collect());
-    Ok((
-        Book {
-            volumes,
-            consumers,
-            versions,
-        },
-        all,
-    ))
+    let kept = assemble(found.into_iter().map(|(r, _)| r).collect());
+    Ok((Book { kept, versions }, all))
 }
 
 impl Ledger {
@@ -199,8 +273,7 @@ impl Ledger {
                     // save (none has a version yet).
                     book = Book {
                         versions: vec![None; status.volumes.len()],
-                        volumes: std::mem::take(&mut status.volumes),
-                        consumers: std::mem::take(&mut status.consumers),
+                        kept: Kept::take(status),
                     };
                 }
                 let expected = status
@@ -220,8 +293,7 @@ impl Ledger {
                 book
             }
         };
-        status.volumes = book.volumes;
-        status.consumers = book.consumers;
+        book.kept.put(status);
         Ok(())
     }
 
@@ -236,8 +308,8 @@ impl Ledger {
         after: &DataRestoreStatus,
     ) -> Result<()> {
         let uid = dr.uid().unwrap_or_default();
-        let old = entries(&before.volumes, &before.consumers);
-        let new = entries(&after.volumes, &after.consumers);
+        let old = entries(before);
+        let new = entries(after);
         let mut versions = self
             .lock()
             .get(&uid)
@@ -264,6 +336,7 @@ impl Ledger {
                     index: i as u32,
                     volume: entry.volume.clone(),
                     consumers: entry.consumers.iter().map(|c| (*c).clone()).collect(),
+                    git_ops: entry.git_ops.iter().map(|g| (*g).clone()).collect(),
                 };
                 (i, record, versions[i].clone())
             })
@@ -287,8 +360,7 @@ impl Ledger {
                 self.lock().insert(
                     uid,
                     Book {
-                        volumes: after.volumes.clone(),
-                        consumers: after.consumers.clone(),
+                        kept: Kept::of(after),
                         versions,
                     },
                 );
@@ -363,7 +435,7 @@ async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ConsumerKind, VolumePhase};
+    use crate::api::{ConsumerKind, GitOpsKind, GitOpsState, VolumePhase};
 
     fn volume(pvc: &str) -> VolumeStatus {
         VolumeStatus {
@@ -389,54 +461,113 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_consumer_is_kept_with_the_first_of_its_volumes() {
-        let volumes = [volume("shop/a"), volume("shop/b"), volume("shop/c")];
-        let consumers = [
-            consumer("web", &["shop/c", "shop/b"]),
-            consumer("db", &["shop/a"]),
-            consumer("stray", &["other/x"]),
-        ];
-        assert_eq!(homes(&volumes, &consumers), vec![1, 0, 0]);
-        let entries = entries(&volumes, &consumers);
-        let names = |i: usize| -> Vec<&str> {
-            entries[i]
-                .consumers
+    fn managing(name: &str, workloads: &[&str]) -> GitOpsRecord {
+        GitOpsRecord {
+            kind: GitOpsKind::Kustomization,
+            namespace: "flux-system".into(),
+            name: name.into(),
+            workloads: workloads
                 .iter()
-                .map(|c| c.name.as_str())
-                .collect()
+                .map(|w| format!("Deployment shop/{w}"))
+                .collect(),
+            state: GitOpsState::Found,
+            original: None,
+            message: None,
+            paused_at: None,
+            resumed_at: None,
+        }
+    }
+
+    fn status(
+        volumes: Vec<VolumeStatus>,
+        consumers: Vec<ConsumerRecord>,
+        git_ops: Vec<GitOpsRecord>,
+    ) -> DataRestoreStatus {
+        let mut status = DataRestoreStatus::default();
+        Kept {
+            volumes,
+            consumers,
+            git_ops,
+        }
+        .put(&mut status);
+        status
+    }
+
+    fn abc() -> Vec<VolumeStatus> {
+        vec![volume("shop/a"), volume("shop/b"), volume("shop/c")]
+    }
+
+    #[test]
+    fn a_consumer_is_kept_with_the_first_of_its_volumes_and_a_gitops_object_with_its_first_consumer()
+     {
+        let s = status(
+            abc(),
+            vec![
+                consumer("web", &["shop/c", "shop/b"]),
+                consumer("db", &["shop/a"]),
+                consumer("stray", &["other/x"]),
+            ],
+            vec![
+                managing("apps", &["web", "late"]),
+                managing("all", &["web", "db"]),
+                managing("none", &[]),
+            ],
+        );
+        assert_eq!(homes(&s.volumes, &s.consumers), vec![1, 0, 0]);
+        assert_eq!(git_ops_homes(&s), vec![1, 0, 0]);
+        let entries = entries(&s);
+        let names = |i: usize| -> (Vec<&str>, Vec<&str>) {
+            (
+                entries[i]
+                    .consumers
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect(),
+                entries[i].git_ops.iter().map(|g| g.name.as_str()).collect(),
+            )
         };
         assert_eq!(
             (names(0), names(1), names(2)),
-            (vec!["db", "stray"], vec!["web"], vec![])
+            (
+                (vec!["db", "stray"], vec!["all", "none"]),
+                (vec!["web"], vec!["apps"]),
+                (vec![], vec![])
+            )
         );
     }
 
     #[test]
-    fn only_changed_volumes_and_the_homes_of_changed_consumers_are_written() {
-        let volumes = vec![volume("shop/a"), volume("shop/b"), volume("shop/c")];
-        let consumers = vec![consumer("web", &["shop/b"])];
-        let mut after_volumes = volumes.clone();
-        after_volumes[2].phase = VolumePhase::Quiescing;
-        let mut after_consumers = consumers.clone();
-        after_consumers[0].replicas = Some(3);
-        let before = entries(&volumes, &consumers);
-        let after = entries(&after_volumes, &after_consumers);
-        assert_eq!(changed(&before, &after), vec![1, 2]);
-        assert!(changed(&before, &before).is_empty());
-        assert_eq!(changed(&[], &before), vec![0, 1, 2], "all new");
+    fn only_changed_volumes_and_the_homes_of_changed_consumers_and_gitops_objects_are_written() {
+        let before = status(
+            abc(),
+            vec![consumer("web", &["shop/b"])],
+            vec![managing("apps", &["web"])],
+        );
+        let mut after = before.clone();
+        after.volumes[2].phase = VolumePhase::Quiescing;
+        after.consumers[0].replicas = Some(3);
+        let (old, new) = (entries(&before), entries(&after));
+        assert_eq!(changed(&old, &new), vec![1, 2]);
+        assert!(changed(&old, &old).is_empty());
+        assert_eq!(changed(&[], &old), vec![0, 1, 2], "all new");
+        let mut paused = before.clone();
+        paused.git_ops[0].state = GitOpsState::Paused;
+        assert_eq!(changed(&old, &entries(&paused)), vec![1]);
     }
 
     #[test]
     fn records_read_back_are_what_was_written_in_the_same_order() {
-        let volumes = vec![volume("shop/a"), volume("shop/b"), volume("shop/c")];
-        let mut consumers = vec![
-            consumer("late", &["shop/c"]),
-            consumer("web", &["shop/b"]),
-            consumer("db", &["shop/a"]),
-        ];
-        in_read_order(&volumes, &mut consumers);
-        let records: Vec<VolumeRecord> = entries(&volumes, &consumers)
+        let mut s = status(
+            abc(),
+            vec![
+                consumer("late", &["shop/c"]),
+                consumer("web", &["shop/b"]),
+                consumer("db", &["shop/a"]),
+            ],
+            vec![managing("late", &["late"]), managing("db", &["db"])],
+        );
+        in_read_order(&mut s);
+        let records: Vec<VolumeRecord> = entries(&s)
             .into_iter()
             .enumerate()
             .rev()
@@ -444,12 +575,15 @@ mod tests {
                 index: i as u32,
                 volume: e.volume.clone(),
                 consumers: e.consumers.into_iter().cloned().collect(),
+                git_ops: e.git_ops.into_iter().cloned().collect(),
             })
             .collect();
-        let (read_volumes, read_consumers) = assemble(records);
-        assert_eq!(read_volumes, volumes);
-        assert_eq!(read_consumers, consumers);
-        let names: Vec<&str> = consumers.iter().map(|c| c.name.as_str()).collect();
+        let mut read = DataRestoreStatus::default();
+        assemble(records).put(&mut read);
+        assert_eq!(read, s);
+        let names: Vec<&str> = s.consumers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["db", "web", "late"]);
+        let names: Vec<&str> = s.git_ops.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["db", "late"]);
     }
 }

@@ -67,7 +67,7 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
         // What a pass did is in `status` even when it failed part-way: it is written
         // before the error is reported, so no effect goes unrecorded.
         let result = phase::pass(&dr, &ctx, &mut status, deleting).await;
-        ledger::in_read_order(&status.volumes, &mut status.consumers);
+        ledger::in_read_order(&mut status);
         status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
         status.tally(|v| ledger::record_name(&dr, v));
         status.observed_generation = dr.metadata.generation;

@@ -223,6 +223,7 @@ pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bo
         summary,
         volume_counts,
         consumer_counts,
+        git_ops_counts,
         needs_attention,
         volumes,
         consumers,
@@ -238,6 +239,7 @@ pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bo
         && *backup_name == b.backup_name
         && *summary == b.summary
         && *consumer_counts == b.consumer_counts
+        && *git_ops_counts == b.git_ops_counts
         && *needs_attention == b.needs_attention
         && volume_counts
             .as_ref()
