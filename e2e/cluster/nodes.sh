@@ -529,9 +529,14 @@ import_images() {
   done
 }
 
+# Every real node is Ready; or only node $1, when given.
 real_nodes_ready() {
-  local out
+  local out only="${1:-}"
   out="$("${kubectl[@]}" get nodes -l "$real_node_label=real" -o \
     jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')" || return 1
-  [[ "$(grep -c ' True$' <<<"$out")" -eq "$real_node_count" ]]
+  if [[ -n "$only" ]]; then
+    grep -qx "$only True" <<<"$out"
+  else
+    [[ "$(grep -c ' True$' <<<"$out")" -eq "$real_node_count" ]]
+  fi
 }

@@ -324,7 +324,7 @@ pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> boo
 pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
     let mut step = by_phase(volume, seen, rules, now);
     if let Change::Stay { message, warning } = &mut step.change {
-        let down = node::waited_on(seen);
+        let down = node::waited_on(seen, !volume.phase.is_terminal());
         *message = node::noted(message.take(), down);
         if let Some(down) = down {
             *warning = Some(down.words(&volume.pvc, rules, now));

@@ -163,8 +163,14 @@ pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String
                 true => String::new(),
                 false => format!(" (more than {}s)", rules.node_grace.as_secs()),
             };
+            // Given up with writers only when the node is deleted: what ran there
+            // before may have written.
+            let wrote = match down.writers().is_empty() {
+                true => "nothing wrote to the volume there",
+                false => "what ran there may have written part of the volume",
+            };
             format!(
-                "{}{how_long}: {} cannot run there; nothing wrote to the volume there; {}",
+                "{}{how_long}: {} cannot run there; {wrote}; {}",
                 down.state(),
                 pods.join(", "),
                 pending(&down.node)
@@ -254,10 +260,14 @@ pub fn volume_gone(seen: &Seen) -> Option<&str> {
 }
 
 /// The first down node something of the volume waits on: the one its message and
-/// warning name. Failing that, the down node the volume itself is on, which a stand-in
-/// or copier that is not placed yet waits for.
-pub fn waited_on(seen: &Seen) -> Option<&NodeDown> {
-    holding(seen, |o| *o != OnNode::Volume).or_else(|| holding(seen, |o| *o == OnNode::Volume))
+/// warning name. Failing that, while the volume is under way, the down node it is on,
+/// which a stand-in or copier that is not placed yet waits for.
+pub fn waited_on(seen: &Seen, under_way: bool) -> Option<&NodeDown> {
+    holding(seen, |o| *o != OnNode::Volume).or_else(|| {
+        under_way
+            .then(|| holding(seen, |o| *o == OnNode::Volume))
+            .flatten()
+    })
 }
 
 /// Where a message's note of a down node starts; it is replaced, not added to, pass

@@ -233,6 +233,29 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
                 "cannot run anywhere else; nothing wrote to the volume; the consumers are brought back, and a pod of theirs that needs a volume local to node node-a stays Pending",
             ),
         ),
+        (
+            "its node deleted while the node agent there had taken the restore: it may have written part",
+            volume(Restoring),
+            with_down(
+                seen(running_since(NOW - 300), pvr(P::InProgress)),
+                down(0, true, vec![stand_in_there(), agent_there(true)]),
+            ),
+            rules(),
+            Want::Abort(
+                Failed,
+                "node node-a is deleted: stand-in pod refill-data-1 cannot run there; what ran there may have written part of the volume",
+            ),
+        ),
+        (
+            "an ended volume whose node went down says nothing of it",
+            volume(Completed),
+            with_down(
+                seen(StandIn::Absent, None),
+                down(30, false, vec![OnNode::Volume]),
+            ),
+            rules(),
+            Want::Stay(None, None),
+        ),
     ];
     let now = at(NOW);
     for (name, volume, seen, rules, want) in &rows {
