@@ -27,7 +27,7 @@ use crate::controller::restore_helper;
 use crate::controller::status;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
-use crate::controller::volume::observe::split;
+use crate::controller::volume::sight::split;
 use crate::controller::volume::{self, Advanced};
 use crate::controller::{Context, Result};
 use crate::observe::{self, Replicas};
@@ -586,7 +586,7 @@ pub async fn work(
     let stand_ins_left = view.stand_ins.iter().any(|((_, name), pod)| {
         by_stand_in
             .get(name)
-            .is_some_and(|v| volume::observe::is_own_writer(pod, &uid, v))
+            .is_some_and(|v| volume::sight::is_own_writer(pod, &uid, v))
     });
     Ok(!stand_ins_left && !left_behind)
 }

@@ -24,7 +24,7 @@ use crate::controller::{Context, Result};
 use crate::labels;
 
 use super::decide::{Change, Effect};
-use super::observe::{Found, split};
+use super::sight::{Found, split};
 use crate::controller::stores::PassView;
 
 /// What the executor needs of the pass.
