@@ -118,7 +118,7 @@ pub struct StandInWriter(Writer<Pod>);
 
 impl StandInWriter {
     pub fn apply(&mut self, event: &Event<Pod>) {
-        let kept = |pod: &Pod| observe::is_stand_in(pod).then(|| slim(pod));
+        let kept = |pod: &Pod| observe::own_pods::is_stand_in(pod).then(|| slim(pod));
         let event = match event {
             Event::Init => Some(Event::Init),
             Event::InitDone => Some(Event::InitDone),
