@@ -230,10 +230,15 @@ proptest! {
 
     #[test]
     fn workload_templates_never_panic(workload in hostile_json(), claim in hostile_text()) {
+        let listed = serde_json::from_value::<crate::plan::Listed>(workload.clone());
         for kind in KINDS {
-            let _ = crate::plan::template_spec(kind, &workload);
             let _ = crate::plan::template_claim_names(kind, &workload);
-            let _ = crate::plan::is_top_workload(kind, &workload);
+            if let Ok(listed) = &listed {
+                let _ = listed.is_top(kind);
+                let found = listed.clone().into_workload(kind, &GitOpsSpec::default());
+                let _ = found.mounts(&claim);
+                let _ = found.template_spec();
+            }
         }
         if let Ok(pod) = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(workload) {
             let _ = crate::plan::mounts_claim(&pod, &claim);

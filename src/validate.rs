@@ -11,7 +11,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::{Backup, DataRestore, PodVolumeBackup, Schedule, VolumePluginRestore};
 use crate::labels;
-use crate::observe::{self, Reads};
+use crate::observe::{self, reads::Reads};
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub async fn plan_and_consumers(
     Ok((plan, facts.consumers))
 }
 
-/// Consumers by claim (`namespace/name`), as [`observe::consumers`] finds them.
+/// Consumers by claim (`namespace/name`), as [`observe::consumers::consumers`] finds them.
 pub type Consumers = BTreeMap<String, Vec<plan::ConsumerRef>>;
 
 async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateError> {
@@ -61,7 +61,7 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     let mut pvbs: Vec<PodVolumeBackup> = Vec::new();
     let api = Api::<PodVolumeBackup>::namespaced(client.clone(), &namespace);
     let backup_uid = backup.uid();
-    observe::for_each_pod_volume_backup(&api, Some(&backup_name), |pvb| {
+    observe::paging::for_each_pod_volume_backup(&api, Some(&backup_name), |pvb| {
         // A backup deleted and taken again under the same name leaves PVBs of both.
         let same = match (pvb.labels().get(labels::BACKUP_UID), &backup_uid) {
             (Some(label), Some(uid)) => label == uid,
@@ -146,8 +146,8 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     if !dr.spec.candidate_nodes.is_empty() {
         // Their names alone, a page at a time: a cluster may have thousands.
         let api = &Api::<Node>::all(client.clone());
-        let params = ListParams::default().limit(observe::NAME_PAGE);
-        observe::for_each_page(
+        let params = ListParams::default().limit(observe::paging::NAME_PAGE);
+        observe::paging::for_each_page(
             params,
             |p| async move { api.list_metadata(&p).await },
             |node| {
@@ -161,7 +161,7 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     // they hold.
     let restores = Api::<DataRestore>::namespaced(client.clone(), &namespace);
     let mut running = Vec::new();
-    observe::for_each_listed(&restores, "", |other| {
+    observe::paging::for_each_listed(&restores, "", |other| {
         let ended = other.status.as_ref().is_none_or(|s| s.phase.is_terminal());
         if other.uid().as_deref() != Some(own_uid.as_str()) && !ended {
             running.push((other.uid().unwrap_or_default(), other.name_any()));
@@ -171,7 +171,7 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     let records = Api::<VolumePluginRestore>::namespaced(client.clone(), &namespace);
     for (uid, name) in running {
         let mine = format!("{}={uid}", labels::DATA_RESTORE_UID);
-        observe::for_each_listed(&records, &mine, |record| {
+        observe::paging::for_each_listed(&records, &mine, |record| {
             if let Some(pvc) = record.status.and_then(|s| s.volume_id) {
                 facts.held_by_others.insert(pvc, name.clone());
             }
@@ -181,14 +181,14 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     let own_uid = &own_uid;
     let git_ops = dr.spec.git_ops();
     let git_ops = git_ops.as_ref();
-    let workloads = observe::workloads_mounting(reads, &claims_by_ns, git_ops).await?;
+    let workloads = observe::workloads::workloads_mounting(reads, &claims_by_ns, git_ops).await?;
     let reads = match &workloads {
         Some(w) => reads.with_workloads(w),
         None => reads,
     };
     let found = side_by_side(claims_by_ns, |(ns, claims)| async move {
         let claims: Vec<&str> = claims.iter().map(String::as_str).collect();
-        Ok(observe::consumers(reads, &ns, &claims, own_uid, git_ops).await?)
+        Ok(observe::consumers::consumers(reads, &ns, &claims, own_uid, git_ops).await?)
     })
     .await?;
     for consumers in found {
@@ -204,7 +204,7 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
             .filter_map(|key| key.split_once('/').map(|(ns, _)| ns.to_string()))
             .collect();
         let labelled = side_by_side(namespaces, |ns| async move {
-            Ok(observe::labelled_workloads(client, &ns).await?)
+            Ok(observe::labelled::labelled_workloads(client, &ns).await?)
         })
         .await?;
         facts.labelled = labelled.into_iter().flatten().collect();

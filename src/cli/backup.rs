@@ -50,7 +50,7 @@ async fn get(ctx: &Ctx, name: Option<&str>, format: Option<OutputFormat>) -> Res
     }
     let target = Target::all(Kind::PodVolumeBackup, &ctx.namespace);
     let mut pvbs = Vec::new();
-    observe::for_each_pod_volume_backup(&ctx.api(), None, |pvb| pvbs.push(pvb))
+    observe::paging::for_each_pod_volume_backup(&ctx.api(), None, |pvb| pvbs.push(pvb))
         .await
         .map_err(|e| ctx.error(&e, target))?;
     print!("{}", table(&backups, &pvbs, Timestamp::now()));
@@ -158,7 +158,7 @@ async fn describe(ctx: &Ctx, name: &str, format: Option<OutputFormat>) -> Result
     let backup: Backup = ctx.get(Kind::Backup, name).await?;
     let target = Target::all(Kind::PodVolumeBackup, &ctx.namespace);
     let mut volumes: Vec<BackupVolume> = Vec::new();
-    observe::for_each_pod_volume_backup(&ctx.api(), Some(name), |pvb| {
+    observe::paging::for_each_pod_volume_backup(&ctx.api(), Some(name), |pvb| {
         if belongs_to(&pvb, &backup) {
             volumes.push(volume(&pvb));
         }

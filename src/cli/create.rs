@@ -3,7 +3,7 @@
 use kube::api::PostParams;
 
 use crate::api::{Backup, DataRestore, DataRestoreSpec, Schedule};
-use crate::observe::Reads;
+use crate::observe::reads::Reads;
 use crate::plan::spec_errors;
 use crate::validate::{self, ValidateError};
 

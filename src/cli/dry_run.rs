@@ -3,7 +3,7 @@
 use kube::ResourceExt;
 
 use crate::api::DataRestore;
-use crate::observe::Reads;
+use crate::observe::reads::Reads;
 use crate::plan::{Placement, Plan};
 use crate::validate::{self, ValidateError};
 

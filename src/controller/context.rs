@@ -13,7 +13,7 @@ use tracing::debug;
 
 use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
-use crate::observe::{Known, Reads};
+use crate::observe::reads::{Known, Reads};
 
 use super::ledger::Ledger;
 use super::metrics::Metrics;

@@ -9,7 +9,6 @@ use kube::{Api, Client};
 
 use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, GitOpsRecord, GitOpsState};
 use crate::gitops::pause::{self, Pause, Release};
-use crate::observe::object_json;
 
 use super::concurrent::for_each_concurrently;
 use super::error::{Category, category_of, has_status};
@@ -18,6 +17,13 @@ use super::{Context, Result, reasons};
 
 /// How long consumers wait for a GitOps tool to show it saw its pause.
 const CONFIRM_LIMIT: Duration = Duration::from_secs(30);
+
+/// A dynamic object as one JSON value, metadata included, as [`pause`] reads it.
+fn object_json(object: DynamicObject) -> serde_json::Value {
+    let mut json = object.data;
+    json["metadata"] = serde_json::to_value(&object.metadata).unwrap_or_default();
+    json
+}
 
 fn api(client: &Client, record: &GitOpsRecord) -> Api<DynamicObject> {
     Api::namespaced_with(

@@ -237,7 +237,7 @@ async fn list(client: &Client, dr: &DataRestore) -> kube::Result<(Book, usize)> 
         dr.uid().unwrap_or_default()
     );
     let mut found: Vec<(VolumeRecord, Option<String>)> = Vec::new();
-    crate::observe::for_each_listed(&api, &selector, |vpr: VolumePluginRestore| {
+    crate::observe::paging::for_each_listed(&api, &selector, |vpr: VolumePluginRestore| {
         let version = vpr.resource_version();
         if let Some(record) = vpr.status.and_then(|s| s.record) {
             found.push((record, version));

@@ -6,7 +6,7 @@
 //! requests a pass, for objects the controller watches anyway (changes to them are what
 //! wake a restore up). A pass reads them from these stores instead, and reads the API
 //! only where a store that lags behind could mislead a decision (see
-//! [`super::volume::observe`]).
+//! [`super::volume::sight`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -118,7 +118,7 @@ pub struct StandInWriter(Writer<Pod>);
 
 impl StandInWriter {
     pub fn apply(&mut self, event: &Event<Pod>) {
-        let kept = |pod: &Pod| observe::is_stand_in(pod).then(|| slim(pod));
+        let kept = |pod: &Pod| observe::own_pods::is_stand_in(pod).then(|| slim(pod));
         let event = match event {
             Event::Init => Some(Event::Init),
             Event::InitDone => Some(Event::InitDone),
@@ -132,7 +132,7 @@ impl StandInWriter {
     }
 }
 
-/// What a pass reads of a stand-in ([`super::volume::observe::stand_in_of`], the
+/// What a pass reads of a stand-in ([`super::volume::sight::stand_in_of`], the
 /// PodVolumeRestore's pod reference, the node it runs on, the precondition of its
 /// deletion): a restore of a thousand claims keeps a thousand of them, and the
 /// containers, volumes and affinity they were made with are most of each.
@@ -308,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_slim_stand_in_reads_as_the_whole_one() {
-        use crate::controller::volume::observe::stand_in_of;
+        use crate::controller::volume::sight::stand_in_of;
         use k8s_openapi::api::core::v1::{
             Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
             ContainerStatus, PodCondition,

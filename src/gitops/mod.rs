@@ -7,6 +7,8 @@
 pub mod pause;
 pub mod verify;
 
+use std::collections::BTreeMap;
+
 use crate::api::{GitOpsKind, GitOpsSpec};
 
 /// Label Flux's kustomize-controller puts on everything it applies: the
@@ -104,10 +106,21 @@ pub fn managers<'a>(
     found
 }
 
+/// [`managers`] of an object with these labels and annotations.
+pub fn managers_marked(
+    labels: Option<&BTreeMap<String, String>>,
+    annotations: Option<&BTreeMap<String, String>>,
+    spec: &GitOpsSpec,
+) -> Vec<GitOpsRef> {
+    fn lookup<'a>(map: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
+        map?.get(key).map(String::as_str)
+    }
+    managers(|k| lookup(labels, k), |k| lookup(annotations, k), spec)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     /// [`managers`] of an object with these labels and annotations.
     fn of(
@@ -115,11 +128,7 @@ mod tests {
         annotations: &BTreeMap<String, String>,
         spec: &GitOpsSpec,
     ) -> Vec<GitOpsRef> {
-        managers(
-            |k| labels.get(k).map(String::as_str),
-            |k| annotations.get(k).map(String::as_str),
-            spec,
-        )
+        managers_marked(Some(labels), Some(annotations), spec)
     }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

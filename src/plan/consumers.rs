@@ -40,6 +40,7 @@ pub struct ConsumerRef {
     pub replicas: Option<i32>,
     /// The pod template's spec, when found from a template: with no pod running, the
     /// stand-in takes the identity and tolerations a pod of the workload would have.
+    /// Only those are kept of it (its security contexts and tolerations).
     pub template: Option<Box<PodSpec>>,
     /// The GitOps objects that manage the workload (or bare pod), from its marks.
     pub managed_by: Vec<GitOpsRef>,
@@ -70,11 +71,6 @@ fn pod_template(kind: ConsumerKind, workload: &serde_json::Value) -> &serde_json
     }
 }
 
-/// A workload's pod spec, given the workload as JSON; None if it does not parse.
-pub fn template_spec(kind: ConsumerKind, workload: &serde_json::Value) -> Option<PodSpec> {
-    serde_json::from_value(pod_template(kind, workload)["spec"].clone()).ok()
-}
-
 /// The claim each volume of a workload's pod template names, by the volume's index
 /// (None for a volume of another kind), given the workload as JSON.
 pub fn template_claim_names(kind: ConsumerKind, workload: &serde_json::Value) -> Vec<Option<&str>> {
@@ -84,51 +80,6 @@ pub fn template_claim_names(kind: ConsumerKind, workload: &serde_json::Value) ->
         .flatten()
         .map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
         .collect()
-}
-
-/// The claims a workload's pod template mounts, given the workload as JSON. A
-/// StatefulSet's volumeClaimTemplates name claims `<template>-<set>-<ordinal>`.
-pub fn template_mounts(
-    kind: ConsumerKind,
-    name: &str,
-    workload: &serde_json::Value,
-    claim: &str,
-) -> bool {
-    let named = template_claim_names(kind, workload).contains(&Some(claim));
-    let from_claim_template = kind == ConsumerKind::StatefulSet
-        && workload["spec"]["volumeClaimTemplates"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t["metadata"]["name"].as_str())
-            .any(|t| {
-                claim
-                    .strip_prefix(&format!("{t}-{name}-"))
-                    .is_some_and(|ordinal| {
-                        !ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit())
-                    })
-            });
-    named || from_claim_template
-}
-
-/// Whether a workload found by its template is a consumer of its own: not one whose
-/// owner is (a Deployment's ReplicaSet, a CronJob's Job), and not a Job that finished.
-pub fn is_top_workload(kind: ConsumerKind, workload: &serde_json::Value) -> bool {
-    let owned = workload["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|o| o["controller"].as_bool() == Some(true));
-    let finished_job = kind == ConsumerKind::Job
-        && workload["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| {
-                matches!(c["type"].as_str(), Some("Complete") | Some("Failed"))
-                    && c["status"].as_str() == Some("True")
-            });
-    !owned && !finished_job
 }
 
 fn controller_of(owners: &[OwnerReference]) -> Option<&OwnerReference> {
@@ -376,31 +327,6 @@ mod tests {
         assert!(!mounts_claim(&p, "data"));
     }
 
-    #[test]
-    fn a_template_spec_is_read_from_each_kind() {
-        let spec = serde_json::json!({
-            "securityContext": {"runAsUser": 0},
-            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
-            "containers": [{"name": "app"}],
-        });
-        let deployment = serde_json::json!({"spec": {"template": {"spec": spec}}});
-        let cron =
-            serde_json::json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": spec}}}}});
-        for (kind, workload) in [
-            (ConsumerKind::Deployment, &deployment),
-            (ConsumerKind::CronJob, &cron),
-        ] {
-            let parsed = template_spec(kind, workload).expect("a pod spec");
-            assert_eq!(
-                parsed.security_context.and_then(|s| s.run_as_user),
-                Some(0),
-                "{kind:?}"
-            );
-            assert_eq!(parsed.tolerations.map(|t| t.len()), Some(1), "{kind:?}");
-        }
-        assert!(template_spec(ConsumerKind::Deployment, &serde_json::json!({})).is_none());
-    }
-
     fn consumer(pod: &str, owner: Owner, replicas: Option<i32>) -> ConsumerRef {
         ConsumerRef {
             namespace: "ns".into(),
@@ -521,82 +447,5 @@ mod tests {
             ],
             "never a hint to detach refill's own stand-in"
         );
-    }
-
-    #[test]
-    fn templates_mount_their_claims_even_with_nothing_running() {
-        let cron = serde_json::json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {
-            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
-        }}}}}});
-        assert!(template_mounts(
-            ConsumerKind::CronJob,
-            "nightly",
-            &cron,
-            "data"
-        ));
-        assert!(!template_mounts(
-            ConsumerKind::CronJob,
-            "nightly",
-            &cron,
-            "other"
-        ));
-        let deploy = serde_json::json!({"spec": {"replicas": 0, "template": {"spec": {
-            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
-        }}}});
-        assert!(template_mounts(
-            ConsumerKind::Deployment,
-            "web",
-            &deploy,
-            "data"
-        ));
-        let sts =
-            serde_json::json!({"spec": {"volumeClaimTemplates": [{"metadata": {"name": "data"}}]}});
-        assert!(template_mounts(
-            ConsumerKind::StatefulSet,
-            "db",
-            &sts,
-            "data-db-0"
-        ));
-        assert!(template_mounts(
-            ConsumerKind::StatefulSet,
-            "db",
-            &sts,
-            "data-db-12"
-        ));
-        assert!(!template_mounts(
-            ConsumerKind::StatefulSet,
-            "db",
-            &sts,
-            "data-db-x"
-        ));
-        assert!(!template_mounts(
-            ConsumerKind::StatefulSet,
-            "db",
-            &sts,
-            "data-dbx-0"
-        ));
-        assert!(!template_mounts(
-            ConsumerKind::StatefulSet,
-            "other",
-            &sts,
-            "data-db-0"
-        ));
-    }
-
-    #[test]
-    fn only_top_workloads_and_running_jobs_count() {
-        let owned = serde_json::json!({"metadata": {"ownerReferences": [{"controller": true, "kind": "Deployment"}]}});
-        assert!(!is_top_workload(ConsumerKind::ReplicaSet, &owned));
-        assert!(is_top_workload(
-            ConsumerKind::ReplicaSet,
-            &serde_json::json!({})
-        ));
-        let done =
-            serde_json::json!({"status": {"conditions": [{"type": "Complete", "status": "True"}]}});
-        assert!(!is_top_workload(ConsumerKind::Job, &done));
-        assert!(is_top_workload(
-            ConsumerKind::Job,
-            &serde_json::json!({"status": {"active": 1}})
-        ));
     }
 }

@@ -11,6 +11,7 @@ mod selector;
 pub mod spec;
 mod switch;
 mod volumes;
+mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -25,14 +26,14 @@ use crate::gitops::GitOpsRef;
 
 pub use backup::{BackupChoice, resolve_backup};
 pub use consumers::{
-    ConsumerRef, Owner, consumer_actions, is_top_workload, mounts_claim, template_claim_names,
-    template_mounts, template_spec, top_owner,
+    ConsumerRef, Owner, consumer_actions, mounts_claim, template_claim_names, top_owner,
 };
 pub use placement::{beside_original, beside_running_consumers, placement};
 pub use selector::{label_selector, parse_pvc_key};
 pub use spec::{duration, spec_errors};
 pub use switch::{Labelled, switches};
 pub use volumes::{select_volumes, selection_field};
+pub use workload::{Listed, Workload};
 
 /// Everything validation needs, read from the cluster beforehand.
 #[derive(Default, Debug, Clone)]

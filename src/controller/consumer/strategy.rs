@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
 use crate::labels;
-use crate::observe::replicas;
+use crate::observe::replicas::replicas;
 
 /// A node-selector key no node carries: a DaemonSet asked to run only there runs nowhere.
 pub const PARKED_KEY: &str = "refill.dev/parked-by";

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::api::ConsumerRecord;
 use crate::labels;
-use crate::observe::replicas;
+use crate::observe::replicas::replicas;
 use crate::plan::template_claim_names;
 
 use super::strategy::annotation;

@@ -27,10 +27,10 @@ use crate::controller::restore_helper;
 use crate::controller::status;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;
-use crate::controller::volume::observe::split;
+use crate::controller::volume::sight::split;
 use crate::controller::volume::{self, Advanced};
 use crate::controller::{Context, Result};
-use crate::observe::{self, Replicas};
+use crate::observe::{self, consumers::Replicas};
 use crate::{plan, validate};
 
 use super::{Next, stopping};
@@ -222,19 +222,20 @@ async fn start_volumes(
                 async move {
                     let claims: Vec<&str> =
                         indices.iter().map(|&i| split(&volumes[i].pvc).1).collect();
-                    let pods = observe::pods_mounting(ctx.reads(), ns, &claims).await?;
+                    let pods = observe::consumers::pods_mounting(ctx.reads(), ns, &claims).await?;
                     let keys: Vec<String> =
                         indices.iter().map(|&i| volumes[i].pvc.clone()).collect();
                     let found = match seen_for(seen, &keys) {
                         Some(found) => found,
                         None => {
-                            let found = observe::Found {
+                            let found = observe::consumers::Found {
                                 pods: &pods,
                                 claims: &claims,
                                 own_uid: uid,
                                 git_ops,
                             };
-                            observe::consumers_in(ctx.reads(), ns, found, Replicas::Skip).await?
+                            observe::consumers::consumers_in(ctx.reads(), ns, found, Replicas::Skip)
+                                .await?
                         }
                     };
                     Ok((pods, found))
@@ -586,7 +587,7 @@ pub async fn work(
     let stand_ins_left = view.stand_ins.iter().any(|((_, name), pod)| {
         by_stand_in
             .get(name)
-            .is_some_and(|v| volume::observe::is_own_writer(pod, &uid, v))
+            .is_some_and(|v| volume::sight::is_own_writer(pod, &uid, v))
     });
     Ok(!stand_ins_left && !left_behind)
 }

@@ -10,7 +10,7 @@ use crate::api::{
 };
 use crate::controller::error::Category;
 use crate::controller::status::now;
-use crate::controller::volume::observe::split;
+use crate::controller::volume::sight::split;
 use crate::controller::{Context, Error, Result, reasons};
 use crate::labels;
 use crate::validate::{self, ValidateError};

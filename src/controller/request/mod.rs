@@ -247,7 +247,7 @@ async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<St
         return Ok(namespaces);
     }
     let pvbs: Api<PodVolumeBackup> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-    crate::observe::for_each_pod_volume_backup(&pvbs, Some(backup), |pvb| {
+    crate::observe::paging::for_each_pod_volume_backup(&pvbs, Some(backup), |pvb| {
         namespaces.extend(pvb.spec.pod.namespace);
     })
     .await?;

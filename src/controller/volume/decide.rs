@@ -44,7 +44,7 @@ use super::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 pub mod node;
 pub use node::{NodeDown, OnNode};
 
-/// What one pass saw of a volume's world. Built by [`super::observe`].
+/// What one pass saw of a volume's world. Built by [`super::sight`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Seen {
     pub claim: Claim,

@@ -24,7 +24,7 @@ use crate::controller::{Context, Result};
 use crate::labels;
 
 use super::decide::{Change, Effect};
-use super::observe::{Found, split};
+use super::sight::{Found, split};
 use crate::controller::stores::PassView;
 
 /// What the executor needs of the pass.
@@ -251,17 +251,19 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
         // Ours from before a restart (the next pass looks), or another restore's.
         Err(e) if has_status(&e, 409) => {
             return Ok(Some(match pods.get_opt(&name).await? {
-                Some(pod) if !crate::observe::is_own_stand_in(&pod, act.uid) => Change::End {
-                    outcome: VolumePhase::Failed,
-                    message: format!(
-                        "PVC {} is being restored by {} (stand-in pod {name}); restore it again after that one ends",
-                        volume.written_claim(),
-                        crate::observe::stand_in_restore(&pod)
-                            .map_or("another restore".to_string(), |r| format!(
-                                "DataRestore {r}"
-                            ))
-                    ),
-                },
+                Some(pod) if !crate::observe::own_pods::is_own_stand_in(&pod, act.uid) => {
+                    Change::End {
+                        outcome: VolumePhase::Failed,
+                        message: format!(
+                            "PVC {} is being restored by {} (stand-in pod {name}); restore it again after that one ends",
+                            volume.written_claim(),
+                            crate::observe::own_pods::stand_in_restore(&pod)
+                                .map_or("another restore".to_string(), |r| format!(
+                                    "DataRestore {r}"
+                                ))
+                        ),
+                    }
+                }
                 _ => Change::Stay {
                     message: Some(format!(
                         "stand-in pod {name} exists already; looking at it again"

@@ -1,12 +1,12 @@
-//! One volume's restore: [`observe`] what its world looks like, [`decide`] what happens
-//! next (pure, with a table of every transition), [`execute`] the effect, and [`apply`]
-//! the change to its record.
+//! One volume's restore: what its world looks like ([`sight`]), what happens next
+//! ([`decide`], pure, with a table of every transition), the effect ([`execute`]), and
+//! the change to its record ([`apply`]).
 
 pub mod apply;
 pub mod decide;
 pub mod execute;
-pub mod observe;
 pub mod paths;
+pub mod sight;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -37,9 +37,9 @@ pub struct Advanced {
 /// volume: every effect is idempotent under its derived name, and is done again.
 pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Result<Advanced> {
     let mut volume = volume;
-    let found = observe::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
-    observe::follow(&mut volume, &found, act.uid);
-    let seen = observe::seen(act.ctx, act.uid, act.status, &volume, &found).await?;
+    let found = sight::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
+    sight::follow(&mut volume, &found, act.uid);
+    let seen = sight::seen(act.ctx, act.uid, act.status, &volume, &found).await?;
     let now = Timestamp::now();
     let step = decide::decide(&volume, &seen, rules, now);
     let change = match step.effect {

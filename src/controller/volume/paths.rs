@@ -15,7 +15,7 @@ use crate::labels;
 
 use super::decide::Change;
 use super::execute::{Act, refused_as};
-use super::observe::{Found, split};
+use super::sight::{Found, split};
 
 pub async fn create_copier(
     act: &Act<'_>,

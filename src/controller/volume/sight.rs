@@ -18,7 +18,7 @@ use crate::controller::restore_helper;
 use crate::controller::stores::PassView;
 use crate::controller::{Context, Result};
 use crate::labels;
-use crate::observe;
+use crate::observe::{consumers, own_pods};
 
 use super::decide::{Claim, Consumers, Copier, OnNode, Pvr, Seen, StandIn};
 
@@ -98,7 +98,7 @@ pub async fn found(
         stand_in = pods
             .get_opt(&stand_in_name)
             .await?
-            .filter(|p| observe::is_own_stand_in(p, uid))
+            .filter(|p| own_pods::is_own_stand_in(p, uid))
             .map(Arc::new);
     }
     if again.pod_volume_restore || (again.stand_in && stand_in.is_none()) {
@@ -157,10 +157,10 @@ fn scratch_may_be_left(volume: &VolumeStatus) -> bool {
 
 /// The copier pod as [`decide`](super::decide) needs to know it.
 pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> Copier {
-    if !observe::is_own_copier(pod, uid) {
+    if !own_pods::is_own_copier(pod, uid) {
         return Copier::Other {
             name: pod.name_any(),
-            restore: observe::stand_in_restore(pod).unwrap_or_else(|| "another restore".into()),
+            restore: own_pods::stand_in_restore(pod).unwrap_or_else(|| "another restore".into()),
         };
     }
     if !is_own_writer(pod, uid, volume) {
@@ -312,7 +312,7 @@ pub async fn seen(
     let pvc = written.as_str();
     let (ns, claim) = split(pvc);
     let stand_in_name = labels::stand_in_pod_name(pvc);
-    let mounting = observe::pods_mounting(ctx.reads(), ns, &[claim]).await?;
+    let mounting = consumers::pods_mounting(ctx.reads(), ns, &[claim]).await?;
 
     let mut stand_in = match &found.stand_in {
         Some(pod) if is_own_writer(pod, uid, volume) => stand_in_of(pod),
@@ -331,12 +331,12 @@ pub async fn seen(
         if is_own_writer(pod, uid, volume) {
             continue;
         }
-        if observe::is_stand_in(pod) {
+        if own_pods::is_stand_in(pod) {
             // Stand-in names derive from the claim: another restore's holds it.
             if pod.name_any() == stand_in_name && stand_in == StandIn::Absent {
                 stand_in = StandIn::Other {
                     name: pod.name_any(),
-                    restore: observe::stand_in_restore(pod)
+                    restore: own_pods::stand_in_restore(pod)
                         .unwrap_or_else(|| "another restore".into()),
                     terminating: pod.metadata.deletion_timestamp.is_some(),
                 };
@@ -496,10 +496,10 @@ pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     let name = pod.name_any();
     let recorded =
         |uid: &Option<String>| uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref();
-    let stand_in = observe::is_own_stand_in(pod, uid)
+    let stand_in = own_pods::is_own_stand_in(pod, uid)
         && name == labels::stand_in_pod_name(&volume.written_claim())
         && recorded(&volume.stand_in_uid);
-    let copier = observe::is_own_copier(pod, uid)
+    let copier = own_pods::is_own_copier(pod, uid)
         && name == labels::copier_pod_name(&volume.pvc)
         && recorded(&volume.copier_uid);
     stand_in || copier
@@ -530,7 +530,7 @@ pub fn follow(volume: &mut VolumeStatus, found: &Found, uid: &str) {
     }
     if let Some(pod) = &found.stand_in {
         if volume.stand_in_uid.is_none()
-            && observe::is_own_stand_in(pod, uid)
+            && own_pods::is_own_stand_in(pod, uid)
             && vouched_for(pod, found.pod_volume_restore.as_deref())
         {
             volume.stand_in_uid = pod.metadata.uid.clone();

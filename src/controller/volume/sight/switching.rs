@@ -24,8 +24,8 @@ pub async fn seen(
         .iter()
         .filter(|c| c.switch_to.is_some() && c.pvcs.contains(&volume.pvc))
         .collect();
-    let mounting = observe::pods_mounting(ctx.reads(), ns, &[claim]).await?;
-    let owners = observe::top_owners(ctx.reads(), ns, &mounting).await?;
+    let mounting = observe::consumers::pods_mounting(ctx.reads(), ns, &[claim]).await?;
+    let owners = observe::consumers::top_owners(ctx.reads(), ns, &mounting).await?;
     let mut foreign_pods = Vec::new();
     let mut live_since = Vec::new();
     for (pod, owner) in mounting.iter().zip(owners) {
