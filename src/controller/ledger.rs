@@ -587,3 +587,6 @@ mod tests {
         assert_eq!(names, ["db", "late"]);
     }
 }
+
+#[cfg(test)]
+mod requests;

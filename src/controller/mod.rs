@@ -26,6 +26,8 @@ pub mod stand_in;
 mod status;
 mod status_write;
 mod stores;
+#[cfg(test)]
+mod testing;
 mod volume;
 
 use std::sync::Arc;

@@ -209,3 +209,6 @@ pub fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context>) -> A
         }
     }
 }
+
+#[cfg(test)]
+mod requests;

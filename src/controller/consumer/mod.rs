@@ -1,6 +1,8 @@
 //! Stopping consumers and bringing them back: thin API calls around the pure
 //! [`strategy`] of each kind and the pure [`step`] decision.
 
+#[cfg(test)]
+mod requests;
 mod settle;
 mod step;
 mod strategy;

@@ -339,3 +339,6 @@ async fn create_pod_volume_restore(
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod requests;

@@ -1,0 +1,92 @@
+//! The requests that keep a restore's records: a volume's VolumePluginRestore made
+//! once, then only its status written, and only when its record changed (see
+//! [`crate::controller::testing::api_mock`]).
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::{ConsumerState, VolumePhase};
+use crate::controller::testing::api_mock::{APPLY_PATCH, ApiMock, patch, post};
+use crate::controller::testing::fixtures::{UID, VELERO, as_json, consumer, data_restore};
+
+const RECORDS: &str = "/apis/refill.dev/v1alpha1/namespaces/velero/volumepluginrestores";
+
+/// `volume`'s VolumePluginRestore as the API server stores it at `version`, with the
+/// status sent, if any.
+fn stored(
+    volume: &VolumeStatus,
+    version: &'static str,
+) -> impl Fn(&Value) -> Value + Send + 'static {
+    let dr = data_restore();
+    let made = pvr::volume_plugin_restore(&dr, &record_name(&dr, volume), "nightly", volume, None);
+    let mut object = as_json(&made);
+    object["metadata"]["resourceVersion"] = json!(version);
+    move |sent| {
+        let mut object = object.clone();
+        object["status"] = sent["status"].clone();
+        object
+    }
+}
+
+#[tokio::test]
+async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
+    let dr = data_restore();
+    let volume = VolumeStatus {
+        pvc: "shop/data".into(),
+        phase: VolumePhase::Pending,
+        volume: "data".into(),
+        snapshot_id: Some("snap-1".into()),
+        ..Default::default()
+    };
+    let first = DataRestoreStatus {
+        backup_name: Some("nightly".into()),
+        volumes: vec![volume.clone()],
+        consumers: vec![consumer()],
+        ..Default::default()
+    };
+    let mut marked = first.clone();
+    marked.consumers[0].state = ConsumerState::Stopping;
+    let name = record_name(&dr, &volume);
+    let status = format!("{RECORDS}/{name}/status");
+    let (client, mock) = ApiMock::new([
+        post(RECORDS)
+            .body("/metadata/name", json!(name))
+            .body("/metadata/namespace", json!(VELERO))
+            .body(
+                "/metadata/labels",
+                json!({
+                    labels::BACKUP_NAME: "nightly",
+                    labels::SNAPSHOT_ID: "snap-1",
+                    labels::PROVIDER: crate::api::PROVIDER,
+                    labels::DATA_RESTORE_UID: UID,
+                }),
+            )
+            .body("/metadata/ownerReferences/0/uid", json!(UID))
+            .body("/spec/backupName", json!("nightly"))
+            .answer_with(201, stored(&volume, "1")),
+        // Written conditional on the version the create answered.
+        patch(&status, APPLY_PATCH)
+            .body("/metadata/resourceVersion", json!("1"))
+            .body("/status/phase", json!("Pending"))
+            .body("/status/record/index", json!(0))
+            .body("/status/record/volume/pvc", json!("shop/data"))
+            .body("/status/record/consumers/0/state", json!("Running"))
+            .answer_with(200, stored(&volume, "2")),
+        // The next change: no second create, the version the last write answered.
+        patch(&status, APPLY_PATCH)
+            .body("/metadata/resourceVersion", json!("2"))
+            .body("/status/record/consumers/0/state", json!("Stopping"))
+            .answer_with(200, stored(&volume, "3")),
+    ]);
+    let ledger = Ledger::default();
+    let empty = DataRestoreStatus::default();
+    let saved = mock
+        .run(async {
+            ledger.save(&client, &dr, &empty, &first).await?;
+            ledger.save(&client, &dr, &first, &marked).await?;
+            // Unchanged: nothing is written.
+            ledger.save(&client, &dr, &marked, &marked).await
+        })
+        .await;
+    saved.unwrap();
+}
