@@ -169,3 +169,61 @@ fn the_admission_guard_is_off_by_default_and_renders_the_manifest_when_on() {
         "charts/refill and manifests/admission-guard.yaml differ"
     );
 }
+
+#[test]
+fn the_grafana_dashboard_is_off_by_default_and_holds_the_repositorys_json_when_on() {
+    // ConfigMaps that Grafana's sidecar would load, under its label `key`.
+    let dashboards = |m: &BTreeMap<String, Value>, key: &str| {
+        m.iter()
+            .filter(|(_, o)| o["kind"] == "ConfigMap" && !o["metadata"]["labels"][key].is_null())
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect::<Vec<_>>()
+    };
+    let default = render(&[]);
+    assert!(
+        dashboards(&default, "grafana_dashboard").is_empty(),
+        "the dashboard is opt-in"
+    );
+    assert!(!default.contains_key("ConfigMap refill-system/refill-dashboard"));
+
+    let text =
+        std::fs::read_to_string(repo().join("charts/refill/dashboards/refill.json")).unwrap();
+    let want: Value = serde_json::from_str(&text).unwrap();
+    let holds_the_dashboard = |object: &Value| {
+        let data = object["data"].as_object().unwrap();
+        assert_eq!(data.len(), 1, "one dashboard: {:?}", data.keys());
+        let json = data.values().next().unwrap().as_str().unwrap();
+        assert_eq!(serde_json::from_str::<Value>(json).unwrap(), want);
+        assert_eq!(json, text.trim_end());
+    };
+
+    let on = dashboards(
+        &render(&["--set", "dashboard.enabled=true"]),
+        "grafana_dashboard",
+    );
+    assert_eq!(on.len(), 1, "{on:?}");
+    let (key, object) = &on[0];
+    assert_eq!(key, "ConfigMap refill-system/refill-dashboard");
+    assert_eq!(object["metadata"]["labels"]["grafana_dashboard"], "1");
+    holds_the_dashboard(object);
+
+    let elsewhere = render(&[
+        "--set",
+        "dashboard.enabled=true,dashboard.namespace=monitoring,dashboard.label.key=dashboards.example.com/grafana",
+        "--set-string",
+        "dashboard.label.value=refill,dashboard.annotations.grafana_folder=Backups",
+    ]);
+    let on = dashboards(&elsewhere, "dashboards.example.com/grafana");
+    assert_eq!(on.len(), 1, "{on:?}");
+    let (key, object) = &on[0];
+    assert_eq!(key, "ConfigMap monitoring/refill-dashboard");
+    assert_eq!(
+        object["metadata"]["labels"]["dashboards.example.com/grafana"],
+        "refill"
+    );
+    assert_eq!(
+        object["metadata"]["annotations"]["grafana_folder"],
+        "Backups"
+    );
+    holds_the_dashboard(object);
+}

@@ -173,3 +173,6 @@ fn the_text_shows_every_metric_and_the_gauges_add_up_across_restores() {
             .contains("refill_pod_volume_restores_waiting 1")
     );
 }
+
+mod dashboard;
+mod promql;
