@@ -49,12 +49,18 @@ struct Frozen {
 
 impl Frozen {
     fn kubelet(node_dir: &Path) -> Result<Frozen> {
+        let frozen = Frozen::find(node_dir)?;
+        signal("STOP", &frozen.pid)?;
+        Ok(frozen)
+    }
+
+    /// The kubelet of the node in `node_dir`, as it is.
+    fn find(node_dir: &Path) -> Result<Frozen> {
         let pid_file = node_dir.join("run/kubelet.pid");
         let pid = std::fs::read_to_string(&pid_file)
             .with_context(|| format!("reading {}", pid_file.display()))?
             .trim()
             .to_string();
-        signal("STOP", &pid)?;
         Ok(Frozen { pid })
     }
 }
@@ -308,6 +314,20 @@ async fn delete_node(client: &Client, node: &str) -> Result<()> {
     Ok(())
 }
 
+/// The pod garbage collector removed every pod bound to deleted node `node` (40 s
+/// after the deletion), as it would long before a replacement machine registers under
+/// that name; one started sooner would run them again.
+async fn pods_off(client: &Client, node: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    wait_for(
+        format!("the pods of deleted node {node} gone"),
+        TIMEOUT,
+        || async { Ok(pods.list(&on_node).await?.items.is_empty().then_some(())) },
+    )
+    .await
+}
+
 /// Starts real node `node` over as a new machine of that name would (`e2e/cluster/up.sh`
 /// with `REFILL_RESTART_NODE`): containerd and every container of it stopped, its
 /// kubelet registering the node anew. The other nodes are left as they are.
@@ -338,6 +358,35 @@ async fn frozen(
     when: When,
     fate: Fate,
 ) -> Result<()> {
+    let played = play(env, on, mib, when, fate).await;
+    // Whatever happened, a node deleted by the case comes back for the cases after
+    // it, and for the tests of other binaries.
+    let made_whole = match fate {
+        Fate::Deleted => make_whole(env, on).await,
+        Fate::Back => Ok(()),
+    };
+    played.and(made_whole)
+}
+
+/// A deleted real node started over, once the pods it held are gone from the API;
+/// nothing when its Node object exists.
+async fn make_whole(env: &refill_e2e::TestEnv, node: &str) -> Result<()> {
+    if Api::<Node>::all(env.client.clone())
+        .get_opt(node)
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    // Killed, frozen or not: a stopped process takes SIGKILL.
+    if let Ok(frozen) = Frozen::find(&env.cluster.real_node_dir(node)) {
+        frozen.kill();
+    }
+    pods_off(&env.client, node).await?;
+    restart_real_node(node).await
+}
+
+async fn play(env: &refill_e2e::TestEnv, on: &str, mib: u32, when: When, fate: Fate) -> Result<()> {
     let BackedUp {
         ns,
         client,
@@ -460,12 +509,9 @@ async fn frozen(
         "the app was not scaled back: {:?}",
         app_object.metadata.annotations
     );
-    match (fate, frozen) {
-        (Fate::Deleted, Some(frozen)) => {
-            frozen.kill();
-            restart_real_node(&node).await?;
-        }
-        (_, frozen) => drop(frozen),
+    drop(frozen);
+    if let Fate::Deleted = fate {
+        make_whole(env, &node).await?;
     }
     fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
     if !pvr_of(&client, &ns).await?.is_empty() {

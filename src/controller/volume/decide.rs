@@ -603,7 +603,7 @@ fn lost_hold(pvc: &str, seen: &Seen, online: bool) -> Option<String> {
             ..
         } => {
             return Some(format!(
-                "stand-in pod {name} was deleted during the restore; the volume is not restored"
+                "stand-in pod {name} was deleted or evicted (a drain) during the restore; the volume is not restored"
             ));
         }
         StandIn::Ours {
@@ -1119,14 +1119,17 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                 warning: None,
             },
         ),
-        // Not running, and its volume's node is deleted: it never will.
+        // Not running, and its volume's node is deleted: it never will. It goes as the
+        // volume ends (not placed on any node, it goes at once): an ended restore
+        // leaves no pod behind.
         Copier::Present {
             ended: None,
             name,
             waiting: Some(_),
+            terminating,
             ..
         } if volume_gone.is_some() => step(
-            None,
+            (!terminating).then_some(Effect::DeleteCopier),
             Change::End {
                 outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
                 message: format!(

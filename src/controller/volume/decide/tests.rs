@@ -296,6 +296,8 @@ enum Want {
     CompletedDoing(Effect),
     Abort(VolumePhase, &'static str),
     End(VolumePhase, &'static str),
+    /// Ends, doing this (what is left of a helper goes).
+    EndDoing(Effect, VolumePhase, &'static str),
     Finish(bool),
 }
 
@@ -339,6 +341,13 @@ fn check(name: &str, step: &Step, want: &Want) {
                 message,
             },
         ) => step.effect.is_none() && o == outcome && message.contains(fragment),
+        (
+            Want::EndDoing(effect, outcome, fragment),
+            Change::End {
+                outcome: o,
+                message,
+            },
+        ) => step.effect == Some(*effect) && o == outcome && message.contains(fragment),
         (Want::Finish(partly), Change::Finish { partly_written }) => {
             step.effect.is_none() && partly == partly_written
         }
@@ -538,7 +547,10 @@ fn every_transition() {
             volume(StartingStandIn),
             seen(terminating(), pvr(P::New)),
             rules(),
-            Want::Abort(Failed, "was deleted during the restore"),
+            Want::Abort(
+                Failed,
+                "was deleted or evicted (a drain) during the restore",
+            ),
         ),
         (
             "starting: stand-in failed",
@@ -566,7 +578,10 @@ fn every_transition() {
             volume(StartingStandIn),
             with_users(seen(terminating(), pvr(P::New)), &["web-1"], None),
             online(),
-            Want::Abort(Failed, "was deleted during the restore"),
+            Want::Abort(
+                Failed,
+                "was deleted or evicted (a drain) during the restore",
+            ),
         ),
         (
             "starting: claim deleted",

@@ -206,7 +206,11 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
                 down(0, true, vec![OnNode::Volume]),
             ),
             rules(),
-            Want::End(Failed, "which was on node node-a, now deleted"),
+            Want::EndDoing(
+                Effect::DeleteCopier,
+                Failed,
+                "which was on node node-a, now deleted",
+            ),
         ),
         (
             "a stand-in not placed yet, the node its volume is on down a moment: named",
