@@ -28,10 +28,8 @@
 #![allow(missing_docs)]
 
 pub mod audit;
-pub mod bench;
 pub mod cluster;
 pub mod controller_process;
-pub mod demo;
 pub mod fixture;
 pub mod flux;
 pub mod in_cluster;
