@@ -28,6 +28,16 @@ use_shared_target_dir() {
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/refill/target}"
 }
 
+# `cargo build` of binaries of refill and refill-e2e-tools (debug) exactly as
+# e2e/test's `cargo test --workspace` builds them, so that neither compiles anything
+# after the other. The test target makes cargo resolve features with refill's
+# dev-dependencies, as cargo test does (tokio's test-util, rustix's process);
+# without it tokio and everything built on it would be compiled again, here and in
+# the next e2e/test.
+build_as_tests() {
+  cargo build -p refill -p refill-e2e-tools --test bench_smoke "$@"
+}
+
 # The start of a build-*.sh: TAG begins its log lines, BIN is the directory its
 # programs go to (made here), $work the one Go module sources are copied into
 # (module_copy, modules.sh). Go stamps no VCS data and builds without cgo unless a
