@@ -18,4 +18,5 @@ check() {
 }
 check Cargo.toml src
 check e2e/Cargo.toml e2e/src e2e/tests
+check e2e/tools/Cargo.toml e2e/tools/src e2e/tools/tests
 exit "$status"

@@ -7,25 +7,11 @@
 # built). Cached outside the repository, keyed by the versions in versions.env;
 # a second run returns at once. Prints the bin directory first, then each
 # directory of CRDs to install.
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=SCRIPTDIR/versions.env
-source "$here/versions.env"
-
-cache="${REFILL_CACHE:-$HOME/.cache/refill}"
-bin="$cache/bin/flux-source-$FLUX_SOURCE_CONTROLLER_VERSION-kustomize-$FLUX_KUSTOMIZE_CONTROLLER_VERSION"
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+go_build_setup flux "$cache_dir/bin/flux-source-$FLUX_SOURCE_CONTROLLER_VERSION-kustomize-$FLUX_KUSTOMIZE_CONTROLLER_VERSION"
 # Argo CD's CRD has a version of its own: a new one must not rebuild Flux.
 argocd_crds="$bin/crds/argo-cd-$ARGOCD_VERSION"
-work="$cache/src"
-mkdir -p "$bin" "$work"
-export GOFLAGS=-buildvcs=false CGO_ENABLED=0
-
-log() { printf '[flux] %s\n' "$*" >&2; }
-
-# The module's own go.mod (with its replace directives) is the main module of
-# the build.
-# shellcheck source=SCRIPTDIR/modules.sh
-source "$here/modules.sh"
 
 # What the module proxy serves differs from what the repositories build with:
 #   - each go.mod points its api submodule at ./api, which a module's archive

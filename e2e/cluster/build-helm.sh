@@ -2,25 +2,14 @@
 # Builds the helm CLI from its Go module, for the chart's test (tests/helm_chart.rs:
 # `helm template` and `helm install` of charts/refill). Cached outside the
 # repository, keyed by HELM_VERSION in versions.env; prints the binary's path last.
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=SCRIPTDIR/versions.env
-source "$here/versions.env"
-
-cache="${REFILL_CACHE:-$HOME/.cache/refill}"
-bin="$cache/bin/helm-$HELM_VERSION"
-work="$cache/src"
-mkdir -p "$bin" "$work"
-export GOFLAGS=-buildvcs=false CGO_ENABLED=0
-
-log() { printf '[helm] %s\n' "$*" >&2; }
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+go_build_setup helm "$cache_dir/bin/helm-$HELM_VERSION"
 
 # Tests may ask for it at the same time: one builds, the others wait.
 exec 9>"$bin/.lock"
 flock 9
 if [[ ! -x "$bin/helm" ]]; then
-  # shellcheck source=SCRIPTDIR/modules.sh
-  source "$here/modules.sh"
   dir="$(module_copy helm.sh/helm/v3 "$HELM_VERSION" helm)"
   log "building helm $HELM_VERSION (cold: a few minutes on 2 cores)"
   (cd "$dir" && go build -mod=mod -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \

@@ -5,18 +5,10 @@
 # e2e/images (image builder, pause, test programs, the API server relay) and the
 # local-path provisioner. A second run finds the binaries and returns at once.
 # Prints the bin directory last.
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=SCRIPTDIR/versions.env
-source "$here/versions.env"
-
-cache="${REFILL_CACHE:-$HOME/.cache/refill}"
-bin="$cache/bin/node-k8s-$KUBERNETES_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-cni-$CNI_PLUGINS_VERSION-lpp-$LOCAL_PATH_PROVISIONER_VERSION"
-work="$cache/src"
-mkdir -p "$bin/cni" "$work"
-export GOFLAGS=-buildvcs=false
-
-log() { printf '[build-node] %s\n' "$*" >&2; }
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+go_build_setup build-node "$cache_dir/bin/node-k8s-$KUBERNETES_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-cni-$CNI_PLUGINS_VERSION-lpp-$LOCAL_PATH_PROVISIONER_VERSION"
+mkdir -p "$bin/cni"
 
 # runc needs libseccomp's headers (cgo); a fresh machine has none.
 install_packages() {
@@ -31,9 +23,6 @@ install_packages() {
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null
 }
-
-# shellcheck source=SCRIPTDIR/modules.sh
-source "$here/modules.sh"
 
 build_runc() {
   [[ -x "$bin/runc" ]] && return 0

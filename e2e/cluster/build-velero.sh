@@ -9,27 +9,15 @@
 #
 #   build-velero.sh crds   prints only the directories of Velero's CRDs (v1 and
 #                          v2alpha1) in its module, downloading it if needed
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=SCRIPTDIR/versions.env
-source "$here/versions.env"
-
-cache="${REFILL_CACHE:-$HOME/.cache/refill}"
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 key="velero-$VELERO_VERSION-aws-$VELERO_AWS_PLUGIN_VERSION-gofakes3-$GOFAKES3_VERSION"
-bin="$cache/bin/$key"
+go_build_setup velero "$cache_dir/bin/$key"
 # The images also depend on how this script lays them out.
-images="$cache/images/$key-$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-8)"
-work="$cache/src"
-mkdir -p "$bin" "$work"
-export GOFLAGS=-buildvcs=false CGO_ENABLED=0
-
-log() { printf '[velero] %s\n' "$*" >&2; }
+images="$cache_dir/images/$key-$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-8)"
 
 # Velero's go.mod takes kopia from a fork (a replace directive): module_copy builds
 # in a copy of the module, so that its own go.mod applies.
-# shellcheck source=SCRIPTDIR/modules.sh
-source "$here/modules.sh"
-
 build_velero() {
   [[ -x "$bin/velero" && -x "$bin/velero-restore-helper" && -x "$bin/velero-helper" ]] && return 0
   local dir

@@ -2,18 +2,9 @@
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok
 # from their Go modules into a cache outside the repository, keyed by version.
 # A second run finds the binaries and returns at once.
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=SCRIPTDIR/versions.env
-source "$here/versions.env"
-
-cache="${REFILL_CACHE:-$HOME/.cache/refill}"
-bin="$cache/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
-work="$cache/src"
-mkdir -p "$bin" "$work"
-export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-
-log() { printf '[build] %s\n' "$*" >&2; }
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+go_build_setup build "$cache_dir/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl) missing=()

@@ -7,10 +7,8 @@
 # store's one database file never shrinks (it reached 13 GB over a few weeks of
 # benchmarks and backups), while the real nodes evict pods when the disk is
 # nearly full.
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
-source "$here/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=SCRIPTDIR/nodes.sh
 source "$here/nodes.sh"
 

@@ -1,12 +1,55 @@
 # shellcheck shell=bash disable=SC2034 # variables are for the sourcing scripts
-# Shared by up.sh and down.sh; sourced, not run.
+# The preamble of the scripts under e2e/, and what up.sh and down.sh share;
+# sourced, not run. A script starts with
 #
+#   # shellcheck source=SCRIPTDIR/lib.sh
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#
+# (cluster/lib.sh from e2e/, ../cluster/lib.sh from a folder beside cluster/) and
+# gets strict mode, $here (its own directory), $repo (the checkout's root), the
+# versions of versions.env, and the caches below.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=SCRIPTDIR/versions.env
+source "$repo/e2e/cluster/versions.env"
+
 # Everything the local control plane owns lives in one state directory, so that
 # several checkouts (or a test that wants its own cluster) can set
 # REFILL_CLUSTER_DIR and never touch each other's processes or files.
-
 cluster_dir="${REFILL_CLUSTER_DIR:-$HOME/.cache/refill/cluster}"
+# The programs built for it, and their sources, are shared by every checkout.
 cache_dir="${REFILL_CACHE:-$HOME/.cache/refill}"
+
+# refill's builds, outside the repository and shared by e2e/test, e2e/demo and the
+# benchmarks (and by a fresh clone, as in CI), so that none compiles what another
+# already did.
+use_shared_target_dir() {
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/refill/target}"
+}
+
+# `cargo build` of binaries of refill and refill-e2e-tools (debug) exactly as
+# e2e/test's `cargo test --workspace` builds them, so that neither compiles anything
+# after the other. The test target makes cargo resolve features with refill's
+# dev-dependencies, as cargo test does (tokio's test-util, rustix's process);
+# without it tokio and everything built on it would be compiled again, here and in
+# the next e2e/test.
+build_as_tests() {
+  cargo build -p refill -p refill-e2e-tools --test bench_smoke "$@"
+}
+
+# The start of a build-*.sh: TAG begins its log lines, BIN is the directory its
+# programs go to (made here), $work the one Go module sources are copied into
+# (module_copy, modules.sh). Go stamps no VCS data and builds without cgo unless a
+# build asks for it.
+go_build_setup() {
+  log_tag="$1" bin="$2" work="$cache_dir/src"
+  mkdir -p "$bin" "$work"
+  export GOFLAGS=-buildvcs=false CGO_ENABLED=0
+  log() { printf '[%s] %s\n' "$log_tag" "$*" >&2; }
+  # shellcheck source=SCRIPTDIR/modules.sh
+  source "$repo/e2e/cluster/modules.sh"
+}
 
 # Start order; down.sh stops them in reverse.
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok local-path-provisioner gofakes3

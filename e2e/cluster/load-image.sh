@@ -4,10 +4,8 @@
 # no registry. Pods use them with imagePullPolicy Never or IfNotPresent.
 #
 #   e2e/cluster/load-image.sh ARCHIVE...
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
-source "$here/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=SCRIPTDIR/nodes.sh
 source "$here/nodes.sh"
 

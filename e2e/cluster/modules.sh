@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154 # $work and log come from the sourcing script
-# Shared by the build scripts (build-node.sh, build-velero.sh, build-helm.sh); sourced, not run.
-# They set $work (where module copies go) and define log.
+# Shared by the build-*.sh scripts; sourced by lib.sh's go_build_setup, not run,
+# which sets $work (where module copies go) and defines log.
 
 # A writable copy of a module's source, so that the module's own go.mod (with its
 # replace directives) is the main module of the build, as in its own repository.

@@ -24,10 +24,8 @@
 #                       source-controller and kustomize-controller on the host,
 #                       with their CRDs and Argo CD's Application CRD; 0 to leave
 #                       them out (and stop them). See flux.sh.
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
-source "$here/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=SCRIPTDIR/nodes.sh
 source "$here/nodes.sh"
 # shellcheck source=SCRIPTDIR/velero.sh

@@ -14,8 +14,6 @@
 # Velero runs only where real nodes do: with REFILL_REAL_NODES=0 nothing of it
 # starts.
 
-# shellcheck source=SCRIPTDIR/versions.env
-source "$here/versions.env"
 
 velero_namespace=velero
 velero_bucket=velero

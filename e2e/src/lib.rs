@@ -19,6 +19,25 @@
 //!     .await
 //! }
 //! ```
+//!
+//! # Running the controller
+//!
+//! Three ways, one for each purpose:
+//!
+//! - [`fixture::ControllerHandle`]: in the test's own process, as refill's
+//!   ServiceAccount (RBAC applies as in a cluster). The default for kwok tests: it
+//!   starts at once, and a test kills and restarts it at will (dropping the handle is
+//!   a kill).
+//! - [`controller_process::ControllerProcess`]: `refill controller` as a process of
+//!   its own, with a token issued for the run. For what needs a process: its memory
+//!   from `/proc` (the benchmark's peak RSS), its requests told apart in the audit
+//!   log, a kill by signal, several replicas electing a leader.
+//! - [`in_cluster`]: refill's image as a pod of `manifests/deployment.yaml` on a real
+//!   node, as users run it. For tests that move data through Velero's node agent on
+//!   the real nodes, and for the real-data benchmark and the demo.
+//!
+//! The benchmarks and the demo are not here but in `refill-e2e-tools`
+//! (`e2e/tools/`), so that no test links them.
 
 // The workspace's lints hold here too, but for missing_docs: this crate is the tests'
 // own harness, read beside the tests that use it, and its public items (some 170,
@@ -28,10 +47,8 @@
 #![allow(missing_docs)]
 
 pub mod audit;
-pub mod bench;
 pub mod cluster;
 pub mod controller_process;
-pub mod demo;
 pub mod fixture;
 pub mod flux;
 pub mod in_cluster;

@@ -29,8 +29,8 @@ use tokio::sync::{Semaphore, mpsc};
 use super::IN_FLIGHT;
 use super::scene::{APP, BACKUP, CLAIM, RUN_LABEL, Scene, Side, is_helper};
 use super::watch::Watched;
-use crate::is_pod_ready;
-use crate::node_agent::decide;
+use refill_e2e::is_pod_ready;
+use refill_e2e::node_agent::decide;
 
 /// How long the whole restore floor may take.
 const WAIT: Duration = Duration::from_secs(1800);

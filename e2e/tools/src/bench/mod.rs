@@ -40,11 +40,11 @@ use self::floor::FloorRun;
 use self::progress::progress_check;
 use self::scene::{Scene, Side};
 use self::watch::{Watched, all_ready};
-use crate::Cluster;
-use crate::audit::{self, Requests};
-use crate::controller_process::{ControllerKind, ControllerProcess};
-use crate::fixture;
-use crate::node_agent::{self, NodeAgentConfig};
+use refill_e2e::Cluster;
+use refill_e2e::audit::{self, Requests};
+use refill_e2e::controller_process::{ControllerKind, ControllerProcess};
+use refill_e2e::fixture;
+use refill_e2e::node_agent::{self, NodeAgentConfig};
 
 /// How long any one restore (either way) may take before the run is given up.
 pub const RESTORE_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -238,7 +238,7 @@ async fn measure(
     let _agent = node_agent::spawn(admin.clone(), agent_config(scene));
     // The kubelets' part kwok does not play: copier pods (a restore empties each
     // volume first).
-    let _kubelet = crate::kubelet::spawn(admin.clone(), None);
+    let _kubelet = refill_e2e::kubelet::spawn(admin.clone(), None);
     let mut end_state_checked = Vec::new();
 
     // --- refill, every volume at once ---------------------------------------------
@@ -418,7 +418,7 @@ async fn refill_run(
 async fn forget_restore(admin: &Client, scene: &Scene, name: &str) -> Result<()> {
     let restores: Api<DataRestore> = Api::namespaced(admin.clone(), &scene.velero_ns);
     let uid = restores.get(name).await?.uid().unwrap_or_default();
-    crate::support::release_restores(admin, &scene.velero_ns).await?;
+    refill_e2e::support::release_restores(admin, &scene.velero_ns).await?;
     restores.delete(name, &DeleteParams::default()).await?;
     tokio::time::timeout(
         Duration::from_secs(60),
@@ -509,7 +509,7 @@ async fn start_idle_controller(
     let leases: Api<Lease> = Api::namespaced(cluster.admin_client().await?, &scene.velero_ns);
     absent_is_fine(
         leases
-            .delete(crate::in_cluster::LEASE, &DeleteParams::default())
+            .delete(refill_e2e::in_cluster::LEASE, &DeleteParams::default())
             .await,
     )?;
     let ctl = ControllerProcess::start_named(

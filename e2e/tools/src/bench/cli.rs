@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::controller_process::ControllerKind;
 use anyhow::{Result, bail};
+use refill_e2e::controller_process::ControllerKind;
 
 /// Restore N PVCs with refill and with a kubectl script; compare time, API requests
 /// and the controller's memory.
@@ -91,7 +91,7 @@ pub async fn main(args: Args) -> Result<()> {
         progress_pvcs: args.progress_pvcs,
         quiet_wait: std::time::Duration::from_secs(args.quiet_wait),
     };
-    let cluster = crate::cluster().await?;
+    let cluster = refill_e2e::cluster().await?;
     super::run(cluster, &options).await?;
     Ok(())
 }

@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::{TESTBOX_IMAGE, fixture, real_node_annotations, velero, wait_for};
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use refill::api::{Backup, DataRestore};
+use refill_e2e::{TESTBOX_IMAGE, fixture, real_node_annotations, velero, wait_for};
 use serde_json::json;
 
 use super::data::{self, File};

@@ -44,7 +44,7 @@ struct Args {
     dir: Option<PathBuf>,
     /// The results file whose copier section this run replaces.
     #[arg(long, value_name = "FILE",
-          default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md"))]
+          default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/RESULTS.md"))]
     results: PathBuf,
 }
 
@@ -121,7 +121,7 @@ fn main() -> Result<()> {
     );
     let table = report::markdown(&bench, &made, &command, &scratch.0);
     println!("\n{table}");
-    refill_e2e::bench::results::write(&args.results, &table)
+    refill_e2e_tools::bench::results::write(&args.results, &table)
 }
 
 impl Bench {

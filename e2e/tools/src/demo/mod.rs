@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::fixture;
-use crate::velero;
-use crate::{REFILL_IMAGE, in_cluster, wait_for};
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::{Api, Client};
 use refill::api::Phase;
+use refill_e2e::fixture;
+use refill_e2e::velero;
+use refill_e2e::{REFILL_IMAGE, in_cluster, wait_for};
 
 use self::data::{DAMAGE, FileState};
 use self::scene::{NS, RESTORE, VELERO_NS, Volume};
@@ -100,7 +100,7 @@ async fn run(args: &Args, ui: &mut Ui, report: &mut Report) -> Result<()> {
     let velero = velero_summary(&admin).await?;
     ui.ok(&velero);
     ui.line("(the very first run builds refill's image: a release build, minutes on 2 cores)");
-    let cluster = crate::cluster().await?;
+    let cluster = refill_e2e::cluster().await?;
     let pod = in_cluster::install_controller(cluster, &admin, VELERO_NS, Duration::from_secs(1800))
         .await?;
     ui.ok("CRDs of manifests/crds.yaml: DataRestore, VolumePluginRestore");
@@ -291,7 +291,7 @@ async fn verify(client: &Client, ui: &Ui, volumes: &[Volume], report: &mut Repor
         }
     };
 
-    let restore = crate::fixture::get_whole(client, VELERO_NS, RESTORE).await?;
+    let restore = refill_e2e::fixture::get_whole(client, VELERO_NS, RESTORE).await?;
     let status = restore.status.unwrap_or_default();
     report.volumes = status.volumes.len();
     report.restored_bytes = status

@@ -81,7 +81,7 @@ pub fn machine() -> String {
 
 /// refill's commit, and whether src/ differs from it.
 pub fn revision() -> String {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .arg("-C")

@@ -13,8 +13,8 @@ use kube::{Api, Client};
 use super::scene::NS;
 use super::ui::Ui;
 use super::{Args, USER_AGENT};
-use crate::controller_process::write_token_kubeconfig;
-use crate::fixture::CONTROLLER_SA;
+use refill_e2e::controller_process::write_token_kubeconfig;
+use refill_e2e::fixture::CONTROLLER_SA;
 
 /// A kubeconfig for refill's ServiceAccount, with a token from the TokenRequest API,
 /// readable by its owner only.

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::scene::is_helper;
-use crate::is_pod_ready;
+use refill_e2e::is_pod_ready;
 
 /// The objects one watch sees, kept up to date while it lives.
 pub struct Watched<K: Resource<DynamicType = ()> + Clone + 'static> {

@@ -105,7 +105,7 @@ fn output(command: &mut Command) -> Option<String> {
 
 /// The commit this was built from, as `git describe` tells it.
 fn revision() -> String {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut git = Command::new("git");
     git.arg("-C")
         .arg(repo)

@@ -11,10 +11,10 @@ use super::scene::{self, Scene, Side};
 use super::{
     Options, RESTORE_TIMEOUT, agent_config, restore_spec, run_done, start_idle_controller,
 };
-use crate::Cluster;
-use crate::audit::{self, Requests};
-use crate::fixture;
-use crate::node_agent;
+use refill_e2e::Cluster;
+use refill_e2e::audit::{self, Requests};
+use refill_e2e::fixture;
+use refill_e2e::node_agent;
 
 /// What the progress check measured: how often refill wrote status while the node
 /// agent reported progress several times a second.
@@ -55,7 +55,7 @@ pub(super) async fn progress_check(
         let _agent = node_agent::spawn(admin.clone(), agent_cfg);
         // The kubelets' part kwok does not play: copier pods (a restore empties each
         // volume first).
-        let _kubelet = crate::kubelet::spawn(admin.clone(), None);
+        let _kubelet = refill_e2e::kubelet::spawn(admin.clone(), None);
         let cursor = audit::Cursor::now(cluster)?;
         let (ctl, credential) = start_idle_controller(cluster, options, &scene, "bench").await?;
         let spec = restore_spec(&scene, Some(n as u32));

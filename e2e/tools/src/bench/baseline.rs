@@ -5,15 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::Cluster;
 use anyhow::{Context as _, Result, bail};
+use refill_e2e::Cluster;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::scene::{APP, BACKUP, CLAIM, Scene, Side};
 
 /// The script, as checked in.
 pub fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/kubectl-restore.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/kubectl-restore.sh")
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo build --release --bin refill
-//! cargo run -p refill-e2e --release --bin request-load -- \
+//! cargo run -p refill-e2e-tools --release --bin request-load -- \
 //!     --refill "$CARGO_TARGET_DIR/release/refill"   # 200 requests, 20 namespaces, 1000 PVBs
 //! ```
 

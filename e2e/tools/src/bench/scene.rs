@@ -19,8 +19,8 @@ use refill::labels;
 use serde_json::json;
 
 use super::watch::{Watched, all_ready};
-use crate::fixture::{self, BackedUpVolume};
-use crate::{Cluster, NODES, RESTORE_WAIT_CONTAINER, wait_for};
+use refill_e2e::fixture::{self, BackedUpVolume};
+use refill_e2e::{Cluster, NODES, RESTORE_WAIT_CONTAINER, wait_for};
 
 /// Label on every namespace, PV, claim and Deployment pod of one run, with the run's ID.
 pub const RUN_LABEL: &str = "refill-bench/run";
@@ -391,7 +391,7 @@ impl Scene {
     /// their deletion.
     pub async fn cleanup(&self, admin: &Client, wait: bool) -> Result<()> {
         let started = std::time::Instant::now();
-        crate::support::release_restores(admin, &self.velero_ns).await?;
+        refill_e2e::support::release_restores(admin, &self.velero_ns).await?;
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         let mut all = self.all_namespaces();
         all.push(self.velero_ns.clone());
