@@ -383,7 +383,28 @@ async fn make_whole(env: &refill_e2e::TestEnv, node: &str) -> Result<()> {
         frozen.kill();
     }
     pods_off(&env.client, node).await?;
-    restart_real_node(node).await
+    restart_real_node(node).await?;
+    controller_whole(&env.client).await
+}
+
+/// refill's controller runs again as installed: its replicas Ready, one leading. A
+/// node taken away took its pods there with it.
+async fn controller_whole(client: &Client) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "refill-system");
+    wait_for("refill's controller Ready and leading", TIMEOUT, || async {
+        let ready = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| refill_e2e::is_pod_ready(p))
+            .count();
+        let leading = refill_e2e::in_cluster::leader(client, VELERO_NAMESPACE)
+            .await?
+            .is_some_and(|p| refill_e2e::is_pod_ready(&p));
+        Ok((ready >= 2 && leading).then_some(()))
+    })
+    .await
 }
 
 async fn play(env: &refill_e2e::TestEnv, on: &str, mib: u32, when: When, fate: Fate) -> Result<()> {
@@ -606,6 +627,7 @@ async fn drained(env: &refill_e2e::TestEnv, on: &str) -> Result<()> {
     }
     refills_pods_gone(&client, &ns).await?;
     drop(uncordon);
+    controller_whole(&client).await?;
     fixture::wait_ready_pods(&client, &ns, "app", 1, TIMEOUT).await?;
     nothing_left_behind(&client, &ns, &done).await?;
     forget(&client, &ns, &backup).await
@@ -629,13 +651,30 @@ impl Drop for Uncordon {
     }
 }
 
+/// Held shared by the cases that freeze a node and resume it, and alone by those that
+/// take a node away (deleted, or drained): those move refill's own controller pods,
+/// which must not land on a node another case has frozen.
+static TAKES_A_NODE_AWAY: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 macro_rules! node_fault {
-    ($name:ident, $label:literal, $mib:literal, $when:ident, $fate:ident) => {
+    ($name:ident, $label:literal, $mib:literal, $when:ident, Back) => {
         #[tokio::test]
         async fn $name() -> Result<()> {
+            let _shared = TAKES_A_NODE_AWAY.read().await;
             let node = borrow_node().await?;
             run_test($label, |env| async move {
-                frozen(&env, &node.0, $mib, When::$when, Fate::$fate).await
+                frozen(&env, &node.0, $mib, When::$when, Fate::Back).await
+            })
+            .await
+        }
+    };
+    ($name:ident, $label:literal, $mib:literal, $when:ident, Deleted) => {
+        #[tokio::test]
+        async fn $name() -> Result<()> {
+            let _alone = TAKES_A_NODE_AWAY.write().await;
+            let node = borrow_node().await?;
+            run_test($label, |env| async move {
+                frozen(&env, &node.0, $mib, When::$when, Fate::Deleted).await
             })
             .await
         }
@@ -715,6 +754,7 @@ node_fault!(
 
 #[tokio::test]
 async fn a_drain_mid_restore_stops_at_the_stand_in_unless_forced() -> Result<()> {
+    let _alone = TAKES_A_NODE_AWAY.write().await;
     let node = borrow_node().await?;
     run_test(
         "nf-drain",
