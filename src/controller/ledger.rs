@@ -124,11 +124,19 @@ pub fn homes(volumes: &[VolumeStatus], consumers: &[ConsumerRecord]) -> Vec<usiz
 /// The index of the volume each GitOps object is kept with: the first home of the
 /// consumers it manages (the first volume if it names none the restore has).
 pub fn git_ops_homes(kept: &DataRestoreStatus) -> Vec<usize> {
-    let consumer_homes = homes(&kept.volumes, &kept.consumers);
+    git_ops_homes_by(kept, &homes(&kept.volumes, &kept.consumers))
+}
+
+/// [`git_ops_homes`], from the consumers' homes already found. Asked on every pass: a
+/// restore without GitOps objects names no consumer.
+fn git_ops_homes_by(kept: &DataRestoreStatus, consumer_homes: &[usize]) -> Vec<usize> {
+    if kept.git_ops.is_empty() {
+        return Vec::new();
+    }
     let by_name: HashMap<String, usize> = kept
         .consumers
         .iter()
-        .zip(consumer_homes)
+        .zip(consumer_homes.iter().copied())
         .map(|(c, home)| (c.kind.describe(&c.namespace, &c.name), home))
         .collect();
     kept.git_ops
@@ -157,14 +165,15 @@ pub fn entries(kept: &DataRestoreStatus) -> Vec<Entry<'_>> {
     if entries.is_empty() {
         return entries;
     }
-    for (consumer, home) in kept
-        .consumers
-        .iter()
-        .zip(homes(&kept.volumes, &kept.consumers))
-    {
+    let consumer_homes = homes(&kept.volumes, &kept.consumers);
+    for (consumer, &home) in kept.consumers.iter().zip(&consumer_homes) {
         entries[home].consumers.push(consumer);
     }
-    for (record, home) in kept.git_ops.iter().zip(git_ops_homes(kept)) {
+    for (record, home) in kept
+        .git_ops
+        .iter()
+        .zip(git_ops_homes_by(kept, &consumer_homes))
+    {
         entries[home].git_ops.push(record);
     }
     entries
