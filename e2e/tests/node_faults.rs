@@ -115,21 +115,12 @@ async fn stand_in_exists(client: &Client, ns: &str) -> Result<()> {
 
 /// A node agent took the restore (Velero records that before it writes).
 async fn node_agent_took_it(client: &Client, restore: &str) -> Result<()> {
-    let restores: Api<DataRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
-    let uid = restores.get(restore).await?.uid().unwrap_or_default();
-    let pvrs: Api<PodVolumeRestore> = Api::namespaced(client.clone(), VELERO_NAMESPACE);
     wait_for("a node agent to take the restore", TIMEOUT, || async {
-        let taken = pvrs
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .any(|p| {
-                p.owner_references().iter().any(|o| o.uid == uid)
-                    && p.status.as_ref().is_some_and(|s| {
-                        s.accepted_timestamp.is_some() || s.start_timestamp.is_some()
-                    })
-            });
+        let taken = pvr_of(client, restore).await?.iter().any(|p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.accepted_timestamp.is_some() || s.start_timestamp.is_some())
+        });
         Ok(taken.then_some(()))
     })
     .await
@@ -241,6 +232,17 @@ async fn ended_or_holding(
         },
     )
     .await
+}
+
+/// The app's volume damaged as an operator finds it; the node its pod runs on.
+fn damaged_on_its_node(app: &Pod, dir: &Path) -> Result<String> {
+    let node = app
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .context("the app's pod has no node")?;
+    damage(dir)?;
+    Ok(node)
 }
 
 async fn pvr_of(client: &Client, restore: &str) -> Result<Vec<PodVolumeRestore>> {
@@ -416,12 +418,7 @@ async fn play(env: &refill_e2e::TestEnv, on: &str, mib: u32, when: When, fate: F
         want,
         backup,
     } = backed_up_on(env, mib, Some(on)).await?;
-    let node = app
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .context("the app's pod has no node")?;
-    damage(&dir)?;
+    let node = damaged_on_its_node(&app, &dir)?;
 
     let spec = DataRestoreSpec {
         backup_name: Some(backup.clone()),
@@ -556,12 +553,7 @@ async fn drained(env: &refill_e2e::TestEnv, on: &str) -> Result<()> {
         want,
         backup,
     } = backed_up_on(env, 8, Some(on)).await?;
-    let node = app
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .context("the app's pod has no node")?;
-    damage(&dir)?;
+    let node = damaged_on_its_node(&app, &dir)?;
     let spec = DataRestoreSpec {
         backup_name: Some(backup.clone()),
         pvcs: vec![format!("{ns}/data")],
