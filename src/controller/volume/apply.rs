@@ -5,9 +5,12 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{VolumePhase, VolumeStatus};
 
-use super::decide::Change;
+use super::decide::{Change, node};
 use crate::controller::reasons;
 use crate::controller::status::stored;
+
+/// What a put-back adds to the reason a volume stopped.
+const PUT_BACK: &str = "; the volume's files were put back as they were";
 
 /// An Event to publish about the volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,10 +119,13 @@ pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Appli
             volume.tidied = Some(summary.deleted);
         }
         // Aborting: the files set aside are back; the reason it stopped stays the message.
+        // Only the reason: a note of a node it waited on is over now, and a put-back seen
+        // again on a later pass must not say so twice.
         Change::Copied(summary) if volume.phase == VolumePhase::Aborting => {
-            let reason = volume.message.clone().unwrap_or_default();
+            let message = node::noted(volume.message.take(), None).unwrap_or_default();
+            let reason = message.split(PUT_BACK).next().unwrap_or_default();
             volume.message = Some(format!(
-                "{reason}; the volume's files were put back as they were ({} put back, {} written meanwhile deleted)",
+                "{reason}{PUT_BACK} ({} put back, {} written meanwhile deleted)",
                 entries(summary.unchanged),
                 entries(summary.deleted)
             ));
@@ -307,6 +313,11 @@ mod tests {
             deleted: 4,
             ..Default::default()
         };
+        back.message = Some(
+            "the restore was canceled; waiting on node n1 (NotReady (KubeletNotReady))".into(),
+        );
+        apply(&mut back, Change::Copied(summary.clone()), now);
+        // The copier's result read again on the next pass.
         apply(&mut back, Change::Copied(summary), now);
         assert_eq!(back.put_back, Some(9));
         apply(
@@ -319,10 +330,11 @@ mod tests {
         assert_eq!(back.phase, VolumePhase::Canceled);
         assert!(!back.partly_written);
         let message = back.message.unwrap();
-        assert!(
-            message.starts_with("the restore was canceled; the volume's files were put back")
-                && message.contains("9 entries put back, 4 entries written meanwhile deleted"),
-            "{message}"
+        assert_eq!(
+            message,
+            "the restore was canceled; the volume's files were put back as they were \
+             (9 entries put back, 4 entries written meanwhile deleted)",
+            "once, and without the node note that is over"
         );
 
         let mut lost = set_aside;

@@ -4,7 +4,15 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use refill::api::ExtraFiles;
 use refill_e2e::controller_process::ControllerKind;
+
+/// `spec.extraFiles` as the command line names it.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ExtraFilesArg {
+    Delete,
+    Keep,
+}
 
 /// Restore N PVCs with refill and with a kubectl script; compare time, API requests
 /// and the controller's memory.
@@ -45,6 +53,11 @@ pub struct Args {
     /// to fall below 1.0, so that sizes start equally quiet (`e2e/bench/run`: 180).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     quiet_wait: u64,
+    /// What refill's restores do with files the backup does not hold: `delete` (refill's
+    /// default: the volume ends as the backup holds it) or `keep` (the price of that
+    /// exactness: the volume is not cleared first nor tidied after).
+    #[arg(long, value_enum, default_value_t = ExtraFilesArg::Delete)]
+    extra_files: ExtraFilesArg,
     /// How the command is shown in the report.
     #[arg(long, hide = true)]
     command: Option<String>,
@@ -90,6 +103,10 @@ pub async fn main(args: Args) -> Result<()> {
         keep: args.keep,
         progress_pvcs: args.progress_pvcs,
         quiet_wait: std::time::Duration::from_secs(args.quiet_wait),
+        extra_files: match args.extra_files {
+            ExtraFilesArg::Delete => ExtraFiles::Delete,
+            ExtraFilesArg::Keep => ExtraFiles::Keep,
+        },
     };
     let cluster = refill_e2e::cluster().await?;
     super::run(cluster, &options).await?;

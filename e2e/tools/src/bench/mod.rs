@@ -34,7 +34,7 @@ use kube::api::DeleteParams;
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use refill::api::{DataRestore, DataRestoreSpec, Phase};
+use refill::api::{DataRestore, DataRestoreSpec, ExtraFiles, Phase};
 
 use self::floor::FloorRun;
 use self::progress::progress_check;
@@ -94,6 +94,8 @@ pub struct Options {
     pub progress_pvcs: usize,
     /// How long each size waits for the machine to be quiet before it starts.
     pub quiet_wait: Duration,
+    /// The restores' `spec.extraFiles`.
+    pub extra_files: ExtraFiles,
 }
 
 /// One restore by refill: one DataRestore over the run's refill namespaces.
@@ -352,7 +354,13 @@ async fn refill_run(
     let load_average = load_average();
     let requested_at = SystemTime::now();
     let t0 = Instant::now();
-    fixture::data_restore(admin, &scene.velero_ns, name, restore_spec(scene, parallel)).await?;
+    fixture::data_restore(
+        admin,
+        &scene.velero_ns,
+        name,
+        restore_spec(scene, parallel, options.extra_files),
+    )
+    .await?;
     let done = tokio::time::timeout(RESTORE_TIMEOUT, finished)
         .await
         .with_context(|| format!("the DataRestore {name} did not finish in time"))???;
@@ -534,11 +542,12 @@ async fn start_idle_controller(
 
 /// One DataRestore for all of the run's refill namespaces, `parallel` volumes at once
 /// (none: refill's default).
-fn restore_spec(scene: &Scene, parallel: Option<u32>) -> DataRestoreSpec {
+fn restore_spec(scene: &Scene, parallel: Option<u32>, extra_files: ExtraFiles) -> DataRestoreSpec {
     DataRestoreSpec {
         backup_name: Some(scene::BACKUP.into()),
         included_namespaces: scene.namespaces(Side::Refill),
         parallel,
+        extra_files,
         ..Default::default()
     }
 }
