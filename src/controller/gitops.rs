@@ -10,10 +10,10 @@ use kube::{Api, Client};
 use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, GitOpsRecord, GitOpsState};
 use crate::gitops::pause::{self, Pause, Release};
 
-use super::concurrent::for_each_concurrently;
-use super::error::{Category, category_of, has_status};
 use super::status::now;
 use super::{Context, Result, reasons};
+use crate::controller::runtime::concurrent::for_each_concurrently;
+use crate::controller::runtime::error::{Category, category_of, has_status};
 
 /// How long consumers wait for a GitOps tool to show it saw its pause.
 const CONFIRM_LIMIT: Duration = Duration::from_secs(30);

@@ -26,11 +26,11 @@ use crate::api::{
     ConsumerRecord, DataRestore, DataRestoreStatus, GitOpsRecord, VolumePluginRestore,
     VolumePluginRestoreStatus, VolumeRecord, VolumeStatus,
 };
-use crate::controller::pod_volume_restore as pvr;
+use crate::controller::build::pod_volume_restore as pvr;
 use crate::labels::{self, FIELD_MANAGER};
 
-use super::error::has_status;
 use super::{Error, Result};
+use crate::controller::runtime::error::has_status;
 
 /// VolumePluginRestores written at once.
 const WRITES_IN_FLIGHT: usize = 16;

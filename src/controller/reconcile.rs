@@ -13,11 +13,11 @@ use tracing::{debug, warn};
 use crate::api::{DataRestore, DataRestoreStatus};
 use crate::labels::{FIELD_MANAGER, FINALIZER};
 
-use super::error::Category;
 use super::ledger;
 use super::phase::{self, Next};
 use super::status;
 use super::{Context, Error, Result};
+use crate::controller::runtime::error::Category;
 
 /// Passes in a row within one reconcile at most: each that only recorded decisions is
 /// followed at once by one that acts on them.

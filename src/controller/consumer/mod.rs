@@ -16,7 +16,7 @@ use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
 use crate::controller::status::now;
 use crate::labels;
 
-use super::error::{Category, category_of, has_status};
+use crate::controller::runtime::error::{Category, category_of, has_status};
 
 pub use settle::settle_consumers;
 pub use step::{ConsumerStep, consumer_step};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use crate::api::{ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus};
-use crate::controller::concurrent::for_each_concurrently;
+use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::{Context, Result, reasons};
 
 use super::{ConsumerStep, Stopped, consumer_step};

@@ -19,11 +19,11 @@ use crate::api::{
     ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
     Phase, VolumePhase, VolumeStatus,
 };
-use crate::controller::concurrent::for_each_concurrently;
+use crate::controller::build::restore_helper;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
 use crate::controller::gitops;
 use crate::controller::reasons;
-use crate::controller::restore_helper;
+use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::status;
 use crate::controller::volume::decide::{Rules, Stop, expired};
 use crate::controller::volume::execute::Act;

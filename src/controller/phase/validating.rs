@@ -8,7 +8,7 @@ use crate::api::{
     ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, RestoreTarget,
     VolumePhase, VolumeStatus,
 };
-use crate::controller::error::Category;
+use crate::controller::runtime::error::Category;
 use crate::controller::status::now;
 use crate::controller::volume::sight::split;
 use crate::controller::{Context, Error, Result, reasons};
@@ -60,7 +60,7 @@ pub async fn validate(
         // Refused for good (RBAC, say): nothing was touched, so the restore ends here
         // with the server's words instead of retrying forever.
         Err(ValidateError::Kube(e))
-            if crate::controller::error::category_of(&e) == Category::Permanent =>
+            if crate::controller::runtime::error::category_of(&e) == Category::Permanent =>
         {
             let why = Error::Kube(e).reason();
             return Ok(invalid(

@@ -8,7 +8,7 @@ use super::*;
 use crate::api::{
     ConsumerCounts, ConsumerState, Phase, VolumeCounts, VolumePhase, VolumeRecord, VolumeStatus,
 };
-use crate::controller::pod_volume_restore as pvr;
+use crate::controller::build::pod_volume_restore as pvr;
 use crate::controller::testing::api_mock::{APPLY_PATCH, ApiMock, Expect, MERGE_PATCH, get, patch};
 use crate::controller::testing::fixtures::{UID, as_json, consumer, context, data_restore};
 

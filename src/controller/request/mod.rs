@@ -26,8 +26,9 @@ use tracing::{info, warn};
 use crate::api::{DataRestore, DataRestoreRequest, PodVolumeBackup};
 use crate::labels::{self, FINALIZER};
 
-use super::panics::{self, Audience};
-use super::{Context, Error, Result, status_write};
+use super::runtime::status_write;
+use super::{Context, Error, Result};
+use crate::controller::runtime::panics::{self, Audience};
 
 /// A waiting request is looked at again this often even when nothing woke it: a wake
 /// lost (say, to a restart) costs at most this.

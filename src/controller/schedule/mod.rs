@@ -22,9 +22,10 @@ use tracing::{info, warn};
 use crate::api::{Backup, DataRestore, DataRestoreSchedule};
 use crate::labels;
 
-use super::panics::{self, Audience};
+use super::runtime::status_write;
 use super::status::now;
-use super::{Context, Error, Result, status_write};
+use super::{Context, Error, Result};
+use crate::controller::runtime::panics::{self, Audience};
 use decide::{Made, Seen, Start};
 
 /// The longest a schedule waits before it looks again, whatever its cron says: a

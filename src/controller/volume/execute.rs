@@ -15,17 +15,17 @@ use tracing::info;
 use crate::api::{
     DataRestore, DataRestoreStatus, PodVolumeBackup, PodVolumeRestore, VolumePhase, VolumeStatus,
 };
-use crate::controller::error::{Category, Error, has_status};
-use crate::controller::new_claim;
-use crate::controller::pod_volume_restore as pvr;
-use crate::controller::restore_helper::{self, HelperSource};
-use crate::controller::stand_in::{self, StandIn};
+use crate::controller::build::new_claim;
+use crate::controller::build::pod_volume_restore as pvr;
+use crate::controller::build::restore_helper::{self, HelperSource};
+use crate::controller::build::stand_in::{self, StandIn};
+use crate::controller::runtime::error::{Category, Error, has_status};
 use crate::controller::{Context, Result};
 use crate::labels;
 
 use super::decide::{Change, Effect};
 use super::sight::{Found, split};
-use crate::controller::stores::PassView;
+use crate::controller::runtime::stores::PassView;
 
 /// What the executor needs of the pass.
 pub struct Act<'a> {

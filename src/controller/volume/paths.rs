@@ -9,8 +9,8 @@ use tracing::info;
 
 use crate::api::{VolumePhase, VolumeStatus};
 use crate::controller::Result;
-use crate::controller::copier::{self, Copier, Job};
-use crate::controller::error::has_status;
+use crate::controller::build::copier::{self, Copier, Job};
+use crate::controller::runtime::error::has_status;
 use crate::labels;
 
 use super::decide::Change;

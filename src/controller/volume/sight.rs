@@ -12,10 +12,10 @@ use crate::api::{
     ConsumerRecord, ConsumerState, DataRestoreStatus, PodVolumePhase, PodVolumeRestore,
     VolumePhase, VolumeStatus,
 };
+use crate::controller::build::copier;
+use crate::controller::build::restore_helper;
 use crate::controller::consumer;
-use crate::controller::copier;
-use crate::controller::restore_helper;
-use crate::controller::stores::PassView;
+use crate::controller::runtime::stores::PassView;
 use crate::controller::{Context, Result};
 use crate::labels;
 use crate::observe::{consumers, own_pods};
@@ -248,7 +248,7 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
                 )
             })
     };
-    let unscheduled = crate::controller::stand_in::unscheduled(&status);
+    let unscheduled = crate::controller::build::stand_in::unscheduled(&status);
     let container_waiting = wait_state
         .and_then(|s| s.waiting.as_ref())
         .and_then(|w| w.reason.clone().map(|r| (r, w.message.clone())))

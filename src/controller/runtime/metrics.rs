@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use crate::api::{ConsumerState, DataRestoreStatus, VolumePhase};
 
 use super::error::Category;
-use super::volume::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
+use crate::controller::volume::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 
 /// The `Content-Type` of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -10,7 +10,8 @@ use tracing::warn;
 
 use crate::labels::FIELD_MANAGER;
 
-use super::{Context, Error, Result};
+use super::context::Context;
+use super::error::{Error, Result};
 
 /// Writes the status of the `kind` object `name` with server-side apply, so that
 /// fields the status no longer has really go.

@@ -17,9 +17,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::error;
 
+use super::context::Context;
 use super::error::Category;
-use super::status::{condition, now};
-use super::{Context, Error, Result, reasons, status_write};
+use super::error::{Error, Result};
+use super::status_write;
+use crate::controller::reasons;
+use crate::controller::status::{condition, now};
 
 /// Runs one pass, turning a panic inside it into [`Error::Panicked`].
 ///

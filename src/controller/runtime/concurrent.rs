@@ -2,7 +2,7 @@
 
 use futures::StreamExt;
 
-use super::Result;
+use crate::controller::Result;
 
 /// How many volumes or consumers one pass works on at once. Their steps are independent
 /// API calls, so running them side by side is what makes many volumes fast.

@@ -15,9 +15,9 @@ use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
 use crate::observe::reads::{Known, Reads};
 
-use super::ledger::Ledger;
 use super::metrics::Metrics;
 use super::stores::Stores;
+use crate::controller::ledger::Ledger;
 
 /// How the controller runs: the namespace it serves, its timings and its metrics.
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ pub struct Config {
     /// own, which holds `refill copy`.
     pub copier_image: String,
     /// What teams' DataRestoreRequests may do with GitOps objects.
-    pub request_git_ops: super::RequestGitOps,
+    pub request_git_ops: crate::controller::RequestGitOps,
     /// Passes each of the controllers (DataRestores, DataRestoreRequests,
     /// DataRestoreSchedules) runs at once; objects past it wait their turn. Each pass
     /// holds what it read until it ends, so this bounds the memory many objects
@@ -109,7 +109,7 @@ impl Default for Config {
             concurrency: DEFAULT_CONCURRENCY,
             requests_per_namespace: DEFAULT_REQUESTS_PER_NAMESPACE,
             requests_namespace: None,
-            request_git_ops: super::RequestGitOps::default(),
+            request_git_ops: crate::controller::RequestGitOps::default(),
         }
     }
 }
@@ -130,7 +130,7 @@ pub struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
-    /// Each restore's volumes and consumers as last written (see [`super::ledger`]).
+    /// Each restore's volumes and consumers as last written (see [`crate::controller::ledger`]).
     pub ledger: Ledger,
     /// Backoff of each restore whose passes fail.
     pub backoffs: super::error::Backoffs,

@@ -1,12 +1,12 @@
 //! Watch-fed copies of the objects refill makes for a restore: stand-in pods and
 //! PodVolumeRestores. (Its VolumePluginRestores are written from memory, see
-//! [`super::ledger`], and need no watch.)
+//! [`crate::controller::ledger`], and need no watch.)
 //!
 //! Every pass of every restore looks at both; listing them each time cost two
 //! requests a pass, for objects the controller watches anyway (changes to them are what
 //! wake a restore up). A pass reads them from these stores instead, and reads the API
 //! only where a store that lags behind could mislead a decision (see
-//! [`super::volume::sight`]).
+//! [`crate::controller::volume::sight`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,11 +23,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::api::PodVolumeRestore;
-use crate::controller::restore_helper;
+use crate::controller::build::restore_helper;
 use crate::labels;
 use crate::observe;
 
-use super::{Error, Result};
+use super::error::{Error, Result};
 
 /// How long a pass waits for the first list of the watches after a (re)start.
 const SYNC_BOUND: Duration = Duration::from_secs(60);
@@ -68,7 +68,7 @@ pub struct Stores {
     pod_volume_restores: Watched<PodVolumeRestore>,
 }
 
-/// The writing ends, each fed by one watch of [`super::run_with_readiness`], and the
+/// The writing ends, each fed by one watch of [`crate::controller::run_with_readiness`], and the
 /// health each watch reports through.
 pub struct Writers {
     pub stand_ins: StandInWriter,
@@ -132,7 +132,7 @@ impl StandInWriter {
     }
 }
 
-/// What a pass reads of a stand-in ([`super::volume::sight::stand_in_of`], the
+/// What a pass reads of a stand-in ([`crate::controller::volume::sight::stand_in_of`], the
 /// PodVolumeRestore's pod reference, the node it runs on, the precondition of its
 /// deletion): a restore of a thousand claims keeps a thousand of them, and the
 /// containers, volumes and affinity they were made with are most of each.

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::{CopySummary, PathRestore};
-use crate::controller::stand_in::{candidate_affinity, own_pod_metadata, unscheduled};
+use crate::controller::build::stand_in::{candidate_affinity, own_pod_metadata, unscheduled};
 use crate::labels;
 
 /// The copier's container, whose termination message is read.
