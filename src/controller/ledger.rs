@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::{
@@ -27,10 +27,11 @@ use crate::api::{
     VolumePluginRestoreStatus, VolumeRecord, VolumeStatus,
 };
 use crate::controller::build::pod_volume_restore as pvr;
-use crate::labels::{self, FIELD_MANAGER};
+use crate::labels;
 
+use super::runtime::error::has_status;
+use super::runtime::object_writes::{self, Precondition};
 use super::{Error, Result};
-use crate::controller::runtime::error::has_status;
 
 /// VolumePluginRestores written at once.
 const WRITES_IN_FLIGHT: usize = 16;
@@ -425,19 +426,8 @@ async fn write(
     };
     let mut status: VolumePluginRestoreStatus = pvr::plugin_status(&record.volume);
     status.record = Some(record);
-    let body = serde_json::json!({
-        "apiVersion": crate::api::API_VERSION,
-        "kind": "VolumePluginRestore",
-        "metadata": {"resourceVersion": version},
-        "status": status,
-    });
-    let written = api
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
+    let written =
+        object_writes::apply_status(&api, &name, Precondition::At(version), &status).await?;
     Ok(written.resource_version())
 }
 

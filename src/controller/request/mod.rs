@@ -24,9 +24,10 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::api::{DataRestore, DataRestoreRequest, PodVolumeBackup};
-use crate::labels::{self, FINALIZER};
+use crate::labels;
 
-use super::runtime::status_write;
+use super::runtime::error::{is_not_found, retry_later};
+use super::runtime::object_writes::{self, Precondition, holds_finalizer};
 use super::{Context, Error, Result};
 use crate::controller::runtime::panics::{self, Audience};
 
@@ -133,7 +134,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
     let requests: Api<DataRestoreRequest> = Api::namespaced(ctx.client.clone(), &namespace);
     let restores: Api<DataRestore> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let dr_name = decide::data_restore_name(&namespace, &name, &uid);
-    let has_finalizer = request.finalizers().iter().any(|f| f == FINALIZER);
+    let has_finalizer = holds_finalizer(&*request);
 
     if request.metadata.deletion_timestamp.is_some() {
         shared.wake_next(&namespace, &request);
@@ -148,11 +149,11 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
             }
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
-        set_finalizers(&requests, &request, false).await?;
+        set_finalizer(&requests, &request, false).await?;
         return Ok(Action::await_change());
     }
     if !has_finalizer {
-        set_finalizers(&requests, &request, true).await?;
+        set_finalizer(&requests, &request, true).await?;
         return Ok(Action::await_change());
     }
 
@@ -184,7 +185,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
             if let Err(why) = turn::turn(&namespace, &name, &peers, cap) {
                 let status = decide::waiting(why, generation, &previous);
                 if status != previous {
-                    status_write::apply_status(&requests, "DataRestoreRequest", &name, &status)
+                    object_writes::apply_status(&requests, &name, Precondition::None, &status)
                         .await?;
                 }
                 return Ok(Action::requeue(WAITING_RECHECK));
@@ -229,7 +230,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
         }
     };
     if status != previous {
-        status_write::apply_status(&requests, "DataRestoreRequest", &name, &status).await?;
+        object_writes::apply_status(&requests, &name, Precondition::None, &status).await?;
     }
     if status.restore.phase.is_terminal() {
         shared.wake_next(&namespace, &request);
@@ -255,34 +256,19 @@ async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<St
     Ok(namespaces)
 }
 
-async fn set_finalizers(
+/// Puts refill's finalizer on the request or takes it off; a request already gone
+/// needs neither.
+async fn set_finalizer(
     api: &Api<DataRestoreRequest>,
     request: &DataRestoreRequest,
-    ours: bool,
+    hold: bool,
 ) -> Result<()> {
-    let mut finalizers: Vec<String> = request
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    if ours {
-        finalizers.push(FINALIZER.to_string());
-    }
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": request.resource_version()}});
-    match api
-        .patch(
-            &request.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => other.map(drop).map_err(Error::from),
+    match object_writes::set_finalizer(api, request, hold).await {
+        Err(e) if is_not_found(&e) => Ok(()),
+        other => Ok(other?),
     }
 }
 
 fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, shared: Arc<Shared>) -> Action {
-    status_write::retry_later(&*request, "DataRestoreRequest", error, &shared.ctx)
+    retry_later(&*request, "DataRestoreRequest", error, &shared.ctx)
 }

@@ -7,6 +7,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
+use super::context::Context;
 
 /// Why a reconcile pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +49,17 @@ pub enum Category {
 /// Whether the API answered with this HTTP status.
 pub fn has_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(ae) if ae.code == code)
+}
+
+/// Whether the API answered that the object is not there (404).
+pub fn is_not_found(e: &kube::Error) -> bool {
+    has_status(e, 404)
+}
+
+/// Whether the API refused for a conflict (409): the object moved on since it was
+/// read, or one of that name exists already.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    has_status(e, 409)
 }
 
 pub fn category_of(e: &kube::Error) -> Category {
@@ -127,6 +143,16 @@ impl Backoffs {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(uid);
     }
+}
+
+/// After a failed pass over `object` (a `what`): counted, and retried with the
+/// object's own backoff.
+pub fn retry_later<K: Resource>(object: &K, what: &str, error: &Error, ctx: &Context) -> Action {
+    let uid = object.uid().unwrap_or_default();
+    ctx.config.metrics.reconcile_failed(error.category());
+    let delay = ctx.backoffs.next(&uid);
+    warn!(name = %object.name_any(), "{what}: will retry in {delay:?}: {error}");
+    Action::requeue(delay)
 }
 
 #[cfg(test)]

@@ -8,6 +8,6 @@ pub(crate) mod error;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub(crate) mod object_writes;
 pub(crate) mod panics;
-pub(crate) mod status_write;
 pub(crate) mod stores;

@@ -20,7 +20,7 @@ use tracing::error;
 use super::context::Context;
 use super::error::Category;
 use super::error::{Error, Result};
-use super::status_write;
+use super::object_writes::{self, Precondition};
 use crate::controller::reasons;
 use crate::controller::status::{condition, now};
 
@@ -197,7 +197,9 @@ async fn stall<K>(
             serde_json::from_value(status["conditions"].take()).unwrap_or_default();
         status["conditions"] = serde_json::to_value(with_stalled(&conditions, &stalled))
             .map_err(kube::Error::SerdeError)?;
-        status_write::apply_status(api, kind, &name, &status).await
+        object_writes::apply_status(api, &name, Precondition::None, &status)
+            .await
+            .map(drop)
     };
     if let Err(e) = written.await {
         error!(kind, %name, "the Stalled condition was not written: {e}");

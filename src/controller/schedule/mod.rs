@@ -22,7 +22,8 @@ use tracing::{info, warn};
 use crate::api::{Backup, DataRestore, DataRestoreSchedule};
 use crate::labels;
 
-use super::runtime::status_write;
+use super::runtime::error::retry_later;
+use super::runtime::object_writes::{self, Precondition};
 use super::status::now;
 use super::{Context, Error, Result};
 use crate::controller::runtime::panics::{self, Audience};
@@ -137,7 +138,7 @@ async fn reconcile(schedule: Arc<DataRestoreSchedule>, ctx: Arc<Context>) -> Res
     }
     status.conditions = decide::conditions(&schedule.spec, &status, generation, now());
     if status != previous {
-        status_write::apply_status(&schedules, "DataRestoreSchedule", &name, &status).await?;
+        object_writes::apply_status(&schedules, &name, Precondition::None, &status).await?;
     }
     Ok(Action::requeue(
         decision.requeue.map_or(RECHECK, |wait| wait.min(RECHECK)),
@@ -221,5 +222,5 @@ async fn start_restore(
 }
 
 fn error_policy(schedule: Arc<DataRestoreSchedule>, error: &Error, ctx: Arc<Context>) -> Action {
-    status_write::retry_later(&*schedule, "DataRestoreSchedule", error, &ctx)
+    retry_later(&*schedule, "DataRestoreSchedule", error, &ctx)
 }
