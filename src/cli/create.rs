@@ -9,7 +9,7 @@ use crate::validate::{self, ValidateError};
 
 use super::args::{CreateArgs, OutputFormat, WaitArgs};
 use super::client::{Ctx, Namespaced};
-use super::errors::{CliError, Kind, Result, Target, is_not_found, not_found, root_cause};
+use super::errors::{CliError, Kind, Result, Target, is_missing_object, not_found, root_cause};
 use super::{dry_run, output, progress, spec, wait};
 
 pub async fn create(ctx: &Ctx, args: &CreateArgs) -> Result<()> {
@@ -114,7 +114,7 @@ pub async fn check_exists<K: Namespaced>(
 ) -> Result<()> {
     match ctx.api::<K>().get(name).await {
         Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Err(CliError::new(format!(
+        Err(e) if is_missing_object(&e) => Err(CliError::new(format!(
             "{flag}: {}",
             not_found(Target::one(kind, name, &ctx.namespace))
         ))),

@@ -10,7 +10,7 @@ use crate::validate::{self, ValidateError};
 use super::args::OutputFormat;
 use super::client::{Ctx, Namespaced};
 use super::create::refused;
-use super::errors::{Kind, Result, Target, already_exists, is_not_found};
+use super::errors::{Kind, Result, Target, already_exists, is_missing_object};
 use super::format::{self, Table, bytes, gitops_table, or_dash};
 use super::{how, output};
 
@@ -39,7 +39,7 @@ pub async fn name_is_free<K: Namespaced>(ctx: &Ctx, kind: Kind, name: &str) -> R
     let target = Target::one(kind, name, &ctx.namespace);
     match ctx.api::<K>().get(name).await {
         Ok(_) => Err(already_exists(target)),
-        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) if is_missing_object(&e) => Ok(()),
         Err(e) => Err(ctx.error(&e, target)),
     }
 }

@@ -1,6 +1,8 @@
 //! Exit codes, and errors worded for the person at the terminal: kube API errors become
 //! sentences that say what was missing or refused and what to run next.
 
+use crate::controller::runtime::error::is_not_found;
+
 /// Success; for `--wait`, the restore ended Completed.
 pub const EXIT_OK: u8 = 0;
 /// An error, or input refill refuses (including a request validation rejects).
@@ -238,9 +240,9 @@ pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     current.to_string()
 }
 
-/// Whether the error says the object is not there.
-pub fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 404 && names_an_object(s))
+/// Whether the error says the object itself is not there (not its resource type).
+pub fn is_missing_object(err: &kube::Error) -> bool {
+    is_not_found(err) && matches!(err, kube::Error::Api(s) if names_an_object(s))
 }
 
 #[cfg(test)]
@@ -275,7 +277,7 @@ mod tests {
             "backup \"nope\" not found in namespace \"velero\"; list backups with: refill backup get"
         );
         assert_eq!(e.code, EXIT_ERROR);
-        assert!(is_not_found(&err));
+        assert!(is_missing_object(&err));
     }
 
     #[test]
@@ -286,7 +288,7 @@ mod tests {
             "the server could not find the requested resource",
             "",
         );
-        assert!(!is_not_found(&err));
+        assert!(!is_missing_object(&err));
         let e = kube_error(&err, Target::one(Kind::DataRestore, "r", "velero"), SERVER);
         assert!(
             e.message.contains("refill crds | kubectl apply -f -"),

@@ -13,7 +13,7 @@ use crate::gitops::pause::{self, Pause, Release};
 use super::status::now;
 use super::{Context, Result, reasons};
 use crate::controller::runtime::concurrent::for_each_concurrently;
-use crate::controller::runtime::error::{Category, category_of, has_status};
+use crate::controller::runtime::error::{Category, category_of, is_not_found};
 
 /// How long consumers wait for a GitOps tool to show it saw its pause.
 const CONFIRM_LIMIT: Duration = Duration::from_secs(30);
@@ -126,7 +126,7 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
                 .await
             {
                 Ok(patched) => (original, object_json(patched)),
-                Err(e) if has_status(&e, 404) => {
+                Err(e) if is_not_found(&e) => {
                     return not_paused(record, format!("{what} is gone: nothing to pause"));
                 }
                 // Refused for good (RBAC, an admission policy): the consumers are
@@ -256,7 +256,7 @@ async fn release_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> R
         .await
     {
         Ok(_) => {}
-        Err(e) if has_status(&e, 404) => {
+        Err(e) if is_not_found(&e) => {
             resumed(record, Some(format!("{what} is gone")));
             return Ok(None);
         }

@@ -29,7 +29,7 @@ use crate::api::{
 use crate::controller::build::pod_volume_restore as pvr;
 use crate::labels;
 
-use super::runtime::error::has_status;
+use super::runtime::error::is_conflict;
 use super::runtime::object_writes::{self, Precondition};
 use super::{Error, Result};
 
@@ -419,7 +419,7 @@ async fn write(
                 Ok(made) => made.resource_version(),
                 // Made by a pass whose status write did not go through: written over,
                 // with no precondition, as it holds nothing newer than this pass.
-                Err(e) if has_status(&e, 409) => None,
+                Err(e) if is_conflict(&e) => None,
                 Err(e) => return Err(e.into()),
             }
         }

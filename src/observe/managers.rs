@@ -7,6 +7,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, GetParams};
 use kube::{Client, Resource};
 
+use crate::controller::runtime::error::is_not_found;
 use crate::gitops::GitOpsRef;
 use crate::gitops::verify::{Listing, Workload};
 use crate::plan::gitops::{Named, Seen};
@@ -59,7 +60,7 @@ pub(crate) async fn seen(
                 }
                 // Gone, or its kind is not served: it lists nothing, and is told as
                 // one that does not list the workload.
-                Err(kube::Error::Api(e)) if e.code == 404 => Seen::Lists(BTreeSet::new()),
+                Err(e) if is_not_found(&e) => Seen::Lists(BTreeSet::new()),
                 // Refused before the server looks for the object: says nothing of it.
                 Err(kube::Error::Api(e)) if e.code == 403 => Seen::Unreadable(e.message),
                 Err(e) => return Err(e),

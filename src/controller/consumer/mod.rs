@@ -16,7 +16,9 @@ use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
 use crate::controller::status::now;
 use crate::labels;
 
-use crate::controller::runtime::error::{Category, category_of, has_status};
+use crate::controller::runtime::error::{
+    Category, category_of, has_status, is_conflict, is_not_found,
+};
 
 pub use settle::settle_consumers;
 pub use step::{ConsumerStep, consumer_step};
@@ -63,7 +65,7 @@ pub async fn stop(
             };
             match api.delete(&name, &params).await {
                 Ok(_) => {}
-                Err(e) if has_status(&e, 404) || has_status(&e, 409) => {}
+                Err(e) if is_not_found(&e) || is_conflict(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -123,9 +125,9 @@ async fn scale_back(
     {
         Ok(_) => Ok(true),
         // Gone: the read that follows says so, and the record says Gone, not back.
-        Err(e) if has_status(&e, 404) => Ok(false),
+        Err(e) if is_not_found(&e) => Ok(false),
         // A failed test op: someone changed it since, or it was never stopped by us.
-        Err(e) if has_status(&e, 409) || has_status(&e, 422) => Ok(false),
+        Err(e) if is_conflict(&e) || has_status(&e, 422) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -203,7 +205,7 @@ async fn recreate(
     let pods: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
     match pods.create(&PostParams::default(), &pod).await {
         Ok(_) => Ok(Resumed::Started),
-        Err(e) if has_status(&e, 409) => match pods.get_opt(&record.name).await? {
+        Err(e) if is_conflict(&e) => match pods.get_opt(&record.name).await? {
             Some(found) => Ok(strategy::found_under_name(&found, uid)),
             // Gone again since the refusal: the next pass creates it.
             None => Err(e),
@@ -275,7 +277,7 @@ pub async fn switch(
         .await
     {
         Ok(_) => Ok(switched(record, change.scaled_to)),
-        Err(e) if has_status(&e, 404) => resume(client, uid, record).await.map(Some),
+        Err(e) if is_not_found(&e) => resume(client, uid, record).await.map(Some),
         Err(e) if category_of(&e) != Category::Transient => {
             // Someone changed it since it was read (a failed test): read it again next
             // pass. Unchanged, the switch itself is refused (an admission policy on its

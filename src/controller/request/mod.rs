@@ -26,7 +26,7 @@ use tracing::{info, warn};
 use crate::api::{DataRestore, DataRestoreRequest, PodVolumeBackup};
 use crate::labels;
 
-use super::runtime::error::{is_not_found, retry_later};
+use super::runtime::error::{is_conflict, is_not_found, retry_later};
 use super::runtime::object_writes::{self, Precondition, holds_finalizer};
 use super::{Context, Error, Result};
 use crate::controller::runtime::panics::{self, Audience};
@@ -220,7 +220,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
                     };
                     let made = match restores.create(&PostParams::default(), &dr).await {
                         Ok(made) => made,
-                        Err(kube::Error::Api(e)) if e.code == 409 => restores.get(&dr_name).await?,
+                        Err(e) if is_conflict(&e) => restores.get(&dr_name).await?,
                         Err(e) => return Err(e.into()),
                     };
                     info!(request = %format!("{namespace}/{name}"), restore = %dr_name, "carried out by a DataRestore");

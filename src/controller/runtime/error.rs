@@ -182,6 +182,14 @@ mod tests {
     }
 
     #[test]
+    fn not_found_and_conflict_are_told_by_the_answer_code_alone() {
+        assert!(is_not_found(&api(404)) && !is_not_found(&api(409)));
+        assert!(is_conflict(&api(409)) && !is_conflict(&api(404)));
+        let no_answer = kube::Error::LinesCodecMaxLineLengthExceeded;
+        assert!(!is_not_found(&no_answer) && !is_conflict(&no_answer));
+    }
+
+    #[test]
     fn backoff_grows_per_restore_and_resets() {
         let backoffs = Backoffs::default();
         let first = backoffs.next("a");

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use crate::api::{Backup, DataRestore, DataRestoreSchedule};
 use crate::labels;
 
-use super::runtime::error::retry_later;
+use super::runtime::error::{is_conflict, is_not_found, retry_later};
 use super::runtime::object_writes::{self, Precondition};
 use super::status::now;
 use super::{Context, Error, Result};
@@ -125,7 +125,7 @@ async fn reconcile(schedule: Arc<DataRestoreSchedule>, ctx: Arc<Context>) -> Res
     for old in &decision.delete {
         match restores.delete(old, &Default::default()).await {
             Ok(_) => info!(schedule = %name, restore = %old, "deleted beyond the history limit"),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -216,7 +216,7 @@ async fn start_restore(
     };
     match restores.create(&PostParams::default(), &dr).await {
         Ok(_) => Ok(name),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(name),
+        Err(e) if is_conflict(&e) => Ok(name),
         Err(e) => Err(e.into()),
     }
 }

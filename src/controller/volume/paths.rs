@@ -10,7 +10,7 @@ use tracing::info;
 use crate::api::{VolumePhase, VolumeStatus};
 use crate::controller::Result;
 use crate::controller::build::copier::{self, Copier, Job};
-use crate::controller::runtime::error::has_status;
+use crate::controller::runtime::error::{is_conflict, is_not_found};
 use crate::labels;
 
 use super::decide::Change;
@@ -77,7 +77,7 @@ pub async fn create_copier(
         }
         // Made by the pass before a restart, or by someone else: the next pass looks at
         // it, and deletes it unless its UID is the one recorded.
-        Err(e) if has_status(&e, 409) => Ok(None),
+        Err(e) if is_conflict(&e) => Ok(None),
         // Never made, it wrote nothing: the volume ends at once (put back or not, as
         // the end says).
         Err(e) => refused_as(Err(e.into()), |why| Change::End {
@@ -118,7 +118,7 @@ pub async fn delete_scratch(
             info!(pvc = %volume.pvc, scratch = %claim.name_any(), "deleted the scratch claim");
             Ok(None)
         }
-        Err(e) if has_status(&e, 404) || has_status(&e, 409) => Ok(None),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
