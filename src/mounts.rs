@@ -60,7 +60,7 @@ impl Index {
 }
 
 #[derive(Default)]
-struct State {
+struct MountsState {
     live: Index,
     /// The index being rebuilt by a (re)list; it replaces `live` when the list is done,
     /// so pods deleted while the watch was down do not linger.
@@ -72,7 +72,7 @@ struct State {
 /// The shared index. Cheap to read from many reconciles at once.
 #[derive(Default)]
 pub struct Mounts {
-    state: RwLock<State>,
+    state: RwLock<MountsState>,
 }
 
 impl Mounts {

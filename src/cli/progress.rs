@@ -55,11 +55,11 @@ pub struct Lines {
     name: String,
     interval: Duration,
     phase: Option<Phase>,
-    volumes: BTreeMap<String, Seen>,
+    volumes: BTreeMap<String, Printed>,
 }
 
 #[derive(Default)]
-struct Seen {
+struct Printed {
     state: String,
     printed_at: Option<Instant>,
     bytes_done: i64,

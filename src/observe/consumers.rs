@@ -32,7 +32,7 @@ pub async fn consumers(
     git_ops: &GitOpsSpec,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
     let pods = pods_mounting(reads, namespace, claims).await?;
-    let found = Found {
+    let found = Search {
         pods: &pods,
         claims,
         own_uid,
@@ -44,7 +44,7 @@ pub async fn consumers(
 /// What [`consumers_in`] looks among: pods already read, the claims asked about, the
 /// restore asking (its stand-ins are no consumers) and how it finds GitOps objects.
 #[derive(Clone, Copy)]
-pub struct Found<'a> {
+pub struct Search<'a> {
     pub pods: &'a [Arc<Pod>],
     pub claims: &'a [&'a str],
     pub own_uid: &'a str,
@@ -86,10 +86,10 @@ pub enum Replicas {
 pub async fn consumers_in(
     reads: Reads<'_>,
     namespace: &str,
-    found: Found<'_>,
+    found: Search<'_>,
     read_replicas: Replicas,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
-    let Found {
+    let Search {
         pods,
         claims,
         own_uid,

@@ -16,7 +16,7 @@ use super::PlannedConsumer;
 
 /// What validation found of a GitOps object a consumer names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seen {
+pub enum ManagerSeen {
     /// Read: of the consumers that name it (`Kind namespace/name`), those it lists
     /// itself among what it manages. Gone, or of a kind not served, it lists none.
     Lists(BTreeSet<String>),
@@ -103,15 +103,15 @@ pub fn not_backed(kind: GitOpsKind, workload: &str) -> String {
 }
 
 /// Whether the object `target`, as seen, lists the consumer `workload`.
-fn backs(seen: &BTreeMap<GitOpsRef, Seen>, target: &GitOpsRef, workload: &str) -> bool {
-    matches!(seen.get(target), Some(Seen::Lists(listed)) if listed.contains(workload))
+fn backs(seen: &BTreeMap<GitOpsRef, ManagerSeen>, target: &GitOpsRef, workload: &str) -> bool {
+    matches!(seen.get(target), Some(ManagerSeen::Lists(listed)) if listed.contains(workload))
 }
 
 /// Decides, under spec.gitOps, what becomes of each GitOps object managing consumers.
 pub fn decide(
     spec: &GitOpsSpec,
     managing: &BTreeMap<GitOpsRef, Vec<String>>,
-    seen: &BTreeMap<GitOpsRef, Seen>,
+    seen: &BTreeMap<GitOpsRef, ManagerSeen>,
 ) -> Decided {
     let mut decided = Decided {
         records: Vec::new(),
@@ -138,7 +138,7 @@ pub fn decide(
                 )),
             ),
             GitOpsPolicy::Pause => {
-                if let Some(Seen::Unreadable(why)) = seen.get(target) {
+                if let Some(ManagerSeen::Unreadable(why)) = seen.get(target) {
                     decided.errors.push(format!(
                         "spec.gitOps.policy: {who} carries the marks of {what}, and pausing it (the Pause policy) needs refill to read and patch it, which was refused: {why}; grant it with manifests/rbac-gitops.yaml, or set spec.gitOps.policy to Ignore"
                     ));
@@ -194,7 +194,7 @@ pub fn merge(
     spec: &GitOpsSpec,
     records: &mut Vec<GitOpsRecord>,
     consumers: &[PlannedConsumer],
-    seen: &BTreeMap<GitOpsRef, Seen>,
+    seen: &BTreeMap<GitOpsRef, ManagerSeen>,
 ) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
     for (target, workloads) in managing(consumers) {
@@ -276,9 +276,9 @@ mod tests {
     }
 
     /// What validation saw of `target`: it lists these consumers.
-    fn lists(target: GitOpsRef, workloads: &[&str]) -> BTreeMap<GitOpsRef, Seen> {
+    fn lists(target: GitOpsRef, workloads: &[&str]) -> BTreeMap<GitOpsRef, ManagerSeen> {
         let listed = workloads.iter().map(|w| w.to_string()).collect();
-        BTreeMap::from([(target, Seen::Lists(listed))])
+        BTreeMap::from([(target, ManagerSeen::Lists(listed))])
     }
 
     #[test]
@@ -374,7 +374,7 @@ mod tests {
         let managing = managing(&[deployment("web", vec![kustomization("shop")])]);
         let forbidden = BTreeMap::from([(
             kustomization("shop"),
-            Seen::Unreadable("kustomizations is forbidden".into()),
+            ManagerSeen::Unreadable("kustomizations is forbidden".into()),
         )]);
         let decided = decide(&policy(GitOpsPolicy::Pause), &managing, &forbidden);
         assert!(decided.records.is_empty());

@@ -53,7 +53,7 @@ pub struct Facts {
     /// namespaces of the selected PVCs.
     pub labelled: Vec<Labelled>,
     /// The GitOps objects the consumers name, as read (spec.gitOps.policy Pause).
-    pub git_ops: BTreeMap<GitOpsRef, gitops::Seen>,
+    pub git_ops: BTreeMap<GitOpsRef, gitops::ManagerSeen>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -25,7 +25,7 @@ use crate::controller::gitops;
 use crate::controller::reasons;
 use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::status;
-use crate::controller::volume::decide::{Rules, Stop, expired};
+use crate::controller::volume::decide::{RestoreStop, Rules, expired};
 use crate::controller::volume::execute::Act;
 use crate::controller::volume::sight::split;
 use crate::controller::volume::{self, Advanced};
@@ -77,20 +77,20 @@ fn stop_of(
     status: &DataRestoreStatus,
     deleting: bool,
     now: Timestamp,
-) -> Option<Stop> {
+) -> Option<RestoreStop> {
     if stopping(dr, deleting) {
         let why = if deleting {
             "the DataRestore was deleted"
         } else {
             "the restore was canceled (spec.cancel)"
         };
-        return Some(Stop {
+        return Some(RestoreStop {
             outcome: VolumePhase::Canceled,
             why: why.into(),
         });
     }
     let (limit, text) = duration_or(dr.spec.timeout.as_deref(), DEFAULT_TIMEOUT);
-    expired(status.start_time.as_ref().map(|t| t.0), limit, now).then(|| Stop {
+    expired(status.start_time.as_ref().map(|t| t.0), limit, now).then(|| RestoreStop {
         outcome: VolumePhase::Failed,
         why: format!("the restore did not finish within {text} (spec.timeout)"),
     })
@@ -228,7 +228,7 @@ async fn start_volumes(
                     let found = match seen_for(seen, &keys) {
                         Some(found) => found,
                         None => {
-                            let found = observe::consumers::Found {
+                            let found = observe::consumers::Search {
                                 pods: &pods,
                                 claims: &claims,
                                 own_uid: uid,

@@ -34,7 +34,7 @@ const SYNC_BOUND: Duration = Duration::from_secs(60);
 
 /// One kind's store, and whether its watch is known to be whole.
 #[derive(Clone)]
-struct Watched<K: Resource + Clone + 'static>
+struct WatchedStore<K: Resource + Clone + 'static>
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
@@ -46,9 +46,9 @@ where
 
 /// What a watch's events say of its store's wholeness.
 #[derive(Clone)]
-pub struct Health(Arc<AtomicBool>);
+pub struct WatchHealth(Arc<AtomicBool>);
 
-impl Health {
+impl WatchHealth {
     /// Notes one item of the watch, after the store has taken it.
     pub fn note<K>(&self, item: &Result<Event<K>, watcher::Error>) {
         match item {
@@ -64,8 +64,8 @@ impl Health {
 /// The readers, shared by every reconcile.
 #[derive(Clone)]
 pub struct Stores {
-    stand_ins: Watched<Pod>,
-    pod_volume_restores: Watched<PodVolumeRestore>,
+    stand_ins: WatchedStore<Pod>,
+    pod_volume_restores: WatchedStore<PodVolumeRestore>,
 }
 
 /// The writing ends, each fed by one watch of [`crate::controller::run_with_readiness`], and the
@@ -73,11 +73,11 @@ pub struct Stores {
 pub struct Writers {
     pub stand_ins: StandInWriter,
     pub pod_volume_restores: Writer<PodVolumeRestore>,
-    pub stand_ins_health: Health,
-    pub pod_volume_restores_health: Health,
+    pub stand_ins_health: WatchHealth,
+    pub pod_volume_restores_health: WatchHealth,
 }
 
-fn watched<K>() -> (Watched<K>, Writer<K>, Health)
+fn watched<K>() -> (WatchedStore<K>, Writer<K>, WatchHealth)
 where
     K: Resource + Clone + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
@@ -85,12 +85,12 @@ where
     let (store, writer) = reflector::store();
     let whole = Arc::new(AtomicBool::new(true));
     (
-        Watched {
+        WatchedStore {
             store,
             whole: whole.clone(),
         },
         writer,
-        Health(whole),
+        WatchHealth(whole),
     )
 }
 
@@ -229,7 +229,7 @@ impl Stores {
     }
 }
 
-impl<K> Watched<K>
+impl<K> WatchedStore<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone,

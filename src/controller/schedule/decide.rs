@@ -28,7 +28,7 @@ pub struct Made {
 
 /// What the schedule saw this pass.
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub struct ScheduleSeen {
     /// The schedule's own creation: cron times before it are not run.
     pub created: Timestamp,
     pub made: Vec<Made>,
@@ -126,7 +126,7 @@ pub fn decide(
     spec: &DataRestoreScheduleSpec,
     previous: &DataRestoreScheduleStatus,
     generation: Option<i64>,
-    seen: &Seen,
+    seen: &ScheduleSeen,
 ) -> Decision {
     let mut status = DataRestoreScheduleStatus {
         observed_generation: generation,
@@ -334,8 +334,8 @@ mod tests {
         }
     }
 
-    fn seen(made: Vec<Made>, newest: Option<&str>, now: i64) -> Seen {
-        Seen {
+    fn seen(made: Vec<Made>, newest: Option<&str>, now: i64) -> ScheduleSeen {
+        ScheduleSeen {
             created: at(0),
             made,
             newest_backup: newest.map(String::from),

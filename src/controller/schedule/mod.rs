@@ -27,7 +27,7 @@ use super::runtime::object_writes::{self, Precondition};
 use super::status::now;
 use super::{Context, Error, Result};
 use crate::controller::runtime::panics::{self, Audience};
-use decide::{Made, Seen, Start};
+use decide::{Made, ScheduleSeen, Start};
 
 /// The longest a schedule waits before it looks again, whatever its cron says: a
 /// missed watch event costs at most this.
@@ -107,7 +107,7 @@ async fn reconcile(schedule: Arc<DataRestoreSchedule>, ctx: Arc<Context>) -> Res
         Some(followed) => newest_completed(&ctx, &namespace, followed).await?,
         None => None,
     };
-    let seen = Seen {
+    let seen = ScheduleSeen {
         created: schedule
             .metadata
             .creation_timestamp

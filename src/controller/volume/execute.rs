@@ -24,7 +24,7 @@ use crate::controller::{Context, Result};
 use crate::labels;
 
 use super::decide::{Change, Effect};
-use super::sight::{Found, split};
+use super::sight::{MadeSeen, split};
 use crate::controller::runtime::stores::PassView;
 
 /// What the executor needs of the pass.
@@ -43,7 +43,7 @@ pub struct Act<'a> {
 /// the API's answer changes the outcome (a refusal, a conflict).
 pub async fn perform(
     act: &Act<'_>,
-    found: &Found,
+    found: &MadeSeen,
     volume: &mut VolumeStatus,
     effect: Effect,
 ) -> Result<Option<Change>> {

@@ -49,7 +49,7 @@ pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Resu
         None => step.change,
     };
     let applied = apply::apply(&mut volume, change, now);
-    let left_behind = seen.copier != decide::Copier::Absent || seen.scratch;
+    let left_behind = seen.copier != decide::CopierSeen::Absent || seen.scratch;
     Ok(Advanced {
         volume,
         applied,

@@ -15,11 +15,11 @@ use crate::labels;
 
 use super::decide::Change;
 use super::execute::{Act, refused_as};
-use super::sight::{Found, split};
+use super::sight::{MadeSeen, split};
 
 pub async fn create_copier(
     act: &Act<'_>,
-    found: &Found,
+    found: &MadeSeen,
     volume: &mut VolumeStatus,
 ) -> Result<Option<Change>> {
     let (ns, claim) = split(&volume.pvc);
@@ -96,7 +96,7 @@ fn node_of(volume: &VolumeStatus) -> Vec<String> {
 /// StorageClass's reclaim policy, Delete for provisioned volumes).
 pub async fn delete_scratch(
     act: &Act<'_>,
-    found: &Found,
+    found: &MadeSeen,
     volume: &VolumeStatus,
 ) -> Result<Option<Change>> {
     let Some(claim) = &found.scratch else {
