@@ -19,7 +19,7 @@ const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
 /// How a node is, as far as a restore's waits go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeHealth {
+pub(crate) enum NodeHealth {
     Ready,
     /// Its Ready condition is False or Unknown, or it is tainted unreachable.
     Down {
@@ -31,7 +31,7 @@ pub enum NodeHealth {
 
 /// A node that is not Ready, or no longer exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Down {
+pub(crate) struct Down {
     pub since: Option<Timestamp>,
     pub why: String,
     /// The Node object is gone: nothing on it runs any more, as far as the cluster
@@ -40,7 +40,7 @@ pub struct Down {
 }
 
 /// A node's health from its conditions and taints. Pure.
-pub fn health(node: &Node) -> NodeHealth {
+pub(crate) fn health(node: &Node) -> NodeHealth {
     let status = node.status.as_ref();
     let ready = status
         .and_then(|s| s.conditions.as_ref())
@@ -81,16 +81,16 @@ pub fn health(node: &Node) -> NodeHealth {
 
 /// The index, fed by the controller's watch of Nodes.
 #[derive(Default)]
-pub struct Nodes(Watched<String, NodeHealth>);
+pub(crate) struct Nodes(Watched<String, NodeHealth>);
 
 impl Nodes {
-    pub fn apply(&self, event: &Event<Node>) {
+    pub(crate) fn apply(&self, event: &Event<Node>) {
         self.0.apply(event, |node| (node.name_any(), health(node)));
     }
 
     /// How `name` is when it is not Ready or gone; None when it is Ready, and before
     /// the first list is done (nothing is said of a node not known yet).
-    pub fn down(&self, name: &str) -> Option<Down> {
+    pub(crate) fn down(&self, name: &str) -> Option<Down> {
         match self.0.get(&name.to_string())? {
             None => Some(Down {
                 since: None,

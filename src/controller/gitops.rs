@@ -35,7 +35,7 @@ fn api(client: &Client, record: &GitOpsRecord) -> Api<DynamicObject> {
 
 /// Records found but not yet acted on are marked Pausing before anything is written,
 /// so that whatever happens next the end of the restore looks at each.
-pub fn mark(status: &mut DataRestoreStatus) {
+pub(super) fn mark(status: &mut DataRestoreStatus) {
     for record in &mut status.git_ops {
         if record.state == GitOpsState::Found {
             record.state = GitOpsState::Pausing;
@@ -44,7 +44,7 @@ pub fn mark(status: &mut DataRestoreStatus) {
 }
 
 /// Applies the pauses recorded as Pausing; their consumers wait for them.
-pub async fn pause_marked(
+pub(super) async fn pause_marked(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
@@ -168,7 +168,7 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
 /// Lets go of every object this restore paused, once its consumers are back: the last
 /// restore holding one puts it back as it was and asks it to reconcile. One managing a
 /// consumer kept stopped (spec.onFailure: KeepStopped) stays paused.
-pub async fn release_all(
+pub(super) async fn release_all(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,

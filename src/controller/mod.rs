@@ -32,18 +32,16 @@ use crate::api::{DataRestore, PodVolumeRestore};
 use runtime::panics::{self, Audience};
 use runtime::stores;
 
-pub use build::restore_helper::{
-    CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE,
-};
+pub use build::restore_helper::FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE;
 pub use build::stand_in::DEFAULT_IMAGE as DEFAULT_STAND_IN_IMAGE;
-pub use consumer::{PARKED_KEY, who_changed};
-pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
+pub use phase::DEFAULT_PARALLEL;
 pub use request::gitops::RequestGitOps;
+pub(crate) use runtime::context::Context;
 pub use runtime::context::{
-    Config, Context, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE, DEFAULT_REQUESTS_PER_NAMESPACE,
+    Config, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE, DEFAULT_REQUESTS_PER_NAMESPACE,
 };
-pub use runtime::error::{Error, Result};
-pub use schedule::decide::spec_errors as schedule_spec_errors;
+pub(crate) use runtime::error::{Error, Result};
+pub(crate) use schedule::decide::spec_errors as schedule_spec_errors;
 
 /// The user agent of the controller's requests, so they can be told apart in audit logs.
 pub const USER_AGENT: &str = concat!("refill-controller/", env!("CARGO_PKG_VERSION"));

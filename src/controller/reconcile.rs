@@ -21,7 +21,7 @@ use super::{Context, Error, Result};
 /// followed at once by one that acts on them.
 const MAX_PASSES: usize = 4;
 
-pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
+pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
     let api: Api<DataRestore> =
         Api::namespaced(ctx.client.clone(), &dr.namespace().unwrap_or_default());
     let uid = dr.uid().unwrap_or_default();
@@ -120,7 +120,7 @@ fn head_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
 
 /// How soon a restore whose pass failed is looked at again: at once after a conflict
 /// (the object only moved on), else after a backoff that grows per restore.
-pub fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(super) fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context>) -> Action {
     let uid = dr.uid().unwrap_or_default();
     ctx.config.metrics.reconcile_failed(error.category());
     match error.category() {

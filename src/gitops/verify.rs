@@ -31,7 +31,7 @@ use crate::api::{ConsumerKind, GitOpsKind};
 
 /// A workload, as a GitOps tool lists what it applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AppliedWorkload<'a> {
+pub(crate) struct AppliedWorkload<'a> {
     /// Its kind.
     pub kind: ConsumerKind,
     /// Its namespace.
@@ -52,7 +52,7 @@ impl AppliedWorkload<'_> {
     }
 
     /// Flux's inventory id of it: `<namespace>_<name>_<group>_<Kind>`.
-    pub fn flux_id(&self) -> String {
+    pub(crate) fn flux_id(&self) -> String {
         format!(
             "{}_{}_{}_{}",
             self.namespace,
@@ -66,7 +66,7 @@ impl AppliedWorkload<'_> {
 /// What refill keeps of a GitOps object read to check whom it manages: the lists
 /// only, borrowed from the text read, every other field skipped unread.
 #[derive(Debug, Default, Deserialize)]
-pub struct Listing<'a> {
+pub(crate) struct Listing<'a> {
     #[serde(borrow, default)]
     status: Option<Status<'a>>,
 }
@@ -116,12 +116,12 @@ struct Resource<'a> {
 
 impl<'a> Listing<'a> {
     /// The lists of a GitOps object, from the JSON the API served.
-    pub fn parse(text: &'a str) -> serde_json::Result<Self> {
+    pub(crate) fn parse(text: &'a str) -> serde_json::Result<Self> {
         serde_json::from_str(text)
     }
 
     /// Whether the object, of kind `kind`, lists `workload` among what it manages.
-    pub fn lists(&self, kind: GitOpsKind, workload: &AppliedWorkload) -> bool {
+    pub(crate) fn lists(&self, kind: GitOpsKind, workload: &AppliedWorkload) -> bool {
         if workload.namespace.is_empty() || workload.name.is_empty() {
             return false;
         }

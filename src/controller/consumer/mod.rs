@@ -20,9 +20,9 @@ use crate::controller::runtime::error::{
     Category, category_of, has_status, is_conflict, is_not_found,
 };
 
-pub use settle::settle_consumers;
-pub use step::{ConsumerStep, consumer_step};
-pub use strategy::{PARKED_KEY, Resumed, Strategy, recreatable_pod, restarted, who_changed};
+pub(super) use settle::settle_consumers;
+pub(super) use step::{ConsumerStep, consumer_step};
+pub(super) use strategy::{Resumed, Strategy, recreatable_pod, restarted};
 
 fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -34,7 +34,7 @@ fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {
 
 /// The result of a stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stopped {
+pub(super) enum Stopped {
     /// Stopped by this restore (now or before); `record` holds what brings it back.
     Done,
     /// Another restore holds it: `namespace/name` of that restore. Nothing was changed.
@@ -43,7 +43,7 @@ pub enum Stopped {
 
 /// Stops one consumer; safe to repeat. Updates the record. For a bare pod,
 /// `record.original` must already be recorded in the status.
-pub async fn stop(
+pub(super) async fn stop(
     client: &Client,
     uid: &str,
     restore: &str,
@@ -133,7 +133,7 @@ async fn scale_back(
 }
 
 /// Brings one consumer back, if this restore's mark is on it; safe to repeat.
-pub async fn resume(
+pub(super) async fn resume(
     client: &Client,
     uid: &str,
     record: &mut ConsumerRecord,
@@ -230,7 +230,7 @@ fn finish(record: &mut ConsumerRecord, resumed: Resumed) -> Resumed {
 /// conditional write; safe to repeat. A workload no longer as refill left it is brought
 /// back as [`resume`] would. None: it changed between the read and the write, and the
 /// next pass reads it again.
-pub async fn switch(
+pub(super) async fn switch(
     client: &Client,
     uid: &str,
     restore: &str,
@@ -299,7 +299,11 @@ pub async fn switch(
 
 /// Whether this restore's mark is on the consumer (for a record whose stop may or may
 /// not have applied).
-pub async fn marked(client: &Client, uid: &str, record: &ConsumerRecord) -> kube::Result<bool> {
+pub(super) async fn marked(
+    client: &Client,
+    uid: &str,
+    record: &ConsumerRecord,
+) -> kube::Result<bool> {
     if !Strategy::of(record.kind).patches() {
         return Ok(record.state == ConsumerState::Stopped);
     }
@@ -311,7 +315,7 @@ pub async fn marked(client: &Client, uid: &str, record: &ConsumerRecord) -> kube
 
 /// When a stopped consumer was started again by someone else, says so, naming who when
 /// the object's managed fields tell.
-pub async fn interference(
+pub(super) async fn interference(
     client: &Client,
     uid: &str,
     record: &ConsumerRecord,
@@ -326,12 +330,12 @@ pub async fn interference(
 }
 
 /// `Deployment shop/web`, for messages.
-pub fn describe(record: &ConsumerRecord) -> String {
+pub(super) fn describe(record: &ConsumerRecord) -> String {
     record.kind.describe(&record.namespace, &record.name)
 }
 
 /// The words for a stop that was applied.
-pub fn stop_note(record: &ConsumerRecord) -> String {
+pub(super) fn stop_note(record: &ConsumerRecord) -> String {
     let what = describe(record);
     match (Strategy::of(record.kind), record.replicas) {
         (Strategy::Scale, Some(n)) => format!("scaled {what} from {n} to 0"),
@@ -343,7 +347,7 @@ pub fn stop_note(record: &ConsumerRecord) -> String {
 }
 
 /// The words for a resume, saying what was really done.
-pub fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String> {
+pub(super) fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String> {
     let what = describe(record);
     Some(match resumed {
         Resumed::ScaledBack(n) => format!("scaled {what} back to {n}"),

@@ -11,7 +11,7 @@ use crate::controller::{Context, Result, reasons};
 use super::{ConsumerStep, Stopped, consumer_step};
 
 /// Stops, brings back or keeps stopped the consumers whose turn it is.
-pub async fn settle_consumers(
+pub(crate) async fn settle_consumers(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,

@@ -18,13 +18,13 @@ use crate::validate::{self, ValidateError};
 use super::{Next, restoring, stopping};
 
 /// New: the request is taken; validation comes next.
-pub fn accept(status: &mut DataRestoreStatus) -> Next {
+pub(super) fn accept(status: &mut DataRestoreStatus) -> Next {
     status.phase = Phase::Validating;
     status.start_time = Some(now());
     Next::Again
 }
 
-pub async fn validate(
+pub(super) async fn validate(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,

@@ -5,9 +5,9 @@
 //! At most `--requests-per-namespace` requests of one namespace are carried out at
 //! once ([`turn`]); the others wait, and are woken as earlier ones end.
 
-pub mod decide;
-pub mod gitops;
-pub mod turn;
+pub(super) mod decide;
+pub(super) mod gitops;
+pub(super) mod turn;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -78,7 +78,7 @@ impl Shared {
 
 /// Watches every namespace's requests, and the DataRestores made for them, until the
 /// process is asked to stop.
-pub async fn run(ctx: Arc<Context>) {
+pub(super) async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
     let requests: Api<DataRestoreRequest> = match &ctx.config.requests_namespace {
         Some(namespace) => Api::namespaced(client.clone(), namespace),

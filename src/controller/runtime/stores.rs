@@ -46,11 +46,11 @@ where
 
 /// What a watch's events say of its store's wholeness.
 #[derive(Clone)]
-pub struct WatchHealth(Arc<AtomicBool>);
+pub(crate) struct WatchHealth(Arc<AtomicBool>);
 
 impl WatchHealth {
     /// Notes one item of the watch, after the store has taken it.
-    pub fn note<K>(&self, item: &Result<Event<K>, watcher::Error>) {
+    pub(crate) fn note<K>(&self, item: &Result<Event<K>, watcher::Error>) {
         match item {
             Err(_) => self.0.store(false, Ordering::Relaxed),
             Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
@@ -63,14 +63,14 @@ impl WatchHealth {
 
 /// The readers, shared by every reconcile.
 #[derive(Clone)]
-pub struct Stores {
+pub(crate) struct Stores {
     stand_ins: WatchedStore<Pod>,
     pod_volume_restores: WatchedStore<PodVolumeRestore>,
 }
 
 /// The writing ends, each fed by one watch of [`crate::controller::run_with_readiness`], and the
 /// health each watch reports through.
-pub struct Writers {
+pub(crate) struct Writers {
     pub stand_ins: StandInWriter,
     pub pod_volume_restores: Writer<PodVolumeRestore>,
     pub stand_ins_health: WatchHealth,
@@ -95,7 +95,7 @@ where
 }
 
 /// Empty stores and the writers that fill them.
-pub fn stores() -> (Stores, Writers) {
+pub(crate) fn stores() -> (Stores, Writers) {
     let (stand_ins, stand_in_writer, stand_ins_health) = watched();
     let (pod_volume_restores, pvr_writer, pod_volume_restores_health) = watched();
     (
@@ -114,10 +114,10 @@ pub fn stores() -> (Stores, Writers) {
 
 /// Keeps the stand-ins out of the controller's watch of all pods, which also feeds the
 /// index of mounts ([`crate::mounts`]): one watch, and only stand-ins held whole.
-pub struct StandInWriter(Writer<Pod>);
+pub(crate) struct StandInWriter(Writer<Pod>);
 
 impl StandInWriter {
-    pub fn apply(&mut self, event: &Event<Pod>) {
+    pub(crate) fn apply(&mut self, event: &Event<Pod>) {
         let kept = |pod: &Pod| observe::own_pods::is_stand_in(pod).then(|| slim(pod));
         let event = match event {
             Event::Init => Some(Event::Init),
@@ -173,7 +173,7 @@ fn slim(pod: &Pod) -> Pod {
 
 /// What one pass of a restore sees of the objects it made, keyed as they are looked up.
 #[derive(Default)]
-pub struct PassView {
+pub(crate) struct PassView {
     /// Stand-in pods by `(namespace, name)`.
     pub stand_ins: BTreeMap<(String, String), Arc<Pod>>,
     /// PodVolumeRestores by name.
@@ -192,7 +192,12 @@ fn of_restore<K: kube::Resource>(object: &K, uid: &str) -> bool {
 impl Stores {
     /// The objects of the restore with this UID, once every watch has listed: from the
     /// stores, or listed from the API while a watch has a gap.
-    pub async fn view(&self, client: &Client, namespace: &str, uid: &str) -> Result<PassView> {
+    pub(crate) async fn view(
+        &self,
+        client: &Client,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<PassView> {
         self.synced().await?;
         let mine = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
         let (stand_ins, pod_volume_restores) = futures::try_join!(

@@ -4,7 +4,7 @@
 //! record of what it did: named from the schedule and the backup (or cron time) they
 //! are for, so a pass repeated after a restart makes none twice.
 
-pub mod decide;
+pub(super) mod decide;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ const RECHECK: Duration = Duration::from_secs(300);
 
 /// Watches the schedules of Velero's namespace, the restores they made and Velero's
 /// backups, until the process is asked to stop.
-pub async fn run(ctx: Arc<Context>) {
+pub(super) async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
     let namespace = ctx.config.namespace.clone();
     let schedules: Api<DataRestoreSchedule> = Api::namespaced(client.clone(), &namespace);

@@ -41,12 +41,12 @@ use crate::api::{CopySummary, PodVolumePhase, VolumePhase, VolumeStatus};
 
 use super::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 
-pub mod node;
-pub use node::{NodeDown, OnNode};
+pub(crate) mod node;
+pub(crate) use node::{NodeDown, OnNode};
 
 /// What one pass saw of a volume's world. Built by [`super::sight`].
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct VolumeSeen {
+pub(crate) struct VolumeSeen {
     pub claim: ClaimSeen,
     pub consumers: ConsumersSeen,
     /// Pods other than this restore's stand-in that mount the claim (and still run).
@@ -87,7 +87,7 @@ impl VolumeSeen {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum CopierSeen {
+pub(crate) enum CopierSeen {
     #[default]
     Absent,
     /// This restore's copier pod.
@@ -111,7 +111,7 @@ pub enum CopierSeen {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ClaimSeen {
+pub(crate) enum ClaimSeen {
     #[default]
     Exists,
     /// Deleted, or being deleted (held only by the pods that mount it).
@@ -120,7 +120,7 @@ pub enum ClaimSeen {
 
 /// The state of the consumers that mount this claim, from the restore's records.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum ConsumersSeen {
+pub(crate) enum ConsumersSeen {
     /// Every one of them is stopped (or there are none).
     #[default]
     Stopped,
@@ -131,7 +131,7 @@ pub enum ConsumersSeen {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum StandInSeen {
+pub(crate) enum StandInSeen {
     #[default]
     Absent,
     /// This restore's stand-in pod.
@@ -160,7 +160,7 @@ pub enum StandInSeen {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PvrSeen {
+pub(crate) struct PvrSeen {
     pub name: String,
     pub phase: PodVolumePhase,
     pub cancel_requested: bool,
@@ -183,14 +183,14 @@ impl PvrSeen {
 
 /// Why the whole restore stops (cancel, deletion, overall timeout).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestoreStop {
+pub(crate) struct RestoreStop {
     pub outcome: VolumePhase,
     pub why: String,
 }
 
 /// The spec's rules and the controller's limits, as they apply to a volume.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rules {
+pub(crate) struct Rules {
     pub stop: Option<RestoreStop>,
     pub volume_timeout: Duration,
     /// As written by the user (`4h`), for messages.
@@ -213,7 +213,7 @@ pub struct Rules {
 
 /// What the executor does against the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Create the stand-in pod and, with it, its PodVolumeRestore.
     CreateStandIn,
     CreatePodVolumeRestore,
@@ -232,7 +232,7 @@ pub enum Effect {
 
 /// How the volume's record changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Stays where it is; `message` says what it waits for, `warning` what needs a person.
     Stay {
         message: Option<String>,
@@ -264,7 +264,7 @@ pub enum Change {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
+pub(crate) struct Step {
     pub effect: Option<Effect>,
     pub change: Change,
 }
@@ -312,7 +312,7 @@ fn end_or_abort(seen: &VolumeSeen, outcome: VolumePhase, message: String) -> Ste
 }
 
 /// Whether `since` plus `limit` lies before `now`.
-pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> bool {
+pub(crate) fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> bool {
     since.is_some_and(|start| {
         let elapsed = now.duration_since(start);
         elapsed.is_positive() && elapsed.unsigned_abs() > limit
@@ -321,7 +321,12 @@ pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> boo
 
 /// What happens next to `volume`: what its phase calls for, and, while it waits on a
 /// node that stopped answering, the words and the bound of that wait ([`node`]).
-pub fn decide(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> Step {
+pub(crate) fn decide(
+    volume: &VolumeStatus,
+    seen: &VolumeSeen,
+    rules: &Rules,
+    now: Timestamp,
+) -> Step {
     let mut step = by_phase(volume, seen, rules, now);
     if let Change::Stay { message, warning } = &mut step.change {
         let down = node::waited_on(seen, !volume.phase.is_terminal());

@@ -28,7 +28,7 @@ use super::sight::{MadeSeen, split};
 use crate::controller::runtime::stores::PassView;
 
 /// What the executor needs of the pass.
-pub struct Act<'a> {
+pub(crate) struct Act<'a> {
     pub dr: &'a DataRestore,
     pub ctx: &'a Context,
     pub uid: &'a str,
@@ -41,7 +41,7 @@ pub struct Act<'a> {
 
 /// Performs `effect` for `volume`. Returns a change that replaces the decided one when
 /// the API's answer changes the outcome (a refusal, a conflict).
-pub async fn perform(
+pub(crate) async fn perform(
     act: &Act<'_>,
     found: &MadeSeen,
     volume: &mut VolumeStatus,

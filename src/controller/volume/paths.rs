@@ -17,7 +17,7 @@ use super::decide::Change;
 use super::execute::{Act, refused_as};
 use super::sight::{MadeSeen, split};
 
-pub async fn create_copier(
+pub(crate) async fn create_copier(
     act: &Act<'_>,
     found: &MadeSeen,
     volume: &mut VolumeStatus,
@@ -94,7 +94,7 @@ fn node_of(volume: &VolumeStatus) -> Vec<String> {
 
 /// The scratch claim goes once nothing mounts it; its volume goes with it (the
 /// StorageClass's reclaim policy, Delete for provisioned volumes).
-pub async fn delete_scratch(
+pub(crate) async fn delete_scratch(
     act: &Act<'_>,
     found: &MadeSeen,
     volume: &VolumeStatus,

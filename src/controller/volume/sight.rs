@@ -29,7 +29,7 @@ mod switching;
 
 /// The objects refill made for one volume, as the pass found them.
 #[derive(Default)]
-pub struct MadeSeen {
+pub(crate) struct MadeSeen {
     pub stand_in: Option<Arc<Pod>>,
     pub pod_volume_restore: Option<Arc<PodVolumeRestore>>,
     /// A path restore's copier pod, once it may exist.
@@ -43,13 +43,17 @@ pub struct MadeSeen {
 /// lags behind the API by a watch event; an object refill created a moment ago may not
 /// be in it yet.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Confirm {
+pub(crate) struct Confirm {
     pub stand_in: bool,
     pub pod_volume_restore: bool,
 }
 
 /// What to read again, from the volume's phase and what the stores hold. Pure.
-pub fn confirm(phase: VolumePhase, stand_in: bool, pvr: Option<&PodVolumeRestore>) -> Confirm {
+pub(crate) fn confirm(
+    phase: VolumePhase,
+    stand_in: bool,
+    pvr: Option<&PodVolumeRestore>,
+) -> Confirm {
     // From StartingStandIn on, the stand-in was made: its absence fails the volume
     // (Restoring), lets its consumers come back (RemovingStandIn) or ends it (Aborting).
     let stand_in_expected = matches!(
@@ -75,7 +79,7 @@ pub fn confirm(phase: VolumePhase, stand_in: bool, pvr: Option<&PodVolumeRestore
 
 /// Finds `volume`'s stand-in and PodVolumeRestore: in the pass's view, and read again
 /// where [`confirm`] says so. `restore` and `uid` are the DataRestore's name and UID.
-pub async fn found(
+pub(crate) async fn found(
     ctx: &Context,
     restore: &str,
     uid: &str,
@@ -158,7 +162,7 @@ fn scratch_may_be_left(volume: &VolumeStatus) -> bool {
 }
 
 /// The copier pod as [`decide`](super::decide) needs to know it.
-pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> CopierSeen {
+pub(crate) fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> CopierSeen {
     if !own_pods::is_own_copier(pod, uid) {
         return CopierSeen::Other {
             name: pod.name_any(),
@@ -181,13 +185,13 @@ pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> CopierSeen {
     }
 }
 
-pub fn split(key: &str) -> (&str, &str) {
+pub(crate) fn split(key: &str) -> (&str, &str) {
     key.split_once('/').expect("volume keys are namespace/name")
 }
 
 /// The consumers of `pvc` as the restore's records tell: with `switching`, the
 /// workloads to switch onto its new claim; else those stopped while it is written.
-pub fn consumers(status: &DataRestoreStatus, pvc: &str, switching: bool) -> ConsumersSeen {
+pub(crate) fn consumers(status: &DataRestoreStatus, pvc: &str, switching: bool) -> ConsumersSeen {
     let mine = status
         .consumers
         .iter()
@@ -220,7 +224,7 @@ fn restore_wait_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::Contain
 }
 
 /// Our stand-in pod as [`decide`](super::decide) needs to know it.
-pub fn stand_in_of(pod: &Pod) -> StandInSeen {
+pub(crate) fn stand_in_of(pod: &Pod) -> StandInSeen {
     let status = pod.status.clone().unwrap_or_default();
     let wait = restore_wait_status(pod);
     let wait_state = wait.and_then(|c| c.state.as_ref());
@@ -299,7 +303,7 @@ fn pvr_of(found: &PodVolumeRestore) -> PvrSeen {
 }
 
 /// Sees `volume`'s world. `uid` is the DataRestore's UID.
-pub async fn seen(
+pub(crate) async fn seen(
     ctx: &Context,
     uid: &str,
     status: &DataRestoreStatus,
@@ -476,7 +480,7 @@ const STOP_SETTLES: SignedDuration = SignedDuration::from_secs(30);
 /// mean nothing yet. A pod made after the stop does, and so does any live pod once the
 /// stop has had time to settle. Skipping a read never lets anything write: the volume
 /// waits while any pod mounts its claim.
-pub fn worth_reading(
+pub(crate) fn worth_reading(
     stopped_at: Option<Timestamp>,
     live_since: &[Option<Timestamp>],
     now: Timestamp,
@@ -494,7 +498,7 @@ pub fn worth_reading(
 /// its derived name, and the UID refill recorded when it made it. Labels and names are
 /// the team's to copy; a pod of theirs that copies them, before refill makes its own or
 /// in its place, is a writer like any other.
-pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
+pub(crate) fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     let name = pod.name_any();
     let recorded =
         |uid: &Option<String>| uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref();
@@ -517,7 +521,7 @@ fn vouched_for(pod: &Pod, pvr: Option<&PodVolumeRestore>) -> bool {
 }
 
 /// Copies what the stand-in and the node agent report (node, bytes) into the record.
-pub fn follow(volume: &mut VolumeStatus, found: &MadeSeen, uid: &str) {
+pub(crate) fn follow(volume: &mut VolumeStatus, found: &MadeSeen, uid: &str) {
     // An ended volume's record is final: a PodVolumeRestore whose last progress report
     // says less than all (an instant copy reports none) would otherwise undo what its
     // end recorded, pass after pass, and each time its mirror and the status be written.

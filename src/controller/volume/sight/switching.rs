@@ -12,7 +12,7 @@ use crate::plan::Owner;
 
 use super::{consumers, restarted, split};
 
-pub async fn seen(
+pub(super) async fn seen(
     ctx: &Context,
     uid: &str,
     status: &DataRestoreStatus,
