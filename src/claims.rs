@@ -16,7 +16,7 @@ type Meta = PartialObjectMeta<PersistentVolumeClaim>;
 
 /// `(namespace, name)` → being deleted.
 #[derive(Default)]
-pub struct Claims(Watched<Key, bool>);
+pub(crate) struct Claims(Watched<Key, bool>);
 
 fn entry(meta: &Meta) -> (Key, bool) {
     (
@@ -26,12 +26,12 @@ fn entry(meta: &Meta) -> (Key, bool) {
 }
 
 impl Claims {
-    pub fn apply(&self, event: &Event<Meta>) {
+    pub(crate) fn apply(&self, event: &Event<Meta>) {
         self.0.apply(event, entry);
     }
 
     /// Whether the claim is gone or being deleted; None before the first list is done.
-    pub fn deleted(&self, namespace: &str, name: &str) -> Option<bool> {
+    pub(crate) fn deleted(&self, namespace: &str, name: &str) -> Option<bool> {
         let known = self.0.get(&(namespace.to_string(), name.to_string()))?;
         Some(known.unwrap_or(true))
     }

@@ -13,7 +13,7 @@ use crate::api::{ConsumerKind, DataRestoreSpec, GitOpsSpec};
 /// Text as hostile as a user can write it: any Unicode, names with a wide character
 /// near the byte where values are cut (57, 63), separators selectors and keys split
 /// on, and lengths past every limit.
-pub fn hostile_text() -> impl Strategy<Value = String> {
+pub(crate) fn hostile_text() -> impl Strategy<Value = String> {
     prop_oneof![
         ".{0,80}",
         "[a-z0-9./,=!()é€𝄞_ -]{0,80}",
@@ -31,7 +31,7 @@ pub fn hostile_text() -> impl Strategy<Value = String> {
 }
 
 /// Arbitrary JSON, keys and strings hostile, a few levels deep.
-pub fn hostile_json() -> impl Strategy<Value = Value> {
+pub(crate) fn hostile_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),

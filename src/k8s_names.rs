@@ -15,7 +15,7 @@ const LABEL_MAX: usize = 63;
 const SUBDOMAIN_MAX: usize = 253;
 
 /// A DNS-1123 label, `[a-z0-9]([-a-z0-9]*[a-z0-9])?` of at most 63: a namespace name.
-pub fn dns_label(text: &str) -> Result<(), String> {
+pub(crate) fn dns_label(text: &str) -> Result<(), String> {
     if text.is_empty() {
         return Err("it is empty".into());
     }
@@ -30,7 +30,7 @@ pub fn dns_label(text: &str) -> Result<(), String> {
 
 /// A DNS-1123 subdomain, DNS-1123 labels joined by '.', at most 253 in all (a label
 /// in it may be longer than 63): the name of most objects (claims, nodes, backups).
-pub fn dns_subdomain(text: &str) -> Result<(), String> {
+pub(crate) fn dns_subdomain(text: &str) -> Result<(), String> {
     if text.is_empty() {
         return Err("it is empty".into());
     }
@@ -46,7 +46,7 @@ pub fn dns_subdomain(text: &str) -> Result<(), String> {
 /// A label key (a qualified name, also an annotation key): a name of at most 63
 /// letters, digits, '-', '_' and '.', starting and ending with a letter or digit,
 /// after an optional DNS-1123 subdomain prefix and a '/'.
-pub fn label_key(key: &str) -> Result<(), String> {
+pub(crate) fn label_key(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.split_once('/') {
         Some(_) if key.matches('/').count() > 1 => {
             return Err(
@@ -86,7 +86,7 @@ pub fn label_key(key: &str) -> Result<(), String> {
 
 /// A label value: empty, or up to 63 letters, digits, '-', '_' and '.', starting and
 /// ending with a letter or digit.
-pub fn label_value(value: &str) -> Result<(), String> {
+pub(crate) fn label_value(value: &str) -> Result<(), String> {
     if value.is_empty() {
         return Ok(());
     }

@@ -16,7 +16,7 @@ pub const SCHEDULE_NAME: &str = "velero.io/schedule-name";
 /// Annotation on a PodVolumeBackup: the name of the PVC whose volume it backed up.
 pub const PVC_NAME_ANNOTATION: &str = "velero.io/pvc-name";
 /// On a PodVolumeRestore: the UID of the PVC it writes to.
-pub const PVC_UID: &str = "velero.io/pvc-uid";
+pub(crate) const PVC_UID: &str = "velero.io/pvc-uid";
 /// On a PodVolumeRestore: the name of the restore it belongs to (here the
 /// DataRestore's).
 pub const RESTORE_NAME: &str = "velero.io/restore-name";
@@ -24,28 +24,28 @@ pub const RESTORE_NAME: &str = "velero.io/restore-name";
 /// names its done file after.
 pub const RESTORE_UID: &str = "velero.io/restore-uid";
 /// On a PodVolumeRestore: the UID of the pod it writes into.
-pub const POD_UID: &str = "velero.io/pod-uid";
+pub(crate) const POD_UID: &str = "velero.io/pod-uid";
 /// On a VolumePluginRestore: the snapshot it restores.
-pub const SNAPSHOT_ID: &str = "velero.io/snapshot-id";
+pub(crate) const SNAPSHOT_ID: &str = "velero.io/snapshot-id";
 /// On a VolumePluginRestore: the provider that restores the volume.
-pub const PROVIDER: &str = "velero.io/provider";
+pub(crate) const PROVIDER: &str = "velero.io/provider";
 /// On Velero's plugin ConfigMaps, with [`POD_VOLUME_RESTORE_PLUGIN`] picking the
 /// restore helper's.
-pub const PLUGIN_CONFIG: &str = "velero.io/plugin-config";
+pub(crate) const PLUGIN_CONFIG: &str = "velero.io/plugin-config";
 /// With value `RestoreItemAction`: the ConfigMap that configures the restore helper
 /// (image, resources, security context).
-pub const POD_VOLUME_RESTORE_PLUGIN: &str = "velero.io/pod-volume-restore";
+pub(crate) const POD_VOLUME_RESTORE_PLUGIN: &str = "velero.io/pod-volume-restore";
 
 /// On everything refill creates: the owning DataRestore's UID.
 pub const DATA_RESTORE_UID: &str = "refill.dev/data-restore-uid";
 /// On stand-in pods: `namespace/name` of the DataRestore, to map pod events back to it.
-pub const DATA_RESTORE_ANNOTATION: &str = "refill.dev/data-restore";
+pub(crate) const DATA_RESTORE_ANNOTATION: &str = "refill.dev/data-restore";
 /// What a pod refill creates is for; its one value is [`ROLE_STAND_IN`].
 pub const ROLE: &str = "refill.dev/role";
 /// [`ROLE`] of a stand-in pod.
 pub const ROLE_STAND_IN: &str = "stand-in";
 /// The role of a claim refill made and filled for `target: NewClaim`.
-pub const ROLE_NEW_CLAIM: &str = "new-claim";
+pub(crate) const ROLE_NEW_CLAIM: &str = "new-claim";
 /// The role of the scratch claim a path restore fills with the whole snapshot.
 pub const ROLE_SCRATCH: &str = "scratch";
 /// The role of the pod that copies a path restore's paths into the PVC.
@@ -59,11 +59,11 @@ pub const QUIESCED_BY: &str = "refill.dev/quiesced-by";
 pub const QUIESCED_BY_RESTORE: &str = "refill.dev/quiesced-by-restore";
 /// On a bare pod refill created again after the restore: the UID of that DataRestore,
 /// by which a pod found under the name later is known for refill's own.
-pub const RECREATED_BY: &str = "refill.dev/recreated-by";
+pub(crate) const RECREATED_BY: &str = "refill.dev/recreated-by";
 /// On a scaled-down workload: its replica count before.
 pub const ORIGINAL_REPLICAS: &str = "refill.dev/original-replicas";
 /// On a parked DaemonSet or suspended CronJob: what to put back, as JSON.
-pub const ORIGINAL_STATE: &str = "refill.dev/original";
+pub(crate) const ORIGINAL_STATE: &str = "refill.dev/original";
 /// Label a user puts on a workload, naming a claim it mounts: a `target: NewClaim`
 /// restore of that claim with `switchWorkloads` moves the workload onto the new claim.
 pub const SWITCH_CLAIM: &str = "refill.dev/switch-claim";
@@ -81,13 +81,13 @@ pub const PAUSED_BY: &str = "refill.dev/paused-by";
 pub const PAUSED_FROM: &str = "refill.dev/paused-from";
 
 /// On a DataRestore a DataRestoreSchedule made: the schedule's UID.
-pub const SCHEDULE_UID: &str = "refill.dev/schedule-uid";
+pub(crate) const SCHEDULE_UID: &str = "refill.dev/schedule-uid";
 
 /// On a DataRestore made for a team's DataRestoreRequest: the request's UID, and
 /// (annotation) its `namespace/name`.
 pub const REQUEST_UID: &str = "refill.dev/request-uid";
 /// Annotation beside [`REQUEST_UID`]: `namespace/name` of the DataRestoreRequest.
-pub const REQUEST_ANNOTATION: &str = "refill.dev/request";
+pub(crate) const REQUEST_ANNOTATION: &str = "refill.dev/request";
 
 /// refill's finalizer on DataRestores and DataRestoreRequests: deleting one waits until
 /// the consumers it stopped are back.
@@ -113,7 +113,7 @@ pub fn label_value(value: &str) -> String {
 
 /// The longest prefix of `text` of at most `max` bytes that ends on a character
 /// boundary.
-pub fn prefix_within(text: &str, max: usize) -> &str {
+pub(crate) fn prefix_within(text: &str, max: usize) -> &str {
     let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -150,7 +150,7 @@ pub fn stand_in_pod_name(pvc_key: &str) -> String {
 
 /// The DataRestore of one run of a DataRestoreSchedule, from what the run is for (a
 /// backup, a cron time): a second attempt of the same run finds the first one's.
-pub fn schedule_run_name(schedule: &str, uid: &str, run: &str) -> String {
+pub(crate) fn schedule_run_name(schedule: &str, uid: &str, run: &str) -> String {
     derived_name(schedule, &[uid, run])
 }
 
@@ -163,7 +163,7 @@ pub fn new_claim_name(claim: &str, restore_name: &str) -> String {
 
 /// The scratch claim a path restore of `claim` fills with the whole snapshot: per
 /// restore, like [`new_claim_name`], so that a restarted controller finds its own.
-pub fn scratch_claim_name(claim: &str, restore_name: &str) -> String {
+pub(crate) fn scratch_claim_name(claim: &str, restore_name: &str) -> String {
     derived_name(
         &format!("refill-scratch-{claim}"),
         &[claim, restore_name, ROLE_SCRATCH],
@@ -178,7 +178,11 @@ pub fn copier_pod_name(pvc_key: &str) -> String {
 }
 
 /// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.
-pub fn pod_volume_restore_name(restore_name: &str, restore_uid: &str, pvc_key: &str) -> String {
+pub(crate) fn pod_volume_restore_name(
+    restore_name: &str,
+    restore_uid: &str,
+    pvc_key: &str,
+) -> String {
     derived_name(restore_name, &[restore_uid, pvc_key])
 }
 

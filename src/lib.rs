@@ -1,5 +1,9 @@
 //! refill: data-only, in-place restore of Kubernetes PVCs from Velero file-system backups.
 
+// What only the crate uses is `pub(crate)`: `pub` is kept for what the binary, the
+// integration tests and the e2e crates use.
+#![warn(unreachable_pub)]
+
 pub mod api;
 mod claims;
 pub mod cli;

@@ -112,7 +112,7 @@ struct ElectionArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "REFILL_LEADER_ELECT")]
     leader_elect: bool,
     /// The Lease, in the controller's namespace.
-    #[arg(long, default_value = refill::controller::leader::Election::DEFAULT_LEASE_NAME)]
+    #[arg(long, default_value = refill::controller::runtime::leader::Election::DEFAULT_LEASE_NAME)]
     lease_name: String,
     /// How long a lease not renewed stays valid: a standby takes over at most this
     /// long after the leader died.
@@ -124,7 +124,7 @@ struct ElectionArgs {
 }
 
 impl ElectionArgs {
-    fn election(&self) -> anyhow::Result<Option<refill::controller::leader::Election>> {
+    fn election(&self) -> anyhow::Result<Option<refill::controller::runtime::leader::Election>> {
         if !self.leader_elect {
             return Ok(None);
         }
@@ -136,7 +136,7 @@ impl ElectionArgs {
             Some(name) => name.clone(),
             None => hostname()?,
         };
-        Ok(Some(refill::controller::leader::Election {
+        Ok(Some(refill::controller::runtime::leader::Election {
             lease_name: self.lease_name.clone(),
             identity,
             duration_seconds: seconds,
@@ -196,10 +196,10 @@ async fn main() -> anyhow::Result<()> {
             };
             let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let metrics = config.metrics.clone();
-            let probes = refill::controller::health::bind(probe_addr)
+            let probes = refill::controller::runtime::health::bind(probe_addr)
                 .await
                 .map_err(|e| anyhow::anyhow!("--probe-addr {probe_addr}: {e}"))?;
-            tokio::spawn(refill::controller::health::serve(
+            tokio::spawn(refill::controller::runtime::health::serve(
                 probes,
                 ready.clone(),
                 metrics.clone(),
@@ -216,9 +216,12 @@ async fn main() -> anyhow::Result<()> {
                     refill::controller::run_with_readiness(client, config, ready)
                 }
             };
-            match refill::controller::leader::run(client, &namespace, &election, ready, work).await
+            match refill::controller::runtime::leader::run(
+                client, &namespace, &election, ready, work,
+            )
+            .await
             {
-                Err(e) if e.is::<refill::controller::leader::Lost>() => {
+                Err(e) if e.is::<refill::controller::runtime::leader::Lost>() => {
                     tracing::error!("{e}");
                     // Now, not after the runtime has wound its tasks down: a replica
                     // that is no longer the leader writes nothing more.

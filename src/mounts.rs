@@ -60,7 +60,7 @@ impl Index {
 }
 
 #[derive(Default)]
-struct State {
+struct MountsState {
     live: Index,
     /// The index being rebuilt by a (re)list; it replaces `live` when the list is done,
     /// so pods deleted while the watch was down do not linger.
@@ -71,13 +71,13 @@ struct State {
 
 /// The shared index. Cheap to read from many reconciles at once.
 #[derive(Default)]
-pub struct Mounts {
-    state: RwLock<State>,
+pub(crate) struct Mounts {
+    state: RwLock<MountsState>,
 }
 
 impl Mounts {
     /// Folds one watch event in.
-    pub fn apply(&self, event: &Event<Pod>) {
+    pub(crate) fn apply(&self, event: &Event<Pod>) {
         let mut state = self
             .state
             .write()
@@ -102,7 +102,7 @@ impl Mounts {
     /// The pods that mount any of `claims` in `namespace`, each once, by the same rule
     /// as everywhere else ([`mounts_claim`]: a finished pod holds nothing); None until
     /// the first list is done, when only the API can answer.
-    pub fn mounting(&self, namespace: &str, claims: &[&str]) -> Option<Vec<Arc<Pod>>> {
+    pub(crate) fn mounting(&self, namespace: &str, claims: &[&str]) -> Option<Vec<Arc<Pod>>> {
         let state = self
             .state
             .read()
@@ -122,8 +122,9 @@ impl Mounts {
         Some(found.into_values().collect())
     }
 
-    /// How many pods are kept, for logs and tests.
-    pub fn len(&self) -> usize {
+    /// How many pods are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.state
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -132,7 +133,8 @@ impl Mounts {
             .len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

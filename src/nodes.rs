@@ -19,7 +19,7 @@ const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 
 /// How a node is, as far as a restore's waits go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum NodeHealth {
     Ready,
     /// Its Ready condition is False or Unknown, or it is tainted unreachable.
     Down {
@@ -31,7 +31,7 @@ pub enum Health {
 
 /// A node that is not Ready, or no longer exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Down {
+pub(crate) struct Down {
     pub since: Option<Timestamp>,
     pub why: String,
     /// The Node object is gone: nothing on it runs any more, as far as the cluster
@@ -40,7 +40,7 @@ pub struct Down {
 }
 
 /// A node's health from its conditions and taints. Pure.
-pub fn health(node: &Node) -> Health {
+pub(crate) fn health(node: &Node) -> NodeHealth {
     let status = node.status.as_ref();
     let ready = status
         .and_then(|s| s.conditions.as_ref())
@@ -59,8 +59,8 @@ pub fn health(node: &Node) -> Health {
         (None, None) => String::new(),
     };
     match ready {
-        Some(c) if c.status == "True" && unreachable.is_none() => Health::Ready,
-        Some(c) => Health::Down {
+        Some(c) if c.status == "True" && unreachable.is_none() => NodeHealth::Ready,
+        Some(c) => NodeHealth::Down {
             since: c.last_transition_time.as_ref().map(|t| t.0),
             why: match c.status.as_str() {
                 "Unknown" => format!("unreachable{}", said(c.reason.as_ref(), c.message.as_ref())),
@@ -70,35 +70,35 @@ pub fn health(node: &Node) -> Health {
         // A node without a Ready condition has not reported yet: no wait on it can be
         // said to be stuck because of it, unless it is tainted unreachable.
         None => match unreachable {
-            Some(t) => Health::Down {
+            Some(t) => NodeHealth::Down {
                 since: t.time_added.as_ref().map(|t| t.0),
                 why: "unreachable".into(),
             },
-            None => Health::Ready,
+            None => NodeHealth::Ready,
         },
     }
 }
 
 /// The index, fed by the controller's watch of Nodes.
 #[derive(Default)]
-pub struct Nodes(Watched<String, Health>);
+pub(crate) struct Nodes(Watched<String, NodeHealth>);
 
 impl Nodes {
-    pub fn apply(&self, event: &Event<Node>) {
+    pub(crate) fn apply(&self, event: &Event<Node>) {
         self.0.apply(event, |node| (node.name_any(), health(node)));
     }
 
     /// How `name` is when it is not Ready or gone; None when it is Ready, and before
     /// the first list is done (nothing is said of a node not known yet).
-    pub fn down(&self, name: &str) -> Option<Down> {
+    pub(crate) fn down(&self, name: &str) -> Option<Down> {
         match self.0.get(&name.to_string())? {
             None => Some(Down {
                 since: None,
                 why: "deleted".into(),
                 gone: true,
             }),
-            Some(Health::Ready) => None,
-            Some(Health::Down { since, why }) => Some(Down {
+            Some(NodeHealth::Ready) => None,
+            Some(NodeHealth::Down { since, why }) => Some(Down {
                 since,
                 why,
                 gone: false,
@@ -134,8 +134,8 @@ mod tests {
 
     #[test]
     fn a_node_is_down_when_not_ready_or_tainted_unreachable() {
-        assert_eq!(health(&node("a", "True", false)), Health::Ready);
-        let Health::Down { since, why } = health(&node("a", "Unknown", true)) else {
+        assert_eq!(health(&node("a", "True", false)), NodeHealth::Ready);
+        let NodeHealth::Down { since, why } = health(&node("a", "Unknown", true)) else {
             panic!("an unknown node is down");
         };
         assert_eq!(
@@ -144,12 +144,12 @@ mod tests {
         );
         assert_eq!(since.unwrap().to_string(), "2026-12-04T02:00:40Z");
         assert!(
-            matches!(health(&node("a", "False", false)), Health::Down { why, .. } if why.starts_with("NotReady"))
+            matches!(health(&node("a", "False", false)), NodeHealth::Down { why, .. } if why.starts_with("NotReady"))
         );
         // Ready, yet the lifecycle controller cut it off: down.
         assert!(matches!(
             health(&node("a", "True", true)),
-            Health::Down { .. }
+            NodeHealth::Down { .. }
         ));
     }
 

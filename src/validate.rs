@@ -15,7 +15,7 @@ use crate::observe::{self, reads::Reads};
 use crate::plan::{self, BackupChoice, Facts, Invalid, Plan, resolve_backup, select_volumes};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ValidateError {
+pub(crate) enum ValidateError {
     /// The request itself is wrong; retrying will not help.
     #[error(transparent)]
     Invalid(#[from] Invalid),
@@ -26,14 +26,14 @@ pub enum ValidateError {
 
 /// Validates `dr` against the cluster as it is now and returns what would be done.
 /// Reads only, through `reads` (the API, or the controller's watches first).
-pub async fn plan(reads: Reads<'_>, dr: &DataRestore) -> Result<Plan, ValidateError> {
+pub(crate) async fn plan(reads: Reads<'_>, dr: &DataRestore) -> Result<Plan, ValidateError> {
     Ok(plan_and_consumers(reads, dr).await?.0)
 }
 
 /// [`plan`], with the consumers it found by claim (`namespace/name`), so that the
 /// controller can start the first volumes in the same pass without reading every
 /// workload of their namespaces again.
-pub async fn plan_and_consumers(
+pub(crate) async fn plan_and_consumers(
     reads: Reads<'_>,
     dr: &DataRestore,
 ) -> Result<(Plan, Consumers), ValidateError> {
@@ -49,7 +49,7 @@ pub async fn plan_and_consumers(
 }
 
 /// Consumers by claim (`namespace/name`), as [`observe::consumers::consumers`] finds them.
-pub type Consumers = BTreeMap<String, Vec<plan::ConsumerRef>>;
+pub(crate) type Consumers = BTreeMap<String, Vec<plan::ConsumerRef>>;
 
 async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateError> {
     let client = reads.client();

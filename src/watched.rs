@@ -17,7 +17,7 @@ struct State<K, V> {
     ready: bool,
 }
 
-pub struct Watched<K, V> {
+pub(crate) struct Watched<K, V> {
     state: RwLock<State<K, V>>,
 }
 
@@ -35,7 +35,7 @@ impl<K, V> Default for Watched<K, V> {
 
 impl<K: Hash + Eq, V: Clone> Watched<K, V> {
     /// Takes one event of the watch; `fact` reads an object's key and what is kept.
-    pub fn apply<O>(&self, event: &Event<O>, fact: impl Fn(&O) -> (K, V)) {
+    pub(crate) fn apply<O>(&self, event: &Event<O>, fact: impl Fn(&O) -> (K, V)) {
         let mut state = self
             .state
             .write()
@@ -65,7 +65,7 @@ impl<K: Hash + Eq, V: Clone> Watched<K, V> {
 
     /// What is kept of `key` (None inside: no such object); None before the first
     /// list is done.
-    pub fn get(&self, key: &K) -> Option<Option<V>> {
+    pub(crate) fn get(&self, key: &K) -> Option<Option<V>> {
         let state = self
             .state
             .read()

@@ -1393,7 +1393,7 @@ impl Scene {
             LEASE * 3,
             || async {
                 let holder = leases
-                    .get_opt(refill::controller::leader::Election::DEFAULT_LEASE_NAME)
+                    .get_opt(refill::controller::runtime::leader::Election::DEFAULT_LEASE_NAME)
                     .await?
                     .and_then(|l| l.spec?.holder_identity);
                 Ok((holder.as_deref() == Some(identity)).then_some(()))

@@ -8,8 +8,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use refill::controller::health::{self, Limits};
-use refill::controller::metrics::Metrics;
+use refill::controller::runtime::health::{self, Limits};
+use refill::controller::runtime::metrics::Metrics;
 use refill_e2e::controller_process::get;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

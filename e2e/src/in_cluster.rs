@@ -23,7 +23,7 @@ const IMAGE_SHA_ANNOTATION: &str = "refill.dev/image-sha256";
 
 /// The name of the Lease the controller's replicas elect their leader by, in
 /// Velero's namespace (refill's default).
-pub const LEASE: &str = refill::controller::leader::Election::DEFAULT_LEASE_NAME;
+pub const LEASE: &str = refill::controller::runtime::leader::Election::DEFAULT_LEASE_NAME;
 
 /// The objects of `manifests/deployment.yaml`: the Deployment and its
 /// PodDisruptionBudget.

@@ -13,7 +13,7 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use refill::controller::copier::CONTAINER;
+use refill::controller::build::copier::CONTAINER;
 use refill::copy::CopyArgs;
 use serde_json::json;
 

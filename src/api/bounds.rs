@@ -13,40 +13,40 @@ use serde_json::Value;
 
 /// Lines of a status's `errors` and `warnings`: the first ones, then one that says how
 /// many more there are.
-pub const STATUS_LINES: u32 = 50;
+pub(crate) const STATUS_LINES: u32 = 50;
 /// Volumes named in a status's `needsAttention`.
-pub const NOTED_VOLUMES: u32 = 20;
+pub(crate) const NOTED_VOLUMES: u32 = 20;
 
 /// Claims or namespaces one spec names (`pvcs`, `includedNamespaces`, the entries of
 /// `candidateNodes` and `pvcPaths`): past the 1,000 namespaces of refill's largest
 /// benchmark, and about what etcd's 1.5 MiB object size holds of such names anyway.
-pub const CLAIMS: u32 = 5000;
+pub(crate) const CLAIMS: u32 = 5000;
 /// Nodes one claim may run on: Kubernetes' largest supported cluster.
 pub const NODES: u32 = 5000;
 /// An object name (a DNS-1123 subdomain).
 pub const NAME: u32 = 253;
 /// A namespace name (a DNS-1123 label), and a label value.
-pub const LABEL: u32 = 63;
+pub(crate) const LABEL: u32 = 63;
 /// `namespace/name`: a namespace, a slash, an object name.
-pub const NAMESPACED_NAME: u32 = LABEL + 1 + NAME;
+pub(crate) const NAMESPACED_NAME: u32 = LABEL + 1 + NAME;
 /// A label key: a DNS-1123 subdomain prefix, a slash, a name of 63.
-pub const LABEL_KEY: u32 = NAME + 1 + LABEL;
+pub(crate) const LABEL_KEY: u32 = NAME + 1 + LABEL;
 /// Globs in one of `include` and `exclude`.
-pub const GLOBS: u32 = 1000;
+pub(crate) const GLOBS: u32 = 1000;
 /// A path or glob: Linux's PATH_MAX.
 pub const PATH: u32 = 4096;
 /// A duration (`4h`, `90m`) or a cron expression.
-pub const SHORT_TEXT: u32 = 256;
+pub(crate) const SHORT_TEXT: u32 = 256;
 /// An image reference: a registry, a repository, a tag and a digest.
-pub const IMAGE: u32 = 1024;
+pub(crate) const IMAGE: u32 = 1024;
 /// Words of a command.
-pub const COMMAND: u32 = 256;
+pub(crate) const COMMAND: u32 = 256;
 /// Lists and maps inside Kubernetes' own types a spec embeds (a label selector's
 /// expressions and their values, a container's capabilities, resources and claims).
-pub const KUBERNETES_LIST: u32 = 256;
+pub(crate) const KUBERNETES_LIST: u32 = 256;
 /// Conditions of a status: refill writes four kinds (Ready, Reconciling, Stalled,
 /// Warning).
-pub const CONDITIONS: u32 = 16;
+pub(crate) const CONDITIONS: u32 = 16;
 
 /// `candidateNodes`: at most [`CLAIMS`] claims, each with at most [`NODES`] node
 /// names.
@@ -61,13 +61,13 @@ pub fn candidate_nodes(schema: &mut Schema) {
 }
 
 /// `pvcPaths`: at most [`CLAIMS`] claims (each entry bounded by its own type).
-pub fn claim_map(schema: &mut Schema) {
+pub(crate) fn claim_map(schema: &mut Schema) {
     schema.insert("maxProperties".into(), CLAIMS.into());
 }
 
 /// A Kubernetes type embedded in a spec: every list and map in it without a bound of
 /// its own gets [`KUBERNETES_LIST`].
-pub fn kubernetes_lists(schema: &mut Schema) {
+pub(crate) fn kubernetes_lists(schema: &mut Schema) {
     if let Some(object) = schema.as_object_mut() {
         bound_lists(object);
     }

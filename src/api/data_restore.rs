@@ -14,8 +14,6 @@ use serde::{Deserialize, Serialize};
 use super::gitops::{GitOpsRecord, GitOpsSpec, GitOpsState};
 use super::paths::{CopySummary, PathRestore};
 
-/// The API group of refill's own kinds.
-pub const GROUP: &str = "refill.dev";
 /// The `apiVersion` of refill's own kinds.
 pub const API_VERSION: &str = "refill.dev/v1alpha1";
 
@@ -186,7 +184,7 @@ pub enum RestoreMethod {
 
 impl RestoreMethod {
     /// The default, left out when serialized.
-    pub fn is_direct(&self) -> bool {
+    pub(crate) fn is_direct(&self) -> bool {
         *self == RestoreMethod::Direct
     }
 }
@@ -203,7 +201,7 @@ pub enum ExtraFiles {
 
 impl ExtraFiles {
     /// The default, left out when serialized.
-    pub fn is_delete(&self) -> bool {
+    pub(crate) fn is_delete(&self) -> bool {
         *self == ExtraFiles::Delete
     }
 }
@@ -223,7 +221,7 @@ pub enum RestoreTarget {
 
 impl RestoreTarget {
     /// The default, left out when serialized.
-    pub fn is_in_place(&self) -> bool {
+    pub(crate) fn is_in_place(&self) -> bool {
         *self == RestoreTarget::InPlace
     }
 }
@@ -231,7 +229,7 @@ impl RestoreTarget {
 impl DataRestoreSpec {
     /// How consumers are actually treated: a restore into new claims writes nowhere
     /// they read, so it stops none of them.
-    pub fn consumer_policy(&self) -> ConsumerPolicy {
+    pub(crate) fn consumer_policy(&self) -> ConsumerPolicy {
         match self.target {
             RestoreTarget::InPlace => self.consumers,
             RestoreTarget::NewClaim => ConsumerPolicy::None,
@@ -239,13 +237,13 @@ impl DataRestoreSpec {
     }
 
     /// The paths to put back of the PVC `pvc_key` (`namespace/name`), when only some are.
-    pub fn paths_for(&self, pvc_key: &str) -> Option<&PathRestore> {
+    pub(crate) fn paths_for(&self, pvc_key: &str) -> Option<&PathRestore> {
         self.pvc_paths.get(pvc_key).or(self.paths.as_ref())
     }
 
     /// The PVC `pvc_key` is filled through a scratch claim beside it, its consumers
     /// stopped only after: Staged in place, or a path restore.
-    pub fn fills_scratch_first(&self, pvc_key: &str) -> bool {
+    pub(crate) fn fills_scratch_first(&self, pvc_key: &str) -> bool {
         self.target == RestoreTarget::InPlace
             && (self.method == RestoreMethod::Staged || self.paths_for(pvc_key).is_some())
     }
@@ -253,7 +251,7 @@ impl DataRestoreSpec {
     /// Nothing the backup lacks is removed: asked for (Keep), or a direct restore beside
     /// consumers that keep running (consumers: None), whose volume is not emptied under
     /// them. A staged one removes extra files with its copy, as it writes the rest.
-    pub fn keeps_extra_files(&self) -> bool {
+    pub(crate) fn keeps_extra_files(&self) -> bool {
         self.extra_files == ExtraFiles::Keep
             || (self.method == RestoreMethod::Direct && self.writes_under_running_consumers())
     }
@@ -299,7 +297,7 @@ impl DataRestoreSpec {
 
     /// Files are overwritten under consumers that keep running (consumers: None, in
     /// place).
-    pub fn writes_under_running_consumers(&self) -> bool {
+    pub(crate) fn writes_under_running_consumers(&self) -> bool {
         self.target == RestoreTarget::InPlace && self.consumers == ConsumerPolicy::None
     }
 }
@@ -450,7 +448,7 @@ pub struct DataRestoreStatus {
 impl DataRestoreStatus {
     /// The counts of volumes and consumers and the volumes that need a person, from the
     /// whole restore; `record_of` names the VolumePluginRestore that keeps a volume.
-    pub fn tally(&mut self, record_of: impl Fn(&VolumeStatus) -> String) {
+    pub(crate) fn tally(&mut self, record_of: impl Fn(&VolumeStatus) -> String) {
         let status = self;
         if status.volumes.is_empty() {
             return;
@@ -566,7 +564,7 @@ impl VolumePhase {
         )
     }
     /// Holds consumers stopped or a stand-in pod that has to go.
-    pub fn is_active(self) -> bool {
+    pub(crate) fn is_active(self) -> bool {
         matches!(
             self,
             VolumePhase::Quiescing
@@ -706,20 +704,20 @@ pub struct VolumeStatus {
 impl VolumeStatus {
     /// The node agent fills a scratch claim first (Staged, or a path restore), and the
     /// consumers are stopped only after: for the copy into the PVC.
-    pub fn fills_scratch_first(&self) -> bool {
+    pub(crate) fn fills_scratch_first(&self) -> bool {
         self.scratch_pvc.is_some()
     }
 
     /// Direct into the PVC itself, with what the backup lacks removed: the PVC's files
     /// are set aside first (phase Clearing), and removed after (Tidying).
-    pub fn clears_first(&self) -> bool {
+    pub(crate) fn clears_first(&self) -> bool {
         self.target_pvc.is_none() && self.scratch_pvc.is_none() && !self.keep_extra_files
     }
 
     /// The consumers of the PVC must be stopped while the volume is in its phase:
     /// from the stop until nothing writes. A volume filling its scratch claim first
     /// leaves them running until the fill is done.
-    pub fn holds_consumers_stopped(&self) -> bool {
+    pub(crate) fn holds_consumers_stopped(&self) -> bool {
         if self.fills_scratch_first() {
             matches!(self.phase, VolumePhase::Quiescing | VolumePhase::Copying)
         } else {
@@ -729,13 +727,13 @@ impl VolumeStatus {
 
     /// `namespace/name` of the claim the files are written into: the PVC itself, or
     /// with target NewClaim the claim made for it.
-    pub fn written_claim(&self) -> String {
+    pub(crate) fn written_claim(&self) -> String {
         self.beside(self.target_pvc.as_deref())
     }
 
     /// `namespace/name` of the claim the node agent writes: with paths the scratch
     /// claim, else [`Self::written_claim`]. The stand-in mounts it.
-    pub fn agent_claim(&self) -> String {
+    pub(crate) fn agent_claim(&self) -> String {
         match &self.scratch_pvc {
             Some(scratch) => self.beside(Some(scratch)),
             None => self.written_claim(),
@@ -859,7 +857,7 @@ pub enum ConsumerKind {
 
 impl ConsumerKind {
     /// Where the API serves this kind, for generic reads and patches.
-    pub fn api_resource(self) -> kube::api::ApiResource {
+    pub(crate) fn api_resource(self) -> kube::api::ApiResource {
         let (group, version) = match self {
             ConsumerKind::Deployment
             | ConsumerKind::StatefulSet
@@ -879,7 +877,7 @@ impl ConsumerKind {
     }
 
     /// Stopped by scaling it to zero replicas.
-    pub fn is_scalable(self) -> bool {
+    pub(crate) fn is_scalable(self) -> bool {
         matches!(
             self,
             ConsumerKind::Deployment

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::data_restore::{DataRestoreSpec, Phase};
 
 /// How many finished restores of each kind a schedule keeps when its spec does not say.
-pub const DEFAULT_HISTORY_LIMIT: u32 = 3;
+pub(crate) const DEFAULT_HISTORY_LIMIT: u32 = 3;
 
 /// The restores to make, and when.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The namespace Argo CD's Applications are looked for in when spec.gitOps does not say.
-pub const DEFAULT_ARGO_CD_NAMESPACE: &str = "argocd";
+pub(crate) const DEFAULT_ARGO_CD_NAMESPACE: &str = "argocd";
 
 /// spec.gitOps: what to do with a GitOps object that manages a consumer.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -40,7 +40,7 @@ pub struct GitOpsSpec {
 
 impl GitOpsSpec {
     /// The namespace of Argo CD's Applications.
-    pub fn argo_cd_namespace(&self) -> &str {
+    pub(crate) fn argo_cd_namespace(&self) -> &str {
         self.argo_cd_namespace
             .as_deref()
             .unwrap_or(DEFAULT_ARGO_CD_NAMESPACE)
@@ -77,7 +77,7 @@ pub enum GitOpsKind {
 
 impl GitOpsKind {
     /// Where the API serves this kind.
-    pub fn api_resource(self) -> kube::api::ApiResource {
+    pub(crate) fn api_resource(self) -> kube::api::ApiResource {
         let (group, version, plural) = match self {
             GitOpsKind::Kustomization => ("kustomize.toolkit.fluxcd.io", "v1", "kustomizations"),
             GitOpsKind::HelmRelease => ("helm.toolkit.fluxcd.io", "v2", "helmreleases"),

@@ -3,12 +3,12 @@
 
 pub mod bounds;
 pub mod data_restore;
-pub mod data_restore_request;
-pub mod data_restore_schedule;
+pub(crate) mod data_restore_request;
+pub(crate) mod data_restore_schedule;
 pub mod gitops;
 pub mod paths;
 pub mod velero;
-pub mod volume_plugin_restore;
+pub(crate) mod volume_plugin_restore;
 
 pub use data_restore::*;
 pub use data_restore_request::*;

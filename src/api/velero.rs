@@ -12,11 +12,6 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The API group of Velero's kinds.
-pub const VELERO_GROUP: &str = "velero.io";
-/// The `apiVersion` of the Velero objects refill reads and writes.
-pub const VELERO_API_VERSION: &str = "velero.io/v1";
-
 /// Phase of a Velero Backup.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum BackupPhase {
@@ -56,7 +51,7 @@ pub enum BackupPhase {
 
 impl BackupPhase {
     /// Only these phases leave data in the repository that can be restored.
-    pub fn holds_usable_data(self) -> bool {
+    pub(crate) fn holds_usable_data(self) -> bool {
         matches!(self, BackupPhase::Completed | BackupPhase::PartiallyFailed)
     }
 }
@@ -132,40 +127,6 @@ pub struct ScheduleStatus {
     /// When the schedule last made a backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<Time>,
-}
-
-/// Where and how a [`BackupStorageLocation`] stores backups.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
-#[kube(
-    group = "velero.io",
-    version = "v1",
-    kind = "BackupStorageLocation",
-    namespaced,
-    status = "BackupStorageLocationStatus",
-    schema = "disabled",
-    doc = "A Velero BackupStorageLocation: object storage holding backups and repositories."
-)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupStorageLocationSpec {
-    /// The object-store plugin that serves it (e.g. `aws`, `gcp`, `azure`).
-    #[serde(default)]
-    pub provider: String,
-    /// Whether backups that name no location go here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default: Option<bool>,
-    /// `ReadWrite`, or `ReadOnly`: backups can be restored from it but no new ones
-    /// written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub access_mode: Option<String>,
-}
-
-/// Whether Velero can reach a [`BackupStorageLocation`].
-#[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupStorageLocationStatus {
-    /// `Available` or `Unavailable`, as Velero last found the storage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
 }
 
 /// Phase shared by PodVolumeBackup and PodVolumeRestore.
@@ -385,17 +346,17 @@ impl PodVolumeBackup {
 
 impl Backup {
     /// The phase, None before Velero has written one.
-    pub fn phase(&self) -> Option<BackupPhase> {
+    pub(crate) fn phase(&self) -> Option<BackupPhase> {
         self.status.as_ref().and_then(|s| s.phase)
     }
 
     /// Whether Velero finished it without errors.
-    pub fn is_completed(&self) -> bool {
+    pub(crate) fn is_completed(&self) -> bool {
         self.phase() == Some(BackupPhase::Completed)
     }
 
     /// When it ended (Velero's clock), else when it was made: the order of backups.
-    pub fn completed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+    pub(crate) fn completed_at(&self) -> Option<k8s_openapi::jiff::Timestamp> {
         self.status
             .as_ref()
             .and_then(|s| s.completion_timestamp.as_ref())

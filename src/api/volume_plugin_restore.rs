@@ -13,22 +13,22 @@ use super::data_restore::{ConsumerRecord, VolumeStatus};
 use super::gitops::GitOpsRecord;
 
 /// `status.pluginSpecific` keys refill fills in.
-pub mod plugin_keys {
+pub(crate) mod plugin_keys {
     /// `namespace/name` of the PVC being restored.
-    pub const PVC: &str = "pvc";
+    pub(crate) const PVC: &str = "pvc";
     /// The stand-in pod that mounts the PVC.
-    pub const POD: &str = "pod";
+    pub(crate) const POD: &str = "pod";
     /// The node the data is written on.
-    pub const NODE: &str = "node";
+    pub(crate) const NODE: &str = "node";
     /// The Velero PodVolumeRestore that writes the data.
-    pub const POD_VOLUME_RESTORE: &str = "podVolumeRestore";
+    pub(crate) const POD_VOLUME_RESTORE: &str = "podVolumeRestore";
     /// With target NewClaim: `namespace/name` of the claim the files are written into.
-    pub const TARGET_PVC: &str = "targetPVC";
+    pub(crate) const TARGET_PVC: &str = "targetPVC";
 }
 
 /// The provider named in spec.provider and the `velero.io/provider` label (a label
 /// value, so without a slash).
-pub const PROVIDER: &str = "refill-fsb";
+pub(crate) const PROVIDER: &str = "refill-fsb";
 
 /// Which snapshot of which backup a volume is restored from.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]

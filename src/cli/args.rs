@@ -23,7 +23,7 @@ macro_rules! exit_codes {
 }
 
 /// The exit codes as `--help` shows them.
-pub const EXIT_CODES_HELP: &str = exit_codes!();
+pub(super) const EXIT_CODES_HELP: &str = exit_codes!();
 
 /// Shown at the end of `refill --help`.
 pub const AFTER_HELP: &str = concat!(
@@ -517,7 +517,7 @@ pub enum BackupCommand {
 
 /// Accepts what the controller accepts (`30m`, `2h`, `1h30m`) and keeps the text.
 /// The words are the controller's own ([`crate::plan::duration`]).
-pub fn duration_text(text: &str) -> Result<String, String> {
+pub(super) fn duration_text(text: &str) -> Result<String, String> {
     crate::plan::duration(text).map(|_| text.to_string())
 }
 

@@ -16,7 +16,7 @@ use super::format::{Table, age, bytes, or_dash, when};
 use super::get::newest_first;
 use super::output;
 
-pub async fn run(ctx: &Ctx, command: &BackupCommand) -> Result<()> {
+pub(super) async fn run(ctx: &Ctx, command: &BackupCommand) -> Result<()> {
     match command {
         BackupCommand::Get { name, output } => get(ctx, name.as_deref(), *output).await,
         BackupCommand::Describe { name, output } => describe(ctx, name, *output).await,
@@ -59,7 +59,7 @@ async fn get(ctx: &Ctx, name: Option<&str>, format: Option<OutputFormat>) -> Res
 
 /// Whether a PodVolumeBackup belongs to `backup`: by the (possibly shortened) name
 /// label, and by UID and tag where present, as names can be reused.
-pub fn belongs_to(pvb: &PodVolumeBackup, backup: &Backup) -> bool {
+pub(super) fn belongs_to(pvb: &PodVolumeBackup, backup: &Backup) -> bool {
     let name = backup.name_any();
     let labels = pvb.labels();
     labels.get(labels::BACKUP_NAME) == Some(&labels::label_value(&name))
@@ -70,7 +70,7 @@ pub fn belongs_to(pvb: &PodVolumeBackup, backup: &Backup) -> bool {
         && pvb.spec.tags.get("backup").is_none_or(|tag| *tag == name)
 }
 
-pub fn table(backups: &[Backup], pvbs: &[PodVolumeBackup], now: Timestamp) -> String {
+pub(super) fn table(backups: &[Backup], pvbs: &[PodVolumeBackup], now: Timestamp) -> String {
     let mut table = Table::new(&[
         "NAME",
         "PHASE",
@@ -96,7 +96,7 @@ pub fn table(backups: &[Backup], pvbs: &[PodVolumeBackup], now: Timestamp) -> St
 /// One file-system-backed volume of a backup, for `describe` and its `-o` output.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct BackupVolume {
+pub(super) struct BackupVolume {
     pub namespace: String,
     pub pod: String,
     pub volume: String,
@@ -121,7 +121,7 @@ struct BackupVolumes {
     volumes: Vec<BackupVolume>,
 }
 
-pub fn volume(pvb: &PodVolumeBackup) -> BackupVolume {
+pub(super) fn volume(pvb: &PodVolumeBackup) -> BackupVolume {
     let status = pvb.status.clone().unwrap_or_default();
     let pvc = pvb.annotations().get(labels::PVC_NAME_ANNOTATION).cloned();
     let snapshot_id = status.snapshot_id.filter(|s| !s.is_empty());
@@ -192,7 +192,7 @@ async fn describe(ctx: &Ctx, name: &str, format: Option<OutputFormat>) -> Result
     Ok(())
 }
 
-pub fn render(backup: &Backup, volumes: &[BackupVolume], now: Timestamp) -> String {
+pub(super) fn render(backup: &Backup, volumes: &[BackupVolume], now: Timestamp) -> String {
     let name = backup.name_any();
     let status = backup.status.clone().unwrap_or_default();
     let mut head = Table::new(&["", ""]);

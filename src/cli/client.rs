@@ -13,7 +13,7 @@ use super::errors::{CliError, Kind, Result, Target, kube_error, root_cause};
 pub const USER_AGENT: &str = concat!("refill-cli/", env!("CARGO_PKG_VERSION"));
 
 /// A kind in Velero's namespace that the CLI reads by name or lists.
-pub trait Namespaced:
+pub(super) trait Namespaced:
     Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
     + Clone
     + serde::de::DeserializeOwned
@@ -31,7 +31,7 @@ impl<K> Namespaced for K where
 
 /// What every command that talks to the cluster needs.
 #[derive(Clone)]
-pub struct Ctx {
+pub(super) struct Ctx {
     pub client: Client,
     /// Velero's namespace.
     pub namespace: String,
@@ -40,7 +40,7 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub async fn connect(global: &GlobalArgs) -> Result<Ctx> {
+    pub(super) async fn connect(global: &GlobalArgs) -> Result<Ctx> {
         let config = connect::config(
             global.kubeconfig.as_deref(),
             global.context.clone(),
@@ -58,7 +58,7 @@ impl Ctx {
     }
 
     /// An API for a kind in Velero's namespace.
-    pub fn api<K>(&self) -> Api<K>
+    pub(super) fn api<K>(&self) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         <K as Resource>::DynamicType: Default,
@@ -67,7 +67,7 @@ impl Ctx {
     }
 
     /// One object of a kind in Velero's namespace, or the error saying why not.
-    pub async fn get<K: Namespaced>(&self, kind: Kind, name: &str) -> Result<K> {
+    pub(super) async fn get<K: Namespaced>(&self, kind: Kind, name: &str) -> Result<K> {
         self.api::<K>()
             .get(name)
             .await
@@ -75,7 +75,7 @@ impl Ctx {
     }
 
     /// Words a kube error about `target`.
-    pub fn error(&self, err: &kube::Error, target: Target<'_>) -> CliError {
+    pub(super) fn error(&self, err: &kube::Error, target: Target<'_>) -> CliError {
         kube_error(err, target, &self.server)
     }
 }

@@ -9,10 +9,10 @@ use crate::validate::{self, ValidateError};
 
 use super::args::{CreateArgs, OutputFormat, WaitArgs};
 use super::client::{Ctx, Namespaced};
-use super::errors::{CliError, Kind, Result, Target, is_not_found, not_found, root_cause};
+use super::errors::{CliError, Kind, Result, Target, is_missing_object, not_found, root_cause};
 use super::{dry_run, output, progress, spec, wait};
 
-pub async fn create(ctx: &Ctx, args: &CreateArgs) -> Result<()> {
+pub(super) async fn create(ctx: &Ctx, args: &CreateArgs) -> Result<()> {
     let dr = spec::build(args, &ctx.namespace).map_err(|errors| not_valid("restore", &errors))?;
     let errors = spec_errors(&dr.spec);
     if !errors.is_empty() {
@@ -57,7 +57,7 @@ pub async fn create(ctx: &Ctx, args: &CreateArgs) -> Result<()> {
 }
 
 /// `refill restore wait NAME`.
-pub async fn wait(ctx: &Ctx, args: &WaitArgs) -> Result<()> {
+pub(super) async fn wait(ctx: &Ctx, args: &WaitArgs) -> Result<()> {
     follow(ctx, &args.name, args.follow.pickup_timeout, args.output).await
 }
 
@@ -85,7 +85,7 @@ async fn follow(
 /// A read that fails otherwise (say, RBAC forbids it to this user) proves nothing about
 /// the request: it becomes a warning, and the controller, which reads with its own
 /// rights, decides.
-pub async fn check_source(ctx: &Ctx, spec: &DataRestoreSpec) -> Result<Vec<String>> {
+pub(super) async fn check_source(ctx: &Ctx, spec: &DataRestoreSpec) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
     if let Some(backup) = &spec.backup_name {
         check_exists::<Backup>(ctx, Kind::Backup, backup, "--from-backup", &mut warnings).await?;
@@ -105,7 +105,7 @@ pub async fn check_source(ctx: &Ctx, spec: &DataRestoreSpec) -> Result<Vec<Strin
 
 /// The object `flag` names must exist in Velero's namespace: an error naming the flag
 /// if it does not, a warning in `warnings` if it could not be read.
-pub async fn check_exists<K: Namespaced>(
+pub(super) async fn check_exists<K: Namespaced>(
     ctx: &Ctx,
     kind: Kind,
     name: &str,
@@ -114,7 +114,7 @@ pub async fn check_exists<K: Namespaced>(
 ) -> Result<()> {
     match ctx.api::<K>().get(name).await {
         Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Err(CliError::new(format!(
+        Err(e) if is_missing_object(&e) => Err(CliError::new(format!(
             "{flag}: {}",
             not_found(Target::one(kind, name, &ctx.namespace))
         ))),
@@ -158,7 +158,7 @@ fn unchecked(ctx: &Ctx, e: &kube::Error) -> Result<String> {
 }
 
 /// The error for a request validation refuses, each message in the flags' words.
-pub fn refused(dr: &DataRestore, errors: &[String]) -> CliError {
+pub(super) fn refused(dr: &DataRestore, errors: &[String]) -> CliError {
     let name = dr.metadata.name.as_deref().unwrap_or_default();
     let errors: Vec<String> = errors.iter().map(|e| flag_words(&dr.spec, e)).collect();
     CliError::new(bulleted(
@@ -169,7 +169,7 @@ pub fn refused(dr: &DataRestore, errors: &[String]) -> CliError {
 
 /// A validation message about `spec.*` fields, with each field named by the flag that
 /// sets it (`spec.pvcs[0]` becomes `--pvc shop/data`).
-pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
+pub(super) fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
     let mut pairs: Vec<(String, String)> = vec![(
         "spec.pvcs, spec.includedNamespaces and spec.selector are all empty".into(),
         "--pvc, --include-namespaces and --selector are all missing".into(),
@@ -274,7 +274,7 @@ pub fn flag_words(spec: &DataRestoreSpec, message: &str) -> String {
 }
 
 /// The error for flags that make no valid `what`, each mistake naming its flag.
-pub fn not_valid(what: &str, errors: &[String]) -> CliError {
+pub(super) fn not_valid(what: &str, errors: &[String]) -> CliError {
     CliError::new(bulleted(
         &format!("the {what} request is not valid"),
         errors,
@@ -282,7 +282,7 @@ pub fn not_valid(what: &str, errors: &[String]) -> CliError {
 }
 
 /// `title: only` for one item, a bulleted list for several.
-pub fn bulleted(title: &str, items: &[String]) -> String {
+pub(super) fn bulleted(title: &str, items: &[String]) -> String {
     match items {
         [one] => format!("{title}: {one}"),
         _ => {

@@ -15,7 +15,7 @@ use super::errors::{CliError, EXIT_INTERRUPTED, Kind, Result, Target};
 /// When to remind that deletion waits for the controller.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-pub async fn delete(ctx: &Ctx, args: &DeleteArgs) -> Result<()> {
+pub(super) async fn delete(ctx: &Ctx, args: &DeleteArgs) -> Result<()> {
     let name = &args.name;
     let ns = &ctx.namespace;
     let target = Target::one(Kind::DataRestore, name, ns);

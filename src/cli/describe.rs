@@ -19,7 +19,7 @@ use super::{how, output};
 /// Events shown without --details.
 const RECENT_EVENTS: usize = 20;
 
-pub async fn describe(ctx: &Ctx, args: &DescribeArgs) -> Result<()> {
+pub(super) async fn describe(ctx: &Ctx, args: &DescribeArgs) -> Result<()> {
     let name = &args.name;
     let dr: DataRestore = ctx.get(Kind::DataRestore, name).await?;
     if let Some(format) = args.output {
@@ -72,7 +72,7 @@ fn event_time(e: &Event) -> Option<Time> {
 }
 
 /// The whole description; `plugin_restores` is given with --details.
-pub fn render(
+pub(super) fn render(
     dr: &DataRestore,
     events: &[Event],
     plugin_restores: Option<&[VolumePluginRestore]>,

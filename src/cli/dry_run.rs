@@ -10,11 +10,11 @@ use crate::validate::{self, ValidateError};
 use super::args::OutputFormat;
 use super::client::{Ctx, Namespaced};
 use super::create::refused;
-use super::errors::{Kind, Result, Target, already_exists, is_not_found};
+use super::errors::{Kind, Result, Target, already_exists, is_missing_object};
 use super::format::{self, Table, bytes, gitops_table, or_dash};
 use super::{how, output};
 
-pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> Result<()> {
+pub(super) async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> Result<()> {
     name_is_free::<DataRestore>(ctx, Kind::DataRestore, &dr.name_any()).await?;
     let plan = validate::plan(Reads::api(&ctx.client), dr)
         .await
@@ -35,11 +35,11 @@ pub async fn run(ctx: &Ctx, dr: &DataRestore, format: Option<OutputFormat>) -> R
 }
 
 /// A dry run of a create whose name is taken fails as the create would.
-pub async fn name_is_free<K: Namespaced>(ctx: &Ctx, kind: Kind, name: &str) -> Result<()> {
+pub(super) async fn name_is_free<K: Namespaced>(ctx: &Ctx, kind: Kind, name: &str) -> Result<()> {
     let target = Target::one(kind, name, &ctx.namespace);
     match ctx.api::<K>().get(name).await {
         Ok(_) => Err(already_exists(target)),
-        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) if is_missing_object(&e) => Ok(()),
         Err(e) => Err(ctx.error(&e, target)),
     }
 }
@@ -61,7 +61,7 @@ fn placement(p: &Placement) -> String {
 }
 
 /// The plan as the person reads it: volumes, consumers, warnings.
-pub fn render(dr: &DataRestore, plan: &Plan) -> String {
+pub(super) fn render(dr: &DataRestore, plan: &Plan) -> String {
     let name = dr.name_any();
     let total: i64 = plan.volumes.iter().map(|v| v.total_bytes).sum();
     let mut out = format!(

@@ -1,28 +1,30 @@
 //! Exit codes, and errors worded for the person at the terminal: kube API errors become
 //! sentences that say what was missing or refused and what to run next.
 
+use crate::controller::runtime::error::is_not_found;
+
 /// Success; for `--wait`, the restore ended Completed.
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// An error, or input refill refuses (including a request validation rejects).
-pub const EXIT_ERROR: u8 = 1;
+pub(super) const EXIT_ERROR: u8 = 1;
 /// The command line itself is wrong (clap's own exit code).
 #[allow(
     dead_code,
     reason = "clap exits with it itself; named so that every code is here"
 )]
-pub const EXIT_USAGE: u8 = 2;
+pub(super) const EXIT_USAGE: u8 = 2;
 /// The restore ended PartiallyFailed, Failed or Canceled.
-pub const EXIT_RESTORE_FAILED: u8 = 3;
+pub(super) const EXIT_RESTORE_FAILED: u8 = 3;
 /// No refill controller picked up the restore.
-pub const EXIT_NO_CONTROLLER: u8 = 4;
+pub(super) const EXIT_NO_CONTROLLER: u8 = 4;
 
 /// Interrupted while following a restore (the restore goes on).
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub(super) const EXIT_INTERRUPTED: u8 = 130;
 
 /// An error with the exit code it ends the process with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct CliError {
+pub(crate) struct CliError {
     /// The process's exit code (see the `EXIT_` constants).
     pub code: u8,
     /// What to tell the person at the terminal.
@@ -31,7 +33,7 @@ pub struct CliError {
 
 impl CliError {
     /// An error ending with exit code 1.
-    pub fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         CliError {
             code: EXIT_ERROR,
             message: message.into(),
@@ -39,7 +41,7 @@ impl CliError {
     }
 
     /// An error ending with exit code `code`.
-    pub fn with_code(code: u8, message: impl Into<String>) -> Self {
+    pub(crate) fn with_code(code: u8, message: impl Into<String>) -> Self {
         CliError {
             code,
             message: message.into(),
@@ -47,11 +49,11 @@ impl CliError {
     }
 }
 
-pub type Result<T, E = CliError> = std::result::Result<T, E>;
+pub(super) type Result<T, E = CliError> = std::result::Result<T, E>;
 
 /// The kinds the CLI reads and writes, for wording errors about them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     DataRestore,
     DataRestoreSchedule,
     VolumePluginRestore,
@@ -65,7 +67,7 @@ pub enum Kind {
 
 impl Kind {
     /// How the kind is named in a sentence.
-    pub fn noun(self) -> &'static str {
+    pub(super) fn noun(self) -> &'static str {
         match self {
             Kind::DataRestore => "restore",
             Kind::DataRestoreSchedule => "restore schedule",
@@ -79,7 +81,7 @@ impl Kind {
     }
 
     /// The `refill` subcommand for this kind, for those refill creates.
-    pub fn verb(self) -> Option<&'static str> {
+    pub(super) fn verb(self) -> Option<&'static str> {
         match self {
             Kind::DataRestore => Some("restore"),
             Kind::DataRestoreSchedule => Some("schedule"),
@@ -117,7 +119,7 @@ impl Kind {
 
 /// What a failed API call was about.
 #[derive(Debug, Clone, Copy)]
-pub struct Target<'a> {
+pub(super) struct Target<'a> {
     pub kind: Kind,
     /// The object's name, when the call was about one object.
     pub name: Option<&'a str>,
@@ -125,7 +127,7 @@ pub struct Target<'a> {
 }
 
 impl<'a> Target<'a> {
-    pub fn one(kind: Kind, name: &'a str, namespace: &'a str) -> Self {
+    pub(super) fn one(kind: Kind, name: &'a str, namespace: &'a str) -> Self {
         Target {
             kind,
             name: Some(name),
@@ -133,7 +135,7 @@ impl<'a> Target<'a> {
         }
     }
 
-    pub fn all(kind: Kind, namespace: &'a str) -> Self {
+    pub(super) fn all(kind: Kind, namespace: &'a str) -> Self {
         Target {
             kind,
             name: None,
@@ -143,7 +145,7 @@ impl<'a> Target<'a> {
 }
 
 /// `kind "name" not found in namespace "ns"; <how to list them>`.
-pub fn not_found(target: Target<'_>) -> CliError {
+pub(super) fn not_found(target: Target<'_>) -> CliError {
     let Target {
         kind,
         name,
@@ -162,7 +164,7 @@ pub fn not_found(target: Target<'_>) -> CliError {
 }
 
 /// `kind "name" already exists in namespace "ns"; <how to make room>`.
-pub fn already_exists(target: Target<'_>) -> CliError {
+pub(super) fn already_exists(target: Target<'_>) -> CliError {
     let name = target.name.unwrap_or_default();
     let mut message = format!(
         "{} \"{name}\" already exists in namespace \"{}\"",
@@ -177,7 +179,7 @@ pub fn already_exists(target: Target<'_>) -> CliError {
 }
 
 /// Turns a kube error into a sentence about `target`; `server` is the API's URL.
-pub fn kube_error(err: &kube::Error, target: Target<'_>, server: &str) -> CliError {
+pub(super) fn kube_error(err: &kube::Error, target: Target<'_>, server: &str) -> CliError {
     match err {
         kube::Error::Api(status) => api_status(status, target, server),
         kube::Error::HyperError(_) | kube::Error::Service(_) => CliError::new(format!(
@@ -230,7 +232,7 @@ fn names_an_object(status: &kube::core::Status) -> bool {
 }
 
 /// The innermost cause's text, e.g. "Connection refused (os error 111)".
-pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut current = err;
     while let Some(source) = current.source() {
         current = source;
@@ -238,9 +240,9 @@ pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     current.to_string()
 }
 
-/// Whether the error says the object is not there.
-pub fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 404 && names_an_object(s))
+/// Whether the error says the object itself is not there (not its resource type).
+pub(super) fn is_missing_object(err: &kube::Error) -> bool {
+    is_not_found(err) && matches!(err, kube::Error::Api(s) if names_an_object(s))
 }
 
 #[cfg(test)]
@@ -275,7 +277,7 @@ mod tests {
             "backup \"nope\" not found in namespace \"velero\"; list backups with: refill backup get"
         );
         assert_eq!(e.code, EXIT_ERROR);
-        assert!(is_not_found(&err));
+        assert!(is_missing_object(&err));
     }
 
     #[test]
@@ -286,7 +288,7 @@ mod tests {
             "the server could not find the requested resource",
             "",
         );
-        assert!(!is_not_found(&err));
+        assert!(!is_missing_object(&err));
         let e = kube_error(&err, Target::one(Kind::DataRestore, "r", "velero"), SERVER);
         assert!(
             e.message.contains("refill crds | kubectl apply -f -"),

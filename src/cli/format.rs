@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 /// Bytes with binary units and one decimal: `512 B`, `1.2 MiB`, `3.0 GiB`.
-pub fn bytes(n: i64) -> String {
+pub(super) fn bytes(n: i64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if n.unsigned_abs() < 1024 {
         return format!("{n} B");
@@ -19,7 +19,7 @@ pub fn bytes(n: i64) -> String {
 }
 
 /// `done/total` in human units, or just `done` while the total is unknown.
-pub fn bytes_of(done: i64, total: i64) -> String {
+pub(super) fn bytes_of(done: i64, total: i64) -> String {
     if total > 0 {
         format!("{}/{}", bytes(done), bytes(total))
     } else if done > 0 {
@@ -30,7 +30,7 @@ pub fn bytes_of(done: i64, total: i64) -> String {
 }
 
 /// A duration as kubectl prints ages: `45s`, `5m3s`, `12m`, `2h5m`, `3d`, `2y30d`.
-pub fn human_duration(seconds: i64) -> String {
+pub(super) fn human_duration(seconds: i64) -> String {
     if seconds < -1 {
         return "<invalid>".into();
     }
@@ -73,7 +73,7 @@ pub fn human_duration(seconds: i64) -> String {
 }
 
 /// How long ago `time` was, as kubectl's AGE column; `-` when unset.
-pub fn age(time: Option<&Time>, now: Timestamp) -> String {
+pub(super) fn age(time: Option<&Time>, now: Timestamp) -> String {
     match time {
         Some(t) => human_duration(now.as_second() - t.0.as_second()),
         None => "-".into(),
@@ -81,12 +81,12 @@ pub fn age(time: Option<&Time>, now: Timestamp) -> String {
 }
 
 /// The time between two instants, e.g. the run time of a restore.
-pub fn between(from: Option<&Time>, to: Option<&Time>) -> Option<String> {
+pub(super) fn between(from: Option<&Time>, to: Option<&Time>) -> Option<String> {
     Some(human_duration(to?.0.as_second() - from?.0.as_second()))
 }
 
 /// `2m ago (2026-01-02T10:00:00Z)`, or `-` when unset.
-pub fn when(time: Option<&Time>, now: Timestamp) -> String {
+pub(super) fn when(time: Option<&Time>, now: Timestamp) -> String {
     match time {
         Some(t) => format!("{} ago ({})", age(Some(t), now), t.0),
         None => "-".into(),
@@ -94,7 +94,7 @@ pub fn when(time: Option<&Time>, now: Timestamp) -> String {
 }
 
 /// How long until a time to come: `in 5h`; `due` once it has passed; `-` when unset.
-pub fn from_now(time: Option<&Time>, now: Timestamp) -> String {
+pub(super) fn from_now(time: Option<&Time>, now: Timestamp) -> String {
     match time {
         Some(t) if t.0 > now => format!("in {}", human_duration(t.0.as_second() - now.as_second())),
         Some(_) => "due".into(),
@@ -103,7 +103,7 @@ pub fn from_now(time: Option<&Time>, now: Timestamp) -> String {
 }
 
 /// `in 5h (2026-01-02T15:00:00Z)`, or `-` when unset.
-pub fn when_next(time: Option<&Time>, now: Timestamp) -> String {
+pub(super) fn when_next(time: Option<&Time>, now: Timestamp) -> String {
     match time {
         Some(t) => format!("{} ({})", from_now(Some(t), now), t.0),
         None => "-".into(),
@@ -111,7 +111,7 @@ pub fn when_next(time: Option<&Time>, now: Timestamp) -> String {
 }
 
 /// `Key:   value` lines, the values aligned, as a describe starts.
-pub fn fields(rows: Vec<(&str, String)>) -> String {
+pub(super) fn fields(rows: Vec<(&str, String)>) -> String {
     let mut table = Table::new(&["", ""]);
     for (key, value) in rows {
         table.row(vec![format!("{key}:"), value]);
@@ -126,7 +126,7 @@ pub fn fields(rows: Vec<(&str, String)>) -> String {
 }
 
 /// kstatus conditions as an indented table, or `none`.
-pub fn conditions_table(conditions: &[Condition], now: Timestamp) -> String {
+pub(super) fn conditions_table(conditions: &[Condition], now: Timestamp) -> String {
     if conditions.is_empty() {
         return "  none\n".into();
     }
@@ -144,7 +144,7 @@ pub fn conditions_table(conditions: &[Condition], now: Timestamp) -> String {
 }
 
 /// `s` unless empty, else `-`, as kubectl fills empty cells.
-pub fn or_dash(s: Option<&str>) -> String {
+pub(super) fn or_dash(s: Option<&str>) -> String {
     match s {
         Some(s) if !s.is_empty() => s.to_string(),
         _ => "-".into(),
@@ -153,32 +153,32 @@ pub fn or_dash(s: Option<&str>) -> String {
 
 /// A time written as RFC 3339, for tests.
 #[cfg(test)]
-pub fn at(s: &str) -> Time {
+pub(super) fn at(s: &str) -> Time {
     Time(s.parse().unwrap())
 }
 
 /// A plain-text table in kubectl's style: upper-case headers, columns three spaces
 /// apart, left-aligned, no trailing spaces.
 #[derive(Debug, Clone, Default)]
-pub struct Table {
+pub(super) struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    pub fn new(headers: &[&str]) -> Self {
+    pub(super) fn new(headers: &[&str]) -> Self {
         Table {
             headers: headers.iter().map(|h| h.to_string()).collect(),
             rows: Vec::new(),
         }
     }
 
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(super) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
     /// The table, each line starting with `indent`.
-    pub fn render(&self, indent: &str) -> String {
+    pub(super) fn render(&self, indent: &str) -> String {
         let columns = self.headers.len();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
@@ -204,7 +204,7 @@ impl Table {
 }
 
 /// The GitOps objects of a restore, planned or under way, as a table.
-pub fn gitops_table(records: &[crate::api::GitOpsRecord]) -> String {
+pub(super) fn gitops_table(records: &[crate::api::GitOpsRecord]) -> String {
     let mut table = Table::new(&["KIND", "NAME", "STATE", "MANAGES", "MESSAGE"]);
     for r in records {
         let state = match r.state {

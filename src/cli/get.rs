@@ -12,7 +12,7 @@ use super::errors::{Kind, Result, Target};
 use super::format::{Table, age};
 use super::output;
 
-pub async fn get(ctx: &Ctx, args: &GetArgs) -> Result<()> {
+pub(super) async fn get(ctx: &Ctx, args: &GetArgs) -> Result<()> {
     show(
         ctx,
         Kind::DataRestore,
@@ -25,7 +25,7 @@ pub async fn get(ctx: &Ctx, args: &GetArgs) -> Result<()> {
 
 /// `get [NAME]` of a kind in Velero's namespace: one object or all of them, newest
 /// first, as `table` renders them or as YAML/JSON.
-pub async fn show<K: Namespaced + serde::Serialize>(
+pub(super) async fn show<K: Namespaced + serde::Serialize>(
     ctx: &Ctx,
     kind: Kind,
     name: Option<&str>,
@@ -70,7 +70,7 @@ pub async fn show<K: Namespaced + serde::Serialize>(
 }
 
 /// Newest first, then by name.
-pub fn newest_first<K: kube::Resource>(items: &mut [K]) {
+pub(super) fn newest_first<K: kube::Resource>(items: &mut [K]) {
     items.sort_by(|a, b| {
         let time = |k: &K| k.meta().creation_timestamp.clone().map(|t| t.0);
         time(b)
@@ -80,7 +80,7 @@ pub fn newest_first<K: kube::Resource>(items: &mut [K]) {
 }
 
 /// The backup a restore uses: as resolved, else as asked for.
-pub fn backup_of(dr: &DataRestore) -> String {
+pub(super) fn backup_of(dr: &DataRestore) -> String {
     let resolved = dr.status.as_ref().and_then(|s| s.backup_name.clone());
     match (resolved, &dr.spec.backup_name, &dr.spec.schedule_name) {
         (Some(b), _, _) => b,
@@ -91,7 +91,7 @@ pub fn backup_of(dr: &DataRestore) -> String {
 }
 
 /// `done/total` volumes, or `-` before the volumes are known.
-pub fn volumes_done(dr: &DataRestore) -> String {
+pub(super) fn volumes_done(dr: &DataRestore) -> String {
     match dr.status.as_ref().and_then(|s| s.volume_counts.as_ref()) {
         Some(counts) if counts.total > 0 => {
             let done = counts.phases.get(&VolumePhase::Completed).unwrap_or(&0);
@@ -101,7 +101,7 @@ pub fn volumes_done(dr: &DataRestore) -> String {
     }
 }
 
-pub fn table(items: &[DataRestore], now: Timestamp) -> String {
+pub(super) fn table(items: &[DataRestore], now: Timestamp) -> String {
     let mut table = Table::new(&[
         "NAME",
         "BACKUP",

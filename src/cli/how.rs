@@ -5,7 +5,7 @@
 use crate::api::{DataRestoreSpec, ExtraFiles, PathRestore, RestoreMethod, RestoreTarget};
 
 /// spec.method: how each volume is filled and how long the app is down for it.
-pub fn method(spec: &DataRestoreSpec) -> String {
+pub(super) fn method(spec: &DataRestoreSpec) -> String {
     if spec.target == RestoreTarget::NewClaim {
         return "Direct, into new claims — the node agent writes the backup into a new claim beside each PVC; nothing is stopped".into();
     }
@@ -44,7 +44,7 @@ fn downtime(running: bool, copy: &str) -> String {
 }
 
 /// spec.extraFiles: what becomes of what a PVC holds and the backup does not.
-pub fn extra_files(spec: &DataRestoreSpec) -> String {
+pub(super) fn extra_files(spec: &DataRestoreSpec) -> String {
     if spec.target == RestoreTarget::NewClaim {
         return "none — a new claim holds only the backup".into();
     }

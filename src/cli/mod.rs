@@ -37,7 +37,7 @@ mod wait;
 use std::io::Write;
 
 pub use args::{AFTER_HELP, BackupCommand, GlobalArgs, RestoreCommand, ScheduleCommand};
-pub use errors::{CliError, EXIT_ERROR, EXIT_OK};
+pub(crate) use errors::{CliError, EXIT_OK};
 
 pub use client::USER_AGENT;
 

@@ -7,7 +7,7 @@ use super::args::OutputFormat;
 use super::errors::{CliError, Result};
 
 /// One object or list, rendered in `format`, ending with a newline.
-pub fn render<T: Serialize>(value: &T, format: OutputFormat) -> Result<String> {
+pub(super) fn render<T: Serialize>(value: &T, format: OutputFormat) -> Result<String> {
     let mut value = serde_json::to_value(value)
         .map_err(|e| CliError::new(format!("cannot render the output: {e}")))?;
     strip_managed_fields(&mut value);
@@ -21,7 +21,7 @@ pub fn render<T: Serialize>(value: &T, format: OutputFormat) -> Result<String> {
 }
 
 /// Objects wrapped as a `v1 List`, as `kubectl get -o yaml` prints several.
-pub fn list<T: Serialize>(items: &[T]) -> Value {
+pub(super) fn list<T: Serialize>(items: &[T]) -> Value {
     json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {}})
 }
 

@@ -11,7 +11,7 @@ use crate::api::{DataRestore, Phase, VolumePhase, VolumeStatus};
 use super::format::bytes;
 
 /// Receives every version of the DataRestore seen while following it.
-pub trait Reporter {
+pub(super) trait Reporter {
     fn update(&mut self, dr: &DataRestore);
     /// A remark outside the progress display.
     fn note(&mut self, line: &str);
@@ -20,7 +20,7 @@ pub trait Reporter {
 }
 
 /// Bars when both stdout and stderr are terminals, lines otherwise.
-pub fn reporter(name: &str) -> Box<dyn Reporter> {
+pub(super) fn reporter(name: &str) -> Box<dyn Reporter> {
     use std::io::IsTerminal;
     if std::io::stderr().is_terminal() && std::io::stdout().is_terminal() {
         Box::new(Bars::new(name))
@@ -30,7 +30,7 @@ pub fn reporter(name: &str) -> Box<dyn Reporter> {
 }
 
 /// `Restoring on node-a`, `Completed`, `Failed: message`.
-pub fn volume_state(v: &VolumeStatus) -> String {
+pub(super) fn volume_state(v: &VolumeStatus) -> String {
     let mut text = format!("{:?}", v.phase);
     if let Some(node) = v.node.as_deref().filter(|n| !n.is_empty())
         && !v.phase.is_terminal()
@@ -51,22 +51,22 @@ fn percent(done: i64, total: i64) -> i64 {
 
 /// Plain lines for logs and pipes: one when the restore or a volume changes phase,
 /// and a progress line per volume at most every `interval`.
-pub struct Lines {
+pub(super) struct Lines {
     name: String,
     interval: Duration,
     phase: Option<Phase>,
-    volumes: BTreeMap<String, Seen>,
+    volumes: BTreeMap<String, Printed>,
 }
 
 #[derive(Default)]
-struct Seen {
+struct Printed {
     state: String,
     printed_at: Option<Instant>,
     bytes_done: i64,
 }
 
 impl Lines {
-    pub fn new(name: &str, interval: Duration) -> Self {
+    pub(super) fn new(name: &str, interval: Duration) -> Self {
         Lines {
             name: name.to_string(),
             interval,
@@ -76,7 +76,7 @@ impl Lines {
     }
 
     /// The lines this version of the DataRestore calls for, at time `now`.
-    pub fn lines(&mut self, dr: &DataRestore, now: Instant) -> Vec<String> {
+    pub(super) fn lines(&mut self, dr: &DataRestore, now: Instant) -> Vec<String> {
         let mut out = Vec::new();
         let Some(status) = &dr.status else {
             return out;
@@ -141,7 +141,7 @@ impl Reporter for Lines {
 }
 
 /// Live bars: one for the whole restore, one per volume.
-pub struct Bars {
+pub(super) struct Bars {
     multi: MultiProgress,
     overall: ProgressBar,
     volumes: BTreeMap<String, ProgressBar>,
@@ -152,7 +152,7 @@ const OVERALL_TEMPLATE: &str =
     "{prefix:.bold} [{bar:24.green/white}] {bytes:>9}/{total_bytes:<9} {elapsed:>4} {wide_msg}";
 
 impl Bars {
-    pub fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str) -> Self {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
         let overall = multi.add(ProgressBar::new(0));
         overall.set_style(style(OVERALL_TEMPLATE));

@@ -23,7 +23,7 @@ use super::format::{self, Table, age, from_now, or_dash, when, when_next};
 use super::get::{self, backup_of, newest_first};
 use super::{how, output, selector, spec};
 
-pub async fn run(ctx: &Ctx, command: &ScheduleCommand) -> Result<()> {
+pub(super) async fn run(ctx: &Ctx, command: &ScheduleCommand) -> Result<()> {
     let kind = Kind::DataRestoreSchedule;
     match command {
         ScheduleCommand::Create(args) => create(ctx, args).await,
@@ -138,7 +138,7 @@ fn schedule_flag_words(spec: &DataRestoreScheduleSpec, message: &str) -> String 
     flag_words(&spec.template, &text)
 }
 
-pub fn table(items: &[DataRestoreSchedule], now: Timestamp) -> String {
+pub(super) fn table(items: &[DataRestoreSchedule], now: Timestamp) -> String {
     let mut table = Table::new(&[
         "NAME",
         "FOLLOWS",
@@ -224,7 +224,11 @@ fn source(spec: &DataRestoreScheduleSpec) -> String {
 }
 
 /// The whole description: spec, status, conditions and the restores made.
-pub fn render(schedule: &DataRestoreSchedule, restores: &[DataRestore], now: Timestamp) -> String {
+pub(super) fn render(
+    schedule: &DataRestoreSchedule,
+    restores: &[DataRestore],
+    now: Timestamp,
+) -> String {
     let spec = &schedule.spec;
     let status = schedule.status.clone().unwrap_or_default();
     let name = schedule.name_any();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 /// Parses a selector; the error is a sentence naming the part that is wrong.
-pub fn parse(text: &str) -> Result<LabelSelector, String> {
+pub(crate) fn parse(text: &str) -> Result<LabelSelector, String> {
     let mut labels = BTreeMap::new();
     let mut expressions = Vec::new();
     let parts = split_requirements(text)?;
@@ -41,7 +41,7 @@ pub fn parse(text: &str) -> Result<LabelSelector, String> {
 }
 
 /// A selector written back as `parse` reads it: `app=db,tier in (a,b),!skip`.
-pub fn text(selector: &LabelSelector) -> String {
+pub(crate) fn text(selector: &LabelSelector) -> String {
     let mut parts: Vec<String> = selector
         .match_labels
         .iter()

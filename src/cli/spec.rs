@@ -15,7 +15,7 @@ use super::args::{CreateArgs, RestoreArgs, ScheduleCreateArgs, SourceArgs};
 use super::selector;
 
 /// The DataRestore the flags describe, or every mistake found in them.
-pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<String>> {
+pub(super) fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<String>> {
     let spec = restore_spec(&args.source, &args.restore)?;
     let mut dr = DataRestore::new(&args.name, spec);
     dr.metadata = metadata(&args.name, namespace);
@@ -24,7 +24,7 @@ pub fn build(args: &CreateArgs, namespace: &str) -> Result<DataRestore, Vec<Stri
 
 /// The DataRestoreSchedule the flags describe, or every mistake found in the
 /// template's flags (the schedule's own are for the controller's checks).
-pub fn build_schedule(
+pub(super) fn build_schedule(
     args: &ScheduleCreateArgs,
     namespace: &str,
 ) -> Result<DataRestoreSchedule, Vec<String>> {
@@ -51,7 +51,7 @@ fn metadata(name: &str, namespace: &str) -> ObjectMeta {
 
 /// A DataRestore's spec from the flags that make one: what `restore create` creates
 /// and what a schedule's runs are made from.
-pub fn restore_spec(
+pub(super) fn restore_spec(
     source: &SourceArgs,
     args: &RestoreArgs,
 ) -> Result<DataRestoreSpec, Vec<String>> {
@@ -140,7 +140,9 @@ fn git_ops(args: &RestoreArgs) -> Option<GitOpsSpec> {
 }
 
 /// `ns/pvc=node1,node2` entries, merged per PVC.
-pub fn candidate_nodes(entries: &[String]) -> Result<BTreeMap<String, Vec<String>>, Vec<String>> {
+pub(super) fn candidate_nodes(
+    entries: &[String],
+) -> Result<BTreeMap<String, Vec<String>>, Vec<String>> {
     let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut errors = Vec::new();
     for entry in entries {

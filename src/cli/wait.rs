@@ -22,7 +22,7 @@ const WATCH_FAILURES: u32 = 6;
 /// Watches the DataRestore until it reaches a terminal phase and returns that
 /// version. Fails with exit code 4 if it gets no status within `pickup_timeout`
 /// (no controller), 130 on Ctrl-C, 1 if it disappears or the watch keeps failing.
-pub async fn follow(
+pub(super) async fn follow(
     ctx: &Ctx,
     name: &str,
     pickup_timeout: Duration,
@@ -95,7 +95,7 @@ pub async fn follow(
 /// Restores of at most this many volumes are shown a volume at a time; larger ones by
 /// their counts (a bar or a line a volume would not be read, and reading every volume's
 /// record again and again would load the API server).
-pub const VOLUMES_SHOWN: u32 = 100;
+pub(super) const VOLUMES_SHOWN: u32 = 100;
 /// A small restore's volumes are read again no sooner than this.
 const RECORDS_EVERY: Duration = Duration::from_secs(2);
 
@@ -139,7 +139,7 @@ impl Records {
 }
 
 /// The message for a restore nobody picked up.
-pub fn no_controller(name: &str, namespace: &str, after: Duration) -> CliError {
+pub(super) fn no_controller(name: &str, namespace: &str, after: Duration) -> CliError {
     CliError::with_code(
         EXIT_NO_CONTROLLER,
         format!(
@@ -179,7 +179,7 @@ fn retryable(e: &watcher::Error) -> bool {
 /// What an ended restore means for the exit code, with a summary for the person. A
 /// restore with its volumes attached names each that did not complete; a larger one
 /// names those that need attention and says how many others there are.
-pub fn outcome(dr: &DataRestore) -> Result<String> {
+pub(super) fn outcome(dr: &DataRestore) -> Result<String> {
     let name = dr.name_any();
     let namespace = dr.namespace().unwrap_or_default();
     let status = dr.status.clone().unwrap_or_default();

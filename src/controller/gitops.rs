@@ -10,10 +10,10 @@ use kube::{Api, Client};
 use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, GitOpsRecord, GitOpsState};
 use crate::gitops::pause::{self, Pause, Release};
 
-use super::concurrent::for_each_concurrently;
-use super::error::{Category, category_of, has_status};
 use super::status::now;
 use super::{Context, Result, reasons};
+use crate::controller::runtime::concurrent::for_each_concurrently;
+use crate::controller::runtime::error::{Category, category_of, is_not_found};
 
 /// How long consumers wait for a GitOps tool to show it saw its pause.
 const CONFIRM_LIMIT: Duration = Duration::from_secs(30);
@@ -35,7 +35,7 @@ fn api(client: &Client, record: &GitOpsRecord) -> Api<DynamicObject> {
 
 /// Records found but not yet acted on are marked Pausing before anything is written,
 /// so that whatever happens next the end of the restore looks at each.
-pub fn mark(status: &mut DataRestoreStatus) {
+pub(super) fn mark(status: &mut DataRestoreStatus) {
     for record in &mut status.git_ops {
         if record.state == GitOpsState::Found {
             record.state = GitOpsState::Pausing;
@@ -44,7 +44,7 @@ pub fn mark(status: &mut DataRestoreStatus) {
 }
 
 /// Applies the pauses recorded as Pausing; their consumers wait for them.
-pub async fn pause_marked(
+pub(super) async fn pause_marked(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
@@ -126,7 +126,7 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
                 .await
             {
                 Ok(patched) => (original, object_json(patched)),
-                Err(e) if has_status(&e, 404) => {
+                Err(e) if is_not_found(&e) => {
                     return not_paused(record, format!("{what} is gone: nothing to pause"));
                 }
                 // Refused for good (RBAC, an admission policy): the consumers are
@@ -168,7 +168,7 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
 /// Lets go of every object this restore paused, once its consumers are back: the last
 /// restore holding one puts it back as it was and asks it to reconcile. One managing a
 /// consumer kept stopped (spec.onFailure: KeepStopped) stays paused.
-pub async fn release_all(
+pub(super) async fn release_all(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
@@ -256,7 +256,7 @@ async fn release_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> R
         .await
     {
         Ok(_) => {}
-        Err(e) if has_status(&e, 404) => {
+        Err(e) if is_not_found(&e) => {
             resumed(record, Some(format!("{what} is gone")));
             return Ok(None);
         }

@@ -19,17 +19,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::{
     ConsumerRecord, DataRestore, DataRestoreStatus, GitOpsRecord, VolumePluginRestore,
     VolumePluginRestoreStatus, VolumeRecord, VolumeStatus,
 };
-use crate::controller::pod_volume_restore as pvr;
-use crate::labels::{self, FIELD_MANAGER};
+use crate::controller::build::pod_volume_restore as pvr;
+use crate::labels;
 
-use super::error::has_status;
+use super::runtime::error::is_conflict;
+use super::runtime::object_writes::{self, Precondition};
 use super::{Error, Result};
 
 /// VolumePluginRestores written at once.
@@ -37,7 +38,7 @@ const WRITES_IN_FLIGHT: usize = 16;
 
 /// What the controller last wrote of each restore, by the restore's UID.
 #[derive(Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     books: Mutex<HashMap<String, Book>>,
 }
 
@@ -103,7 +104,7 @@ pub struct Entry<'a> {
 
 /// The index of the volume each consumer is kept with: the first of its PVCs that the
 /// restore has (the first volume if none, which validation never lets happen).
-pub fn homes(volumes: &[VolumeStatus], consumers: &[ConsumerRecord]) -> Vec<usize> {
+pub(crate) fn homes(volumes: &[VolumeStatus], consumers: &[ConsumerRecord]) -> Vec<usize> {
     let index: HashMap<&str, usize> = volumes
         .iter()
         .enumerate()
@@ -123,7 +124,7 @@ pub fn homes(volumes: &[VolumeStatus], consumers: &[ConsumerRecord]) -> Vec<usiz
 
 /// The index of the volume each GitOps object is kept with: the first home of the
 /// consumers it manages (the first volume if it names none the restore has).
-pub fn git_ops_homes(kept: &DataRestoreStatus) -> Vec<usize> {
+pub(crate) fn git_ops_homes(kept: &DataRestoreStatus) -> Vec<usize> {
     git_ops_homes_by(kept, &homes(&kept.volumes, &kept.consumers))
 }
 
@@ -182,7 +183,7 @@ pub fn entries(kept: &DataRestoreStatus) -> Vec<Entry<'_>> {
 /// The consumers and GitOps objects in the order they are read back (by the volume
 /// each is kept with), so that the order a pass sees does not depend on whether the
 /// controller restarted.
-pub fn in_read_order(status: &mut DataRestoreStatus) {
+pub(crate) fn in_read_order(status: &mut DataRestoreStatus) {
     let homes = homes(&status.volumes, &status.consumers);
     sort_by_home(&mut status.consumers, homes);
     let homes = git_ops_homes(status);
@@ -222,7 +223,7 @@ pub fn assemble(mut records: Vec<VolumeRecord>) -> Kept {
 }
 
 /// The name of the VolumePluginRestore that keeps `volume` of restore `dr`.
-pub fn record_name(dr: &DataRestore, volume: &VolumeStatus) -> String {
+pub(crate) fn record_name(dr: &DataRestore, volume: &VolumeStatus) -> String {
     labels::pod_volume_restore_name(&dr.name_any(), &dr.uid().unwrap_or_default(), &volume.pvc)
 }
 
@@ -264,7 +265,7 @@ impl Ledger {
     /// `dr`'s volumes and consumers: as last written, or read back from its
     /// VolumePluginRestores. `status` is the DataRestore's own; its counts say how many
     /// volumes there must be.
-    pub async fn load(
+    pub(crate) async fn load(
         &self,
         client: &Client,
         dr: &DataRestore,
@@ -309,7 +310,7 @@ impl Ledger {
     /// Writes the records of `after` that differ from `before` (both as loaded and
     /// changed by a pass), making the VolumePluginRestores of new volumes. On any
     /// failure the memory of the restore goes, so the next pass reads the cluster again.
-    pub async fn save(
+    pub(crate) async fn save(
         &self,
         client: &Client,
         dr: &DataRestore,
@@ -383,7 +384,7 @@ impl Ledger {
     }
 
     /// Drops what is kept of restore `uid`.
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.lock().remove(uid);
     }
 
@@ -418,26 +419,15 @@ async fn write(
                 Ok(made) => made.resource_version(),
                 // Made by a pass whose status write did not go through: written over,
                 // with no precondition, as it holds nothing newer than this pass.
-                Err(e) if has_status(&e, 409) => None,
+                Err(e) if is_conflict(&e) => None,
                 Err(e) => return Err(e.into()),
             }
         }
     };
     let mut status: VolumePluginRestoreStatus = pvr::plugin_status(&record.volume);
     status.record = Some(record);
-    let body = serde_json::json!({
-        "apiVersion": crate::api::API_VERSION,
-        "kind": "VolumePluginRestore",
-        "metadata": {"resourceVersion": version},
-        "status": status,
-    });
-    let written = api
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
+    let written =
+        object_writes::apply_status(&api, &name, Precondition::At(version), &status).await?;
     Ok(written.resource_version())
 }
 

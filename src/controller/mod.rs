@@ -1,31 +1,19 @@
 //! The DataRestore controller: one reconcile state machine, whose phases are
 //! [`crate::api::Phase`], driven by kube-runtime.
 
-mod concurrent;
+pub mod build;
 mod consumer;
-mod context;
-pub mod copier;
-mod error;
 mod gitops;
-pub mod health;
 #[cfg(test)]
 mod hostile_input;
-pub mod leader;
 pub mod ledger;
-pub mod metrics;
-mod new_claim;
-mod panics;
 mod phase;
-pub mod pod_volume_restore;
 mod reasons;
 mod reconcile;
 mod request;
-pub mod restore_helper;
+pub mod runtime;
 mod schedule;
-pub mod stand_in;
 mod status;
-mod status_write;
-mod stores;
 #[cfg(test)]
 mod testing;
 mod volume;
@@ -41,18 +29,19 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::api::{DataRestore, PodVolumeRestore};
-use panics::Audience;
+use runtime::panics::{self, Audience};
+use runtime::stores;
 
-pub use consumer::{PARKED_KEY, who_changed};
-pub use context::{
-    Config, Context, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE, DEFAULT_REQUESTS_PER_NAMESPACE,
-};
-pub use error::{Error, Result};
-pub use phase::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
+pub use build::restore_helper::FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE;
+pub use build::stand_in::DEFAULT_IMAGE as DEFAULT_STAND_IN_IMAGE;
+pub use phase::DEFAULT_PARALLEL;
 pub use request::gitops::RequestGitOps;
-pub use restore_helper::{CONTAINER_NAME as RESTORE_WAIT, FALLBACK_IMAGE as FALLBACK_HELPER_IMAGE};
-pub use schedule::decide::spec_errors as schedule_spec_errors;
-pub use stand_in::DEFAULT_IMAGE as DEFAULT_STAND_IN_IMAGE;
+pub(crate) use runtime::context::Context;
+pub use runtime::context::{
+    Config, DEFAULT_CONCURRENCY, DEFAULT_COPIER_IMAGE, DEFAULT_REQUESTS_PER_NAMESPACE,
+};
+pub(crate) use runtime::error::{Error, Result};
+pub(crate) use schedule::decide::spec_errors as schedule_spec_errors;
 
 /// The user agent of the controller's requests, so they can be told apart in audit logs.
 pub const USER_AGENT: &str = concat!("refill-controller/", env!("CARGO_PKG_VERSION"));

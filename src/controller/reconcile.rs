@@ -4,18 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use tracing::{debug, warn};
 
 use crate::api::{DataRestore, DataRestoreStatus};
-use crate::labels::{FIELD_MANAGER, FINALIZER};
 
-use super::error::Category;
 use super::ledger;
 use super::phase::{self, Next};
+use super::runtime::error::Category;
+use super::runtime::object_writes::{self, Precondition, holds_finalizer, remove_finalizer};
 use super::status;
 use super::{Context, Error, Result};
 
@@ -23,7 +21,7 @@ use super::{Context, Error, Result};
 /// followed at once by one that acts on them.
 const MAX_PASSES: usize = 4;
 
-pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
+pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action> {
     let api: Api<DataRestore> =
         Api::namespaced(ctx.client.clone(), &dr.namespace().unwrap_or_default());
     let uid = dr.uid().unwrap_or_default();
@@ -39,23 +37,13 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
         _ => (*dr).clone(),
     };
     let deleting = dr.metadata.deletion_timestamp.is_some();
-    let has_finalizer = dr.finalizers().iter().any(|f| f == FINALIZER);
-
-    if !has_finalizer {
+    if !holds_finalizer(&dr) {
         if deleting || dr.status.as_ref().is_some_and(|s| s.phase.is_terminal()) {
             ctx.forget(&dr);
             return Ok(Action::await_change());
         }
         // The finalizer comes first, so a deletion can never skip bringing consumers back.
-        let mut finalizers = dr.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_string());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": dr.resource_version()}});
-        api.patch(
-            &dr.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?;
+        object_writes::set_finalizer(&api, &dr, true).await?;
         return Ok(Action::await_change());
     }
 
@@ -87,7 +75,12 @@ pub async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result<Action
                     // The volumes' records first: the DataRestore's counts follow them.
                     ctx.ledger.save(&ctx.client, &dr, &before, &status).await?;
                     if head_differs(&before, &status) {
-                        dr = write_status(&api, &dr, &status).await?;
+                        // The resourceVersion makes a pass that started from a stale
+                        // copy (its own last write not yet seen) fail with a conflict
+                        // instead of writing old phases back.
+                        let read = Precondition::At(dr.resource_version());
+                        dr = object_writes::apply_status(&api, &dr.name_any(), read, &status)
+                            .await?;
                     }
                     ctx.wrote(&uid, dr.resource_version());
                     // `before` is the status last written: `dr` is what a write returned.
@@ -125,79 +118,9 @@ fn head_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
     serde_json::to_vec(a).ok() != serde_json::to_vec(b).ok()
 }
 
-/// The body of a status write, serialized straight from the status.
-#[derive(serde::Serialize, Debug)]
-#[serde(rename_all = "camelCase")]
-struct StatusApply<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    metadata: ResourceVersionOnly,
-    status: &'a DataRestoreStatus,
-}
-
-#[derive(serde::Serialize, Debug)]
-#[serde(rename_all = "camelCase")]
-struct ResourceVersionOnly {
-    resource_version: Option<String>,
-}
-
-async fn write_status(
-    api: &Api<DataRestore>,
-    dr: &DataRestore,
-    status: &DataRestoreStatus,
-) -> Result<DataRestore> {
-    // Server-side apply: fields refill stops setting (a cleared message) really go away.
-    // The resourceVersion makes a pass that started from a stale copy (its own last
-    // write not yet seen) fail with a conflict instead of writing old phases back.
-    let body = StatusApply {
-        api_version: crate::api::API_VERSION,
-        kind: "DataRestore",
-        metadata: ResourceVersionOnly {
-            resource_version: dr.resource_version(),
-        },
-        status,
-    };
-    api.patch_status(
-        &dr.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(Error::from)
-}
-
-async fn remove_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> Result<()> {
-    match patch_out_finalizer(api, dr).await {
-        // The copy was stale. Most often the pass that finished the restore removed the
-        // finalizer already and this is a reconcile of the older copy: a fresh read
-        // tells, instead of a failed reconcile and a warning after every restore.
-        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&dr.name_any()).await? {
-            Some(fresh) if fresh.finalizers().iter().any(|f| f == FINALIZER) => {
-                Ok(patch_out_finalizer(api, &fresh).await?)
-            }
-            _ => Ok(()),
-        },
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => Ok(other?),
-    }
-}
-
-async fn patch_out_finalizer(api: &Api<DataRestore>, dr: &DataRestore) -> kube::Result<()> {
-    let finalizers: Vec<&String> = dr.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-    let patch =
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": dr.resource_version()}});
-    api.patch(
-        &dr.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await
-    .map(drop)
-}
-
 /// How soon a restore whose pass failed is looked at again: at once after a conflict
 /// (the object only moved on), else after a backoff that grows per restore.
-pub fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(super) fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context>) -> Action {
     let uid = dr.uid().unwrap_or_default();
     ctx.config.metrics.reconcile_failed(error.category());
     match error.category() {

@@ -6,33 +6,33 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{DataRestoreStatus, Phase, VolumePhase, VolumeStatus, bounds};
 
-pub mod condition {
-    pub const READY: &str = "Ready";
-    pub const RECONCILING: &str = "Reconciling";
-    pub const STALLED: &str = "Stalled";
+pub(super) mod condition {
+    pub(crate) const READY: &str = "Ready";
+    pub(crate) const RECONCILING: &str = "Reconciling";
+    pub(crate) const STALLED: &str = "Stalled";
     /// True while a volume waits on something a person must look at (no node agent takes
     /// its PodVolumeRestore, a cancel the node agent does not acknowledge).
-    pub const WARNING: &str = "Warning";
-    pub const VOLUME_WARNING: &str = "VolumeWarning";
-    pub const NO_WARNING: &str = "NoWarning";
+    pub(crate) const WARNING: &str = "Warning";
+    pub(crate) const VOLUME_WARNING: &str = "VolumeWarning";
+    pub(crate) const NO_WARNING: &str = "NoWarning";
     /// True while a restore with consumers: None runs: files change under live apps.
-    pub const RUNNING_CONSUMERS: &str = "RunningConsumers";
+    pub(crate) const RUNNING_CONSUMERS: &str = "RunningConsumers";
 }
 
 /// Now, as a status time.
-pub fn now() -> Time {
+pub(super) fn now() -> Time {
     stored(Timestamp::now())
 }
 
 /// `at` as the API server keeps a status time: to the whole second. A record holding
 /// the nanoseconds differs from what the next pass reads back, and every copy of it
 /// (a VolumePluginRestore) would be written again for nothing.
-pub fn stored(at: Timestamp) -> Time {
+pub(super) fn stored(at: Timestamp) -> Time {
     Time(Timestamp::from_second(at.as_second()).unwrap_or(at))
 }
 
 /// The result once every volume has ended.
-pub fn outcome(volumes: &[VolumeStatus], canceled: bool) -> Phase {
+pub(super) fn outcome(volumes: &[VolumeStatus], canceled: bool) -> Phase {
     let completed = volumes
         .iter()
         .filter(|v| v.phase == VolumePhase::Completed)
@@ -48,13 +48,13 @@ pub fn outcome(volumes: &[VolumeStatus], canceled: bool) -> Phase {
     }
 }
 
-pub fn summary(volumes: &[VolumeStatus]) -> String {
+pub(super) fn summary(volumes: &[VolumeStatus]) -> String {
     let done = volumes.iter().filter(|v| v.phase.is_terminal()).count();
     format!("{done}/{}", volumes.len())
 }
 
 /// How many volumes are in each phase, as `Phase=count` pairs, for logs.
-pub fn phase_counts(volumes: &[VolumeStatus]) -> String {
+pub(super) fn phase_counts(volumes: &[VolumeStatus]) -> String {
     let mut counts: Vec<(String, usize)> = Vec::new();
     for v in volumes {
         let name = format!("{:?}", v.phase);
@@ -71,7 +71,7 @@ pub fn phase_counts(volumes: &[VolumeStatus]) -> String {
 }
 
 /// The reason of the conditions (and the final Event) for a phase.
-pub fn reason(phase: Phase) -> &'static str {
+pub(super) fn reason(phase: Phase) -> &'static str {
     match phase {
         Phase::New => "Accepted",
         Phase::Validating => "Validating",
@@ -87,7 +87,7 @@ pub fn reason(phase: Phase) -> &'static str {
 /// Ready, Reconciling and Stalled for the phase, keeping a condition's transition time
 /// when its status did not change, so an unchanged status is not rewritten. `online`:
 /// the restore leaves its consumers running (consumers: None), which warns while it runs.
-pub fn conditions(
+pub(super) fn conditions(
     status: &DataRestoreStatus,
     generation: Option<i64>,
     online: bool,
@@ -171,7 +171,7 @@ fn done(status: &DataRestoreStatus) -> usize {
 
 /// Adds `line` to a status's `errors` or `warnings` unless there already: past
 /// [`bounds::STATUS_LINES`] lines, the last says how many more there were instead.
-pub fn add_line(lines: &mut Vec<String>, line: String) {
+pub(super) fn add_line(lines: &mut Vec<String>, line: String) {
     let max = bounds::STATUS_LINES as usize;
     if lines.contains(&line) {
         return;
@@ -191,7 +191,7 @@ pub fn add_line(lines: &mut Vec<String>, line: String) {
 }
 
 /// `lines` cut as [`add_line`] would have kept them.
-pub fn bounded(lines: Vec<String>) -> Vec<String> {
+pub(super) fn bounded(lines: Vec<String>) -> Vec<String> {
     let mut kept = Vec::new();
     for line in lines {
         add_line(&mut kept, line);
@@ -215,7 +215,7 @@ fn more_of(line: &str) -> Option<usize> {
 /// Asked after every pass; with a thousand volumes a copy of either status would be
 /// megabytes, so only a volume whose bytes moved is copied. The fields are named one by
 /// one: a field added to the status must be placed here, on one side or the other.
-pub fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
+pub(super) fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
     let DataRestoreStatus {
         phase,
         observed_generation,

@@ -20,7 +20,7 @@ use super::{CopyError, Summary, clear};
 
 /// Whether `name` can name the set-aside directory: one plain component, of letters,
 /// digits, `.`, `_` and `-` (it is also matched as a glob), not `.` or `..`.
-pub fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name != "."
         && name != ".."
@@ -40,7 +40,7 @@ fn putting_back(aside: &OsStr) -> OsString {
 /// Moves every entry of `dest`'s root but `aside` itself and what `keep` excludes into
 /// the directory `aside` there (made if missing); `deleted` counts the entries moved
 /// (from the volume's view, they are gone).
-pub fn set_aside(dest: &Path, aside: &OsStr, keep: &Matcher) -> Result<Summary, CopyError> {
+pub(crate) fn set_aside(dest: &Path, aside: &OsStr, keep: &Matcher) -> Result<Summary, CopyError> {
     // Only the root's entries move: an exclude below it would move with its parent.
     let root = Dir::root(dest)?;
     let back = putting_back(aside);
@@ -89,7 +89,7 @@ fn times(dir: &Dir) -> Result<(FileTime, FileTime), CopyError> {
 }
 
 /// Removes the directory `aside` of `dest`'s root with everything in it, if it is there.
-pub fn tidy(dest: &Path, aside: &OsStr) -> Result<Summary, CopyError> {
+pub(crate) fn tidy(dest: &Path, aside: &OsStr) -> Result<Summary, CopyError> {
     let root = Dir::root(dest)?;
     let mut summary = Summary::default();
     if root.stat_if_any(aside)?.is_some() {
@@ -103,7 +103,7 @@ pub fn tidy(dest: &Path, aside: &OsStr) -> Result<Summary, CopyError> {
 /// (as `--exclude` takes them) match. Without, an entry in both places stops it.
 /// `deleted` counts the entries deleted, `unchanged` those put back. `aside` is a
 /// [`valid_name`].
-pub fn put_back(
+pub(crate) fn put_back(
     dest: &Path,
     aside: &str,
     delete_written: Option<&[String]>,

@@ -194,14 +194,14 @@ mod tests {
     use super::*;
 
     #[derive(Parser, Debug)]
-    struct Cli {
+    struct TestCli {
         #[command(flatten)]
         args: CopyArgs,
     }
 
     fn parse(line: &str) -> Result<CopyArgs, ErrorKind> {
         let words = std::iter::once("copy").chain(line.split_whitespace());
-        Cli::try_parse_from(words)
+        TestCli::try_parse_from(words)
             .map(|cli| cli.args)
             .map_err(|e| e.kind())
     }

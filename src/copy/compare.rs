@@ -16,7 +16,7 @@ use super::{CopyError, at};
 /// The destination's file `name` in `to` already is the snapshot's `from`: same size,
 /// times, owner, mode, extended attributes and, comparing `Contents`, bytes. The bytes
 /// are compared by default: a corrupted file may keep its size and times.
-pub fn same_file(
+pub(super) fn same_file(
     from: &Path,
     a: &Metadata,
     to: &Dir,

@@ -19,7 +19,7 @@ use super::{CopyError, at};
 
 /// An open directory of the destination, with its path for messages only.
 #[derive(Debug)]
-pub struct Dir {
+pub(super) struct Dir {
     handle: File,
     path: PathBuf,
 }
@@ -27,7 +27,7 @@ pub struct Dir {
 impl Dir {
     /// The destination's root, the one path resolved as given (it is the volume's
     /// mount point, which the tenant cannot change).
-    pub fn root(path: &Path) -> Result<Dir, CopyError> {
+    pub(super) fn root(path: &Path) -> Result<Dir, CopyError> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let fd =
             rustix::fs::open(path, flags, Mode::empty()).map_err(|e| at("open", path)(e.into()))?;
@@ -38,23 +38,23 @@ impl Dir {
     }
 
     /// This directory's path, for messages.
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The path of `name` in this directory, for messages.
-    pub fn join(&self, name: &OsStr) -> PathBuf {
+    pub(super) fn join(&self, name: &OsStr) -> PathBuf {
         self.path.join(name)
     }
 
     /// The directory itself, to set its owner, mode, attributes and times.
-    pub fn handle(&self) -> &File {
+    pub(super) fn handle(&self) -> &File {
         &self.handle
     }
 
     /// The subdirectory `name`, opened without following a symlink: anything but a
     /// directory there (a symlink swapped in meanwhile) is an error naming it.
-    pub fn open_dir(&self, name: &OsStr) -> Result<Dir, CopyError> {
+    pub(super) fn open_dir(&self, name: &OsStr) -> Result<Dir, CopyError> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::openat(&self.handle, name, flags, Mode::empty()) {
             Ok(fd) => Ok(Dir {
@@ -72,7 +72,7 @@ impl Dir {
 
     /// The directory `rel` below this one, each component opened as [`Dir::open_dir`]
     /// opens it.
-    pub fn open_path(&self, rel: &Path) -> Result<Dir, CopyError> {
+    pub(super) fn open_path(&self, rel: &Path) -> Result<Dir, CopyError> {
         let mut dir = Dir {
             handle: self.handle.try_clone().map_err(at("open", &self.path))?,
             path: self.path.clone(),
@@ -86,7 +86,7 @@ impl Dir {
     }
 
     /// What stands at `name` itself (a symlink's own metadata), or None.
-    pub fn stat_if_any(&self, name: &OsStr) -> Result<Option<Metadata>, CopyError> {
+    pub(super) fn stat_if_any(&self, name: &OsStr) -> Result<Option<Metadata>, CopyError> {
         // std's Metadata, read from an O_PATH handle of the entry: fstatat would give
         // rustix's own stat type, which the rest of the copy does not speak.
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -102,7 +102,7 @@ impl Dir {
     }
 
     /// What stands at `name` itself; an error when nothing does.
-    pub fn stat(&self, name: &OsStr) -> Result<Metadata, CopyError> {
+    pub(super) fn stat(&self, name: &OsStr) -> Result<Metadata, CopyError> {
         self.stat_if_any(name)?.ok_or_else(|| CopyError {
             op: "lstat",
             path: self.join(name),
@@ -111,7 +111,7 @@ impl Dir {
     }
 
     /// The names in this directory.
-    pub fn names(&self) -> Result<BTreeSet<OsString>, CopyError> {
+    pub(super) fn names(&self) -> Result<BTreeSet<OsString>, CopyError> {
         let read = |e: Errno| at("read", &self.path)(e.into());
         let mut names = BTreeSet::new();
         for entry in rustix::fs::Dir::read_from(&self.handle).map_err(read)? {
@@ -125,7 +125,7 @@ impl Dir {
 
     /// The regular file `name`, opened to read. Never follows a symlink, and never
     /// waits on a fifo put there: the caller checks the handle's own metadata.
-    pub fn open_file(&self, name: &OsStr) -> Result<File, CopyError> {
+    pub(super) fn open_file(&self, name: &OsStr) -> Result<File, CopyError> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         rustix::fs::openat(&self.handle, name, flags, Mode::empty())
             .map(File::from)
@@ -134,7 +134,7 @@ impl Dir {
 
     /// A new file `name`, only readable and writable by the copier until its metadata
     /// is set. Fails when anything stands there already, a symlink included.
-    pub fn create_file(&self, name: &OsStr) -> Result<File, CopyError> {
+    pub(super) fn create_file(&self, name: &OsStr) -> Result<File, CopyError> {
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         rustix::fs::openat(&self.handle, name, flags, Mode::from_raw_mode(0o600))
@@ -143,39 +143,39 @@ impl Dir {
     }
 
     /// A new directory `name`, only the copier's until its metadata is set.
-    pub fn make_dir(&self, name: &OsStr) -> Result<(), CopyError> {
+    pub(super) fn make_dir(&self, name: &OsStr) -> Result<(), CopyError> {
         rustix::fs::mkdirat(&self.handle, name, Mode::from_raw_mode(0o700))
             .map_err(|e| self.error("mkdir", name, e))
     }
 
     /// A new symlink `name` to `target`.
-    pub fn symlink(&self, target: &Path, name: &OsStr) -> Result<(), CopyError> {
+    pub(super) fn symlink(&self, target: &Path, name: &OsStr) -> Result<(), CopyError> {
         rustix::fs::symlinkat(target, &self.handle, name)
             .map_err(|e| self.error("symlink", name, e))
     }
 
     /// Where the symlink `name` points.
-    pub fn read_link(&self, name: &OsStr) -> Result<PathBuf, CopyError> {
+    pub(super) fn read_link(&self, name: &OsStr) -> Result<PathBuf, CopyError> {
         rustix::fs::readlinkat(&self.handle, name, Vec::new())
             .map(|target| OsString::from_vec(target.into_bytes()).into())
             .map_err(|e| self.error("readlink", name, e))
     }
 
     /// `name` made a hard link of `from`'s entry `first` (itself, were it a symlink).
-    pub fn link(&self, from: &Dir, first: &OsStr, name: &OsStr) -> Result<(), CopyError> {
+    pub(super) fn link(&self, from: &Dir, first: &OsStr, name: &OsStr) -> Result<(), CopyError> {
         rustix::fs::linkat(&from.handle, first, &self.handle, name, AtFlags::empty())
             .map_err(|e| self.error("link", name, e))
     }
 
     /// `from` renamed to `to` in this directory, over whatever file `to` was.
-    pub fn rename(&self, from: &OsStr, to: &OsStr) -> Result<(), CopyError> {
+    pub(super) fn rename(&self, from: &OsStr, to: &OsStr) -> Result<(), CopyError> {
         rustix::fs::renameat(&self.handle, from, &self.handle, to)
             .map_err(|e| self.error("rename to", to, e))
     }
 
     /// `name` moved into `to` (a directory of the same file system) under the same
     /// name; refused, not replacing anything, when `to` has that name already.
-    pub fn move_into(&self, name: &OsStr, to: &Dir) -> Result<(), CopyError> {
+    pub(super) fn move_into(&self, name: &OsStr, to: &Dir) -> Result<(), CopyError> {
         rustix::fs::renameat_with(
             &self.handle,
             name,
@@ -187,20 +187,20 @@ impl Dir {
     }
 
     /// Removes the non-directory `name`.
-    pub fn remove_file(&self, name: &OsStr) -> Result<(), CopyError> {
+    pub(super) fn remove_file(&self, name: &OsStr) -> Result<(), CopyError> {
         rustix::fs::unlinkat(&self.handle, name, AtFlags::empty())
             .map_err(|e| self.error("remove", name, e))
     }
 
     /// Removes the empty directory `name`.
-    pub fn remove_dir(&self, name: &OsStr) -> Result<(), CopyError> {
+    pub(super) fn remove_dir(&self, name: &OsStr) -> Result<(), CopyError> {
         rustix::fs::unlinkat(&self.handle, name, AtFlags::REMOVEDIR)
             .map_err(|e| self.error("remove", name, e))
     }
 
     /// Removes the directory `name` with everything in it; how many entries went, the
     /// directory included.
-    pub fn remove_all(&self, name: &OsStr) -> Result<u64, CopyError> {
+    pub(super) fn remove_all(&self, name: &OsStr) -> Result<u64, CopyError> {
         let dir = self.open_dir(name)?;
         let mut removed = 1;
         for entry in dir.names()? {
@@ -213,7 +213,7 @@ impl Dir {
 
     /// Removes `name`, whose metadata is `meta`, whatever it is; how many entries
     /// went, those in a directory included.
-    pub fn remove(&self, name: &OsStr, meta: &Metadata) -> Result<u64, CopyError> {
+    pub(super) fn remove(&self, name: &OsStr, meta: &Metadata) -> Result<u64, CopyError> {
         if meta.is_dir() {
             self.remove_all(name)
         } else {
@@ -222,7 +222,7 @@ impl Dir {
     }
 
     /// Gives the symlink `name` itself an owner (a symlink cannot be opened to do it).
-    pub fn set_link_owner(&self, name: &OsStr, uid: u32, gid: u32) -> Result<(), CopyError> {
+    pub(super) fn set_link_owner(&self, name: &OsStr, uid: u32, gid: u32) -> Result<(), CopyError> {
         let (uid, gid) = (Uid::from_raw_unchecked(uid), Gid::from_raw_unchecked(gid));
         rustix::fs::chownat(
             &self.handle,
@@ -235,7 +235,7 @@ impl Dir {
     }
 
     /// Gives the symlink `name` itself its access and modification times.
-    pub fn set_link_times(
+    pub(super) fn set_link_times(
         &self,
         name: &OsStr,
         accessed: FileTime,
@@ -263,6 +263,6 @@ impl Dir {
 }
 
 /// `rel`'s last component, its name in its directory.
-pub fn leaf(rel: &Path) -> &OsStr {
+pub(super) fn leaf(rel: &Path) -> &OsStr {
     rel.file_name().unwrap_or(rel.as_os_str())
 }

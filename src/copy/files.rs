@@ -87,7 +87,7 @@ impl Copy<'_> {
 
     /// After the walk: the files of several links it met, in its order, then the
     /// metadata of the directories holding them.
-    pub fn links_pass(&self) -> Result<(), CopyError> {
+    pub(super) fn links_pass(&self) -> Result<(), CopyError> {
         let mut files = std::mem::take(&mut *lock(&self.linked));
         files.sort_by(|a, b| a.0.cmp(&b.0));
         let mut firsts = FirstNames::new();

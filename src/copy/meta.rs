@@ -16,13 +16,13 @@ use super::{CopyError, at};
 
 /// Gives the destination's directory `dir` the owner, mode, extended attributes and
 /// times of the snapshot's `from`, whose metadata is `meta`.
-pub fn dir_metadata(dir: &Dir, from: &Path, meta: &Metadata) -> Result<(), CopyError> {
+pub(super) fn dir_metadata(dir: &Dir, from: &Path, meta: &Metadata) -> Result<(), CopyError> {
     set_metadata(dir.handle(), dir.path(), &open_source(from)?, from, meta)
 }
 
 /// Gives the destination's root the metadata of the snapshot's root. That root is
 /// followed when a symlink, as the walk reads it: it is refill's own mount.
-pub fn root_metadata(root: &Dir, source: &Path) -> Result<(), CopyError> {
+pub(super) fn root_metadata(root: &Dir, source: &Path) -> Result<(), CopyError> {
     let from = File::open(source).map_err(at("open", source))?;
     let meta = from.metadata().map_err(at("stat", source))?;
     set_metadata(root.handle(), root.path(), &from, source, &meta)
@@ -30,7 +30,7 @@ pub fn root_metadata(root: &Dir, source: &Path) -> Result<(), CopyError> {
 
 /// Gives `to` (open, at `to_path`) the owner, mode, extended attributes and times the
 /// snapshot's `from` (open, at `from_path`) has, as `meta` records them.
-pub fn set_metadata(
+pub(super) fn set_metadata(
     to: &File,
     to_path: &Path,
     from: &File,
@@ -51,7 +51,7 @@ pub fn set_metadata(
 }
 
 /// Opens the snapshot's file or directory `path` to read, never through a symlink.
-pub fn open_source(path: &Path) -> Result<File, CopyError> {
+pub(super) fn open_source(path: &Path) -> Result<File, CopyError> {
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     rustix::fs::open(path, flags, Mode::empty())
         .map(File::from)
@@ -65,7 +65,7 @@ fn unsupported(e: &std::io::Error) -> bool {
 
 /// Every extended attribute of the open `file` (at `path`), sorted (none where the file
 /// system keeps none).
-pub fn xattrs(file: &File, path: &Path) -> Result<Vec<(OsString, Vec<u8>)>, CopyError> {
+pub(super) fn xattrs(file: &File, path: &Path) -> Result<Vec<(OsString, Vec<u8>)>, CopyError> {
     let names = match file.list_xattr() {
         Ok(names) => names,
         Err(e) if unsupported(&e) => return Ok(Vec::new()),

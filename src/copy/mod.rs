@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::CopySummary;
 
-pub use aside::{put_back, set_aside, tidy};
+pub(crate) use aside::{put_back, set_aside, tidy};
 pub use command::{CopyArgs, run};
 pub use options::{Compare, Options, default_threads};
 pub use prune::clear;
@@ -112,7 +112,7 @@ pub fn report(summary: &Summary) -> String {
 }
 
 /// The report of a copy that failed.
-pub fn error_report(error: &str) -> String {
+pub(crate) fn error_report(error: &str) -> String {
     serde_json::json!({ "error": error }).to_string()
 }
 

@@ -13,7 +13,7 @@ use super::{CopyError, Summary};
 /// `rel`, in `parent`, is in the live tree only. Deleted when chosen, but for what an
 /// exclude glob matches below it; looked into when it is a directory that may hold
 /// chosen paths. Returns how many entries went, each file, link and directory.
-pub fn prune(rel: &Path, parent: &Dir, selection: &Matcher) -> Result<u64, CopyError> {
+pub(super) fn prune(rel: &Path, parent: &Dir, selection: &Matcher) -> Result<u64, CopyError> {
     if selection.is_excluded(rel) {
         return Ok(0);
     }

@@ -498,8 +498,8 @@ fn a_directory_swapped_for_a_symlink_is_refused_not_followed() {
 fn under_attack(rounds: usize, attack: impl Fn() + Sync, mut copy_once: impl FnMut()) {
     use std::sync::atomic::{AtomicBool, Ordering};
     /// Stops the attack however the rounds end, a failed assertion included.
-    struct Stop<'a>(&'a AtomicBool);
-    impl Drop for Stop<'_> {
+    struct StopFlag<'a>(&'a AtomicBool);
+    impl Drop for StopFlag<'_> {
         fn drop(&mut self) {
             self.0.store(true, Ordering::Relaxed);
         }
@@ -511,7 +511,7 @@ fn under_attack(rounds: usize, attack: impl Fn() + Sync, mut copy_once: impl FnM
                 attack();
             }
         });
-        let _stop = Stop(&stop);
+        let _stop = StopFlag(&stop);
         for _ in 0..rounds {
             copy_once();
         }

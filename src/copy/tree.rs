@@ -25,7 +25,7 @@ use super::prune::prune;
 use super::select::Matcher;
 use super::{CopyError, Summary, at};
 
-pub struct Copy<'a> {
+pub(super) struct Copy<'a> {
     pub(super) source: &'a Path,
     pub(super) dest: &'a Dir,
     pub(super) selection: &'a Matcher,
@@ -44,7 +44,7 @@ pub struct Copy<'a> {
 type Waits = bool;
 
 impl<'a> Copy<'a> {
-    pub fn new(
+    pub(super) fn new(
         source: &'a Path,
         dest: &'a Dir,
         selection: &'a Matcher,
@@ -62,7 +62,7 @@ impl<'a> Copy<'a> {
     }
 
     /// What was done, skipped paths in order whatever thread met them.
-    pub fn into_summary(self) -> Summary {
+    pub(super) fn into_summary(self) -> Summary {
         let mut summary = self
             .summary
             .into_inner()
@@ -84,7 +84,7 @@ impl<'a> Copy<'a> {
     /// exists in both trees; `to` is the destination's. Its entries are done in
     /// parallel, and with mirror what it has that the snapshot lacks goes after them
     /// (not before: a file being written there has a temporary name).
-    pub fn walk(&self, rel: &Path, to: &Dir) -> Result<Waits, CopyError> {
+    pub(super) fn walk(&self, rel: &Path, to: &Dir) -> Result<Waits, CopyError> {
         let names = entries(&self.source.join(rel))?;
         let waits = names
             .par_iter()

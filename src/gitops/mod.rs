@@ -13,21 +13,21 @@ use crate::api::{GitOpsKind, GitOpsSpec};
 
 /// Label Flux's kustomize-controller puts on everything it applies: the
 /// Kustomization's name.
-pub const KUSTOMIZATION_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
+pub(crate) const KUSTOMIZATION_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
 /// Beside [`KUSTOMIZATION_NAME`]: the Kustomization's namespace.
-pub const KUSTOMIZATION_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
+pub(crate) const KUSTOMIZATION_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
 /// Label Flux's helm-controller puts on everything a HelmRelease installs: its name.
-pub const HELM_RELEASE_NAME: &str = "helm.toolkit.fluxcd.io/name";
+pub(crate) const HELM_RELEASE_NAME: &str = "helm.toolkit.fluxcd.io/name";
 /// Beside [`HELM_RELEASE_NAME`]: the HelmRelease's namespace.
-pub const HELM_RELEASE_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
+pub(crate) const HELM_RELEASE_NAMESPACE: &str = "helm.toolkit.fluxcd.io/namespace";
 /// Argo CD's annotation tracking (its default since v3):
 /// `<application>:<group>/<kind>:<namespace>/<name>`, the application as `name` or,
 /// with Applications in any namespace, `namespace_name`.
-pub const ARGO_CD_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
+pub(crate) const ARGO_CD_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
 
 /// A GitOps object, by kind, namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GitOpsRef {
+pub(crate) struct GitOpsRef {
     /// Which tool's object.
     pub kind: GitOpsKind,
     /// Its namespace.
@@ -38,28 +38,15 @@ pub struct GitOpsRef {
 
 impl GitOpsRef {
     /// `Flux Kustomization flux-system/shop`, for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.kind.describe(&self.namespace, &self.name)
     }
-}
-
-/// Whether a label or annotation key is one [`managers`] reads: a listed workload keeps
-/// only these of its metadata.
-pub fn is_tracking_key(key: &str, spec: &GitOpsSpec) -> bool {
-    matches!(
-        key,
-        KUSTOMIZATION_NAME
-            | KUSTOMIZATION_NAMESPACE
-            | HELM_RELEASE_NAME
-            | HELM_RELEASE_NAMESPACE
-            | ARGO_CD_TRACKING_ID
-    ) || spec.argo_cd_instance_label.as_deref() == Some(key)
 }
 
 /// The GitOps objects that manage an object, given how to read one of its labels and
 /// one of its annotations: it is asked about every workload a restore starts with, so
 /// it looks up the few keys it needs rather than copying the object's metadata.
-pub fn managers<'a>(
+pub(crate) fn managers<'a>(
     label: impl Fn(&str) -> Option<&'a str>,
     annotation: impl Fn(&str) -> Option<&'a str>,
     spec: &GitOpsSpec,
@@ -107,7 +94,7 @@ pub fn managers<'a>(
 }
 
 /// [`managers`] of an object with these labels and annotations.
-pub fn managers_marked(
+pub(crate) fn managers_marked(
     labels: Option<&BTreeMap<String, String>>,
     annotations: Option<&BTreeMap<String, String>>,
     spec: &GitOpsSpec,
@@ -201,10 +188,5 @@ mod tests {
             of(&instance, &none, &label_tracking),
             one(GitOpsKind::Application, "argocd", "shop")
         );
-        assert!(is_tracking_key(
-            "app.kubernetes.io/instance",
-            &label_tracking
-        ));
-        assert!(!is_tracking_key("app.kubernetes.io/instance", &spec));
     }
 }

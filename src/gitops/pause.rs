@@ -97,7 +97,7 @@ fn paused(kind: GitOpsKind, object: &Value) -> bool {
 /// records the generation it saw: once `status.observedGeneration` reaches the
 /// generation of the suspended spec, nothing started before the pause is running.
 /// Argo CD gives no such sign: its pause counts at once.
-pub fn in_force(kind: GitOpsKind, object: &Value) -> bool {
+pub(crate) fn in_force(kind: GitOpsKind, object: &Value) -> bool {
     if !paused(kind, object) {
         return false;
     }

@@ -31,7 +31,7 @@ use crate::api::{ConsumerKind, GitOpsKind};
 
 /// A workload, as a GitOps tool lists what it applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Workload<'a> {
+pub(crate) struct AppliedWorkload<'a> {
     /// Its kind.
     pub kind: ConsumerKind,
     /// Its namespace.
@@ -40,7 +40,7 @@ pub struct Workload<'a> {
     pub name: &'a str,
 }
 
-impl Workload<'_> {
+impl AppliedWorkload<'_> {
     /// Its API group, empty for the core group.
     fn group(&self) -> String {
         self.kind.api_resource().group
@@ -52,7 +52,7 @@ impl Workload<'_> {
     }
 
     /// Flux's inventory id of it: `<namespace>_<name>_<group>_<Kind>`.
-    pub fn flux_id(&self) -> String {
+    pub(crate) fn flux_id(&self) -> String {
         format!(
             "{}_{}_{}_{}",
             self.namespace,
@@ -66,7 +66,7 @@ impl Workload<'_> {
 /// What refill keeps of a GitOps object read to check whom it manages: the lists
 /// only, borrowed from the text read, every other field skipped unread.
 #[derive(Debug, Default, Deserialize)]
-pub struct Listing<'a> {
+pub(crate) struct Listing<'a> {
     #[serde(borrow, default)]
     status: Option<Status<'a>>,
 }
@@ -78,7 +78,7 @@ struct Status<'a> {
     inventory: Option<Inventory<'a>>,
     /// Flux HelmRelease: its releases, the latest first.
     #[serde(borrow, default)]
-    history: Option<Vec<Release<'a>>>,
+    history: Option<Vec<LatestRelease<'a>>>,
     /// Argo CD: what the Application manages.
     #[serde(borrow, default)]
     resources: Option<Vec<Resource<'a>>>,
@@ -87,17 +87,17 @@ struct Status<'a> {
 #[derive(Debug, Default, Deserialize)]
 struct Inventory<'a> {
     #[serde(borrow, default)]
-    entries: Option<Vec<Entry<'a>>>,
+    entries: Option<Vec<InventoryEntry<'a>>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Entry<'a> {
+struct InventoryEntry<'a> {
     #[serde(borrow, default)]
     id: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Release<'a> {
+struct LatestRelease<'a> {
     #[serde(borrow, default)]
     namespace: Option<Cow<'a, str>>,
 }
@@ -116,12 +116,12 @@ struct Resource<'a> {
 
 impl<'a> Listing<'a> {
     /// The lists of a GitOps object, from the JSON the API served.
-    pub fn parse(text: &'a str) -> serde_json::Result<Self> {
+    pub(crate) fn parse(text: &'a str) -> serde_json::Result<Self> {
         serde_json::from_str(text)
     }
 
     /// Whether the object, of kind `kind`, lists `workload` among what it manages.
-    pub fn lists(&self, kind: GitOpsKind, workload: &Workload) -> bool {
+    pub(crate) fn lists(&self, kind: GitOpsKind, workload: &AppliedWorkload) -> bool {
         if workload.namespace.is_empty() || workload.name.is_empty() {
             return false;
         }
@@ -135,7 +135,7 @@ impl<'a> Listing<'a> {
                 None => status
                     .history
                     .as_deref()
-                    .and_then(<[Release]>::first)
+                    .and_then(<[LatestRelease]>::first)
                     .and_then(|latest| latest.namespace.as_deref())
                     .is_some_and(|namespace| namespace == workload.namespace),
             },
@@ -152,7 +152,7 @@ impl<'a> Listing<'a> {
     }
 }
 
-fn in_inventory(inventory: Option<&Inventory>, workload: &Workload) -> bool {
+fn in_inventory(inventory: Option<&Inventory>, workload: &AppliedWorkload) -> bool {
     let id = workload.flux_id();
     inventory
         .and_then(|i| i.entries.as_ref())
@@ -167,13 +167,13 @@ mod tests {
 
     use super::*;
 
-    const WEB: Workload = Workload {
+    const WEB: AppliedWorkload = AppliedWorkload {
         kind: ConsumerKind::Deployment,
         namespace: "h3",
         name: "web",
     };
 
-    fn lists(kind: GitOpsKind, object: serde_json::Value, workload: &Workload) -> bool {
+    fn lists(kind: GitOpsKind, object: serde_json::Value, workload: &AppliedWorkload) -> bool {
         let text = object.to_string();
         Listing::parse(&text).unwrap().lists(kind, workload)
     }
@@ -189,13 +189,13 @@ mod tests {
     #[test]
     fn flux_ids_follow_kustomize_controller() {
         assert_eq!(WEB.flux_id(), "h3_web_apps_Deployment");
-        let pod = Workload {
+        let pod = AppliedWorkload {
             kind: ConsumerKind::Pod,
             namespace: "h3",
             name: "solo",
         };
         assert_eq!(pod.flux_id(), "h3_solo__Pod", "the core group is empty");
-        let cron = Workload {
+        let cron = AppliedWorkload {
             kind: ConsumerKind::CronJob,
             ..WEB
         };
@@ -207,9 +207,9 @@ mod tests {
         let kind = GitOpsKind::Kustomization;
         let listed = inventory(&["h3_cm__ConfigMap", "h3_web_apps_Deployment"]);
         assert!(lists(kind, listed, &WEB));
-        let other = Workload { name: "api", ..WEB };
+        let other = AppliedWorkload { name: "api", ..WEB };
         assert!(!lists(kind, inventory(&["h3_web_apps_Deployment"]), &other));
-        let statefulset = Workload {
+        let statefulset = AppliedWorkload {
             kind: ConsumerKind::StatefulSet,
             ..WEB
         };
@@ -217,7 +217,7 @@ mod tests {
             !lists(kind, inventory(&["h3_web_apps_Deployment"]), &statefulset),
             "another kind of the same name"
         );
-        let elsewhere = Workload {
+        let elsewhere = AppliedWorkload {
             namespace: "h4",
             ..WEB
         };
@@ -256,7 +256,7 @@ mod tests {
         ] {
             assert!(!lists(kind, object.clone(), &WEB), "{object}");
         }
-        let nameless = Workload {
+        let nameless = AppliedWorkload {
             namespace: "",
             name: "",
             ..WEB
@@ -298,7 +298,7 @@ mod tests {
         let mut object = inventory(&["h3_web_apps_Deployment"]);
         object["status"]["history"] = json!([{ "name": "web", "namespace": "h3" }]);
         assert!(lists(kind, object.clone(), &WEB));
-        let api = Workload { name: "api", ..WEB };
+        let api = AppliedWorkload { name: "api", ..WEB };
         assert!(
             !lists(kind, object, &api),
             "its inventory decides, not the namespace of its release"
@@ -350,7 +350,7 @@ mod tests {
             other[field] = value;
             assert!(!lists(kind, app(json!([other])), &WEB), "{field}");
         }
-        let pod = Workload {
+        let pod = AppliedWorkload {
             kind: ConsumerKind::Pod,
             namespace: "h3",
             name: "solo",

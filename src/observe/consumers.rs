@@ -24,7 +24,7 @@ use super::workloads::workloads;
 /// The pods that mount each of `claims` (names in `namespace`), resolved to their top
 /// owners with the replica counts they ask for now. Stand-in pods of the restore
 /// `own_uid` are not consumers.
-pub async fn consumers(
+pub(crate) async fn consumers(
     reads: Reads<'_>,
     namespace: &str,
     claims: &[&str],
@@ -32,7 +32,7 @@ pub async fn consumers(
     git_ops: &GitOpsSpec,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
     let pods = pods_mounting(reads, namespace, claims).await?;
-    let found = Found {
+    let found = Search {
         pods: &pods,
         claims,
         own_uid,
@@ -44,7 +44,7 @@ pub async fn consumers(
 /// What [`consumers_in`] looks among: pods already read, the claims asked about, the
 /// restore asking (its stand-ins are no consumers) and how it finds GitOps objects.
 #[derive(Clone, Copy)]
-pub struct Found<'a> {
+pub(crate) struct Search<'a> {
     pub pods: &'a [Arc<Pod>],
     pub claims: &'a [&'a str],
     pub own_uid: &'a str,
@@ -53,7 +53,7 @@ pub struct Found<'a> {
 
 /// The pods of `namespace` that mount any of `claims`: from the controller's index when
 /// it has one ready, else from a list of the namespace.
-pub async fn pods_mounting(
+pub(crate) async fn pods_mounting(
     reads: Reads<'_>,
     namespace: &str,
     claims: &[&str],
@@ -77,19 +77,19 @@ pub async fn pods_mounting(
 /// reads it anyway (and records it on the object), so only a plan shown before any
 /// stop needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replicas {
+pub(crate) enum Replicas {
     Read,
     Skip,
 }
 
 /// Like [`consumers`], over pods already read.
-pub async fn consumers_in(
+pub(crate) async fn consumers_in(
     reads: Reads<'_>,
     namespace: &str,
-    found: Found<'_>,
+    found: Search<'_>,
     read_replicas: Replicas,
 ) -> kube::Result<BTreeMap<String, Vec<ConsumerRef>>> {
-    let Found {
+    let Search {
         pods,
         claims,
         own_uid,
@@ -225,7 +225,7 @@ async fn walk_owners(
 }
 
 /// The top owner of each of `pods` (in `namespace`), in their order.
-pub async fn top_owners(
+pub(crate) async fn top_owners(
     reads: Reads<'_>,
     namespace: &str,
     pods: &[Arc<Pod>],

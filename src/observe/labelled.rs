@@ -11,7 +11,10 @@ use super::workloads::of_every_kind;
 /// Every workload of `namespace` that carries [`labels::SWITCH_CLAIM`], of any kind
 /// whose pod template can mount a claim ([`super::workloads::TEMPLATE_KINDS`]): the kinds that cannot be switched are read
 /// too, so that a label on one is refused by name rather than ignored.
-pub async fn labelled_workloads(client: &Client, namespace: &str) -> kube::Result<Vec<Labelled>> {
+pub(crate) async fn labelled_workloads(
+    client: &Client,
+    namespace: &str,
+) -> kube::Result<Vec<Labelled>> {
     of_every_kind(|kind| async move {
         let mut found = Vec::new();
         let resource = kind.api_resource();

@@ -7,9 +7,10 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, GetParams};
 use kube::{Client, Resource};
 
+use crate::controller::runtime::error::is_not_found;
 use crate::gitops::GitOpsRef;
-use crate::gitops::verify::{Listing, Workload};
-use crate::plan::gitops::{Named, Seen};
+use crate::gitops::verify::{AppliedWorkload, Listing};
+use crate::plan::gitops::{ManagerSeen, Named};
 use crate::plan::{ConsumerRef, Owner};
 
 /// The consumers, as workloads with the GitOps objects their marks name.
@@ -35,7 +36,7 @@ pub(crate) fn named<'a>(
 pub(crate) async fn seen(
     client: &Client,
     named: BTreeMap<GitOpsRef, BTreeSet<Named>>,
-) -> kube::Result<BTreeMap<GitOpsRef, Seen>> {
+) -> kube::Result<BTreeMap<GitOpsRef, ManagerSeen>> {
     futures::stream::iter(named)
         .map(|(target, workloads)| async move {
             let seen = match read(client, &target).await {
@@ -46,7 +47,7 @@ pub(crate) async fn seen(
                     let listed = workloads
                         .iter()
                         .filter(|w| {
-                            let workload = Workload {
+                            let workload = AppliedWorkload {
                                 kind: w.kind,
                                 namespace: &w.namespace,
                                 name: &w.name,
@@ -55,13 +56,13 @@ pub(crate) async fn seen(
                         })
                         .map(Named::describe)
                         .collect();
-                    Seen::Lists(listed)
+                    ManagerSeen::Lists(listed)
                 }
                 // Gone, or its kind is not served: it lists nothing, and is told as
                 // one that does not list the workload.
-                Err(kube::Error::Api(e)) if e.code == 404 => Seen::Lists(BTreeSet::new()),
+                Err(e) if is_not_found(&e) => ManagerSeen::Lists(BTreeSet::new()),
                 // Refused before the server looks for the object: says nothing of it.
-                Err(kube::Error::Api(e)) if e.code == 403 => Seen::Unreadable(e.message),
+                Err(kube::Error::Api(e)) if e.code == 403 => ManagerSeen::Unreadable(e.message),
                 Err(e) => return Err(e),
             };
             Ok((target, seen))

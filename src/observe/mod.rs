@@ -8,11 +8,11 @@
 //! that manage consumers ([`managers`]) and the workloads labelled to be switched
 //! ([`labelled`]).
 
-pub mod consumers;
-pub mod labelled;
+pub(crate) mod consumers;
+pub(crate) mod labelled;
 pub(crate) mod managers;
-pub mod own_pods;
-pub mod paging;
-pub mod reads;
-pub mod replicas;
-pub mod workloads;
+pub(crate) mod own_pods;
+pub(crate) mod paging;
+pub(crate) mod reads;
+pub(crate) mod replicas;
+pub(crate) mod workloads;

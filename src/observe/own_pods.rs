@@ -5,17 +5,17 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::labels;
 
 /// Whether the pod is a stand-in of any restore.
-pub fn is_stand_in(pod: &Pod) -> bool {
+pub(crate) fn is_stand_in(pod: &Pod) -> bool {
     label(pod, labels::ROLE) == Some(labels::ROLE_STAND_IN)
 }
 
 /// A stand-in of the restore `own_uid`.
-pub fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {
+pub(crate) fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {
     is_stand_in(pod) && is_own(pod, own_uid)
 }
 
 /// A path restore's copier pod of the restore `own_uid`.
-pub fn is_own_copier(pod: &Pod, own_uid: &str) -> bool {
+pub(crate) fn is_own_copier(pod: &Pod, own_uid: &str) -> bool {
     label(pod, labels::ROLE) == Some(labels::ROLE_COPIER) && is_own(pod, own_uid)
 }
 
@@ -28,7 +28,7 @@ fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 }
 
 /// `namespace/name` of the DataRestore a stand-in pod serves, as it is annotated.
-pub fn stand_in_restore(pod: &Pod) -> Option<String> {
+pub(crate) fn stand_in_restore(pod: &Pod) -> Option<String> {
     pod.metadata
         .annotations
         .as_ref()?

@@ -11,14 +11,14 @@ use crate::labels;
 /// Objects a cluster-wide list returns per page, which bounds what is held at once: the
 /// seven kinds of workloads are listed side by side, and a page is held as the text the
 /// API server sent (some KiB an object, most of it pod templates) while it is parsed.
-pub const PAGE: u32 = 100;
+pub(crate) const PAGE: u32 = 100;
 
 /// Objects a page holds when only their names are kept (a metadata list).
-pub const NAME_PAGE: u32 = 500;
+pub(crate) const NAME_PAGE: u32 = 500;
 
 /// PodVolumeBackups a page holds: one is a few KiB once its managed fields are gone,
 /// and a backup of thousands of volumes is read in a few pages.
-pub const PVB_PAGE: u32 = 500;
+pub(crate) const PVB_PAGE: u32 = 500;
 
 /// Hands every object `api` lists (with these labels; "" for all) to `each`, [`PAGE`]
 /// at a time: see [`for_each_page`].
@@ -74,7 +74,7 @@ fn params(labels: &str) -> ListParams {
 /// Hands every PodVolumeBackup `api` lists of the backup `backup` (None: of every
 /// backup) to `each`, paged ([`PVB_PAGE`]) and without managed fields: a backup holds
 /// one per pod volume, and each request reads the backup's.
-pub async fn for_each_pod_volume_backup(
+pub(crate) async fn for_each_pod_volume_backup(
     api: &Api<PodVolumeBackup>,
     backup: Option<&str>,
     each: impl FnMut(PodVolumeBackup),

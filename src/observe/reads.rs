@@ -15,7 +15,7 @@ use super::workloads::Workloads;
 /// which pods mount which claims, from its pod watch, which nodes are Ready, from its
 /// node watch, and owner references read lately.
 #[derive(Default)]
-pub struct Known {
+pub(crate) struct Known {
     pub mounts: crate::mounts::Mounts,
     pub claims: crate::claims::Claims,
     pub nodes: crate::nodes::Nodes,
@@ -26,7 +26,7 @@ pub struct Known {
 /// validating a restore and starting its volumes walk the same owners moments apart. An
 /// object's owners change only when it is adopted or orphaned; the time limit bounds how
 /// long such a change can go unseen.
-pub struct OwnerCache {
+pub(crate) struct OwnerCache {
     entries: Mutex<HashMap<String, (Instant, Owners)>>,
     keep: Duration,
 }
@@ -70,7 +70,7 @@ impl OwnerCache {
 /// read through the same functions, so a dry run and the controller decide from the
 /// same facts in the same words.
 #[derive(Clone, Copy)]
-pub struct Reads<'a> {
+pub(crate) struct Reads<'a> {
     pub(super) client: &'a Client,
     pub(super) known: Option<&'a Known>,
     pub(super) workloads: Option<&'a Workloads>,
@@ -81,7 +81,7 @@ pub struct Reads<'a> {
 
 impl<'a> Reads<'a> {
     /// Every read goes to the API server (the CLI).
-    pub fn api(client: &'a Client) -> Self {
+    pub(crate) fn api(client: &'a Client) -> Self {
         Reads {
             client,
             known: None,
@@ -92,7 +92,7 @@ impl<'a> Reads<'a> {
 
     /// Reads answer from `known` where it can (the controller), and objects of
     /// `cluster_wide_from` namespaces or more are listed for the whole cluster at once.
-    pub fn watched(client: &'a Client, known: &'a Known, cluster_wide_from: usize) -> Self {
+    pub(crate) fn watched(client: &'a Client, known: &'a Known, cluster_wide_from: usize) -> Self {
         Reads {
             client,
             known: Some(known),
@@ -103,13 +103,13 @@ impl<'a> Reads<'a> {
 
     /// Whether objects of `namespaces` namespaces are read with one list for the whole
     /// cluster: on the controller, when they are many.
-    pub fn cluster_wide(&self, namespaces: usize) -> bool {
+    pub(crate) fn cluster_wide(&self, namespaces: usize) -> bool {
         self.cluster_wide_from
             .is_some_and(|from| namespaces >= from)
     }
 
     /// The claims of the namespaces `wanted`, by namespace, one cluster-wide paged list.
-    pub async fn claims_of(
+    pub(crate) async fn claims_of(
         &self,
         wanted: &BTreeSet<String>,
     ) -> kube::Result<BTreeMap<String, Vec<PersistentVolumeClaim>>> {
@@ -127,14 +127,14 @@ impl<'a> Reads<'a> {
 
     /// These reads, answering for workloads from `workloads` where it covers the
     /// namespace.
-    pub fn with_workloads(self, workloads: &'a Workloads) -> Self {
+    pub(crate) fn with_workloads(self, workloads: &'a Workloads) -> Self {
         Reads {
             workloads: Some(workloads),
             ..self
         }
     }
 
-    pub fn client(&self) -> &'a Client {
+    pub(crate) fn client(&self) -> &'a Client {
         self.client
     }
 }

@@ -6,7 +6,7 @@ use kube::{Api, Client};
 use crate::api::ConsumerKind;
 
 /// The replica count a scalable workload asks for now (`spec.replicas`, default 1).
-pub async fn replicas_of(
+pub(crate) async fn replicas_of(
     client: &Client,
     namespace: &str,
     kind: ConsumerKind,
@@ -21,7 +21,7 @@ pub async fn replicas_of(
 }
 
 /// `spec.replicas` of a scalable workload (Kubernetes' default is 1).
-pub fn replicas(obj: &DynamicObject) -> i32 {
+pub(crate) fn replicas(obj: &DynamicObject) -> i32 {
     obj.data["spec"]["replicas"]
         .as_i64()
         .map(|r| r as i32)

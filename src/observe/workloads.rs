@@ -12,7 +12,7 @@ use super::paging::for_each_shaped;
 use super::reads::Reads;
 
 /// The kinds whose pod templates can mount a claim.
-pub const TEMPLATE_KINDS: [ConsumerKind; 7] = [
+pub(crate) const TEMPLATE_KINDS: [ConsumerKind; 7] = [
     ConsumerKind::Deployment,
     ConsumerKind::StatefulSet,
     ConsumerKind::ReplicaSet,
@@ -26,14 +26,14 @@ pub const TEMPLATE_KINDS: [ConsumerKind; 7] = [
 /// a restore of claims in a hundred namespaces would otherwise list seven kinds in each.
 /// Only those whose pod template mounts one of the claims asked about are kept.
 #[derive(Default)]
-pub struct Workloads {
+pub(crate) struct Workloads {
     namespaces: BTreeSet<String>,
     by_namespace: BTreeMap<String, Vec<Workload>>,
 }
 
 impl Workloads {
     /// The workloads kept of `namespace`; None when it was not read.
-    pub fn of(&self, namespace: &str) -> Option<&[Workload]> {
+    pub(crate) fn of(&self, namespace: &str) -> Option<&[Workload]> {
         self.namespaces.contains(namespace).then(|| {
             self.by_namespace
                 .get(namespace)
@@ -44,7 +44,7 @@ impl Workloads {
 
 /// Every workload of `namespace` that is a consumer of its own ([`Listed::is_top`]),
 /// its GitOps managers found with `git_ops`, the kinds read side by side.
-pub async fn workloads(
+pub(crate) async fn workloads(
     client: &Client,
     namespace: &str,
     git_ops: &GitOpsSpec,
@@ -85,7 +85,7 @@ where
 /// The workloads of the namespaces of `claims` (by namespace) that mount one of them,
 /// read cluster-wide when the controller asks about many namespaces; None when they are
 /// better read namespace by namespace.
-pub async fn workloads_mounting(
+pub(crate) async fn workloads_mounting(
     reads: Reads<'_>,
     claims: &BTreeMap<String, Vec<String>>,
     git_ops: &GitOpsSpec,

@@ -6,13 +6,13 @@ use super::Invalid;
 
 /// What the spec names: a backup, or a schedule whose newest Completed backup is meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackupChoice {
+pub(crate) enum BackupChoice {
     Named(String),
     Schedule(String),
 }
 
 impl BackupChoice {
-    pub fn from_spec(spec: &DataRestoreSpec) -> Result<Self, Invalid> {
+    pub(crate) fn from_spec(spec: &DataRestoreSpec) -> Result<Self, Invalid> {
         let named = spec.backup_name.as_deref().filter(|s| !s.is_empty());
         let schedule = spec.schedule_name.as_deref().filter(|s| !s.is_empty());
         match (named, schedule) {
@@ -30,7 +30,7 @@ impl BackupChoice {
 
 /// Picks the backup to use. `found` is the named backup as read (None when absent);
 /// for a schedule, `schedule_backups` are the backups labelled with its name.
-pub fn resolve_backup(
+pub(crate) fn resolve_backup(
     choice: &BackupChoice,
     namespace: &str,
     found: Option<&Backup>,

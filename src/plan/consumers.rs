@@ -12,7 +12,7 @@ use super::{ConsumerAction, Invalid, PlannedConsumer};
 
 /// The object at the top of a pod's owner chain, which is what holds the replica count.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner {
+pub(crate) enum Owner {
     Known(ConsumerKind, String),
     /// Owned by something refill cannot stop (an operator's own kind, say).
     Unsupported {
@@ -29,7 +29,7 @@ pub enum Owner {
 /// A consumer of a PVC: a pod mounting it, resolved to its top owner, or a workload whose
 /// pod template mounts it (even with no pod running now).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConsumerRef {
+pub(crate) struct ConsumerRef {
     pub namespace: String,
     /// The pod found mounting the claim; None when found from a pod template.
     pub pod: Option<String>,
@@ -49,7 +49,7 @@ pub struct ConsumerRef {
 impl ConsumerRef {
     /// How it was found, for messages: `pod shop/web-1 (Deployment web)`, or
     /// `the pod template of CronJob shop/nightly`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let ns = &self.namespace;
         let owner = match &self.owner {
             Owner::Known(kind, name) => format!("{kind:?} {name}"),
@@ -73,7 +73,10 @@ fn pod_template(kind: ConsumerKind, workload: &serde_json::Value) -> &serde_json
 
 /// The claim each volume of a workload's pod template names, by the volume's index
 /// (None for a volume of another kind), given the workload as JSON.
-pub fn template_claim_names(kind: ConsumerKind, workload: &serde_json::Value) -> Vec<Option<&str>> {
+pub(crate) fn template_claim_names(
+    kind: ConsumerKind,
+    workload: &serde_json::Value,
+) -> Vec<Option<&str>> {
     pod_template(kind, workload)["spec"]["volumes"]
         .as_array()
         .into_iter()
@@ -87,7 +90,7 @@ fn controller_of(owners: &[OwnerReference]) -> Option<&OwnerReference> {
 }
 
 /// Whether a pod mounts the claim and still runs (finished pods hold no volume).
-pub fn mounts_claim(pod: &Pod, claim: &str) -> bool {
+pub(crate) fn mounts_claim(pod: &Pod, claim: &str) -> bool {
     let finished = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded") | Some("Failed")
@@ -103,7 +106,7 @@ pub fn mounts_claim(pod: &Pod, claim: &str) -> bool {
 
 /// Walks a pod's owner chain. `owners_of(kind, name)` gives the owner references of an
 /// intermediate object (a ReplicaSet or a Job), or None when it is gone.
-pub fn top_owner(
+pub(crate) fn top_owner(
     pod: &Pod,
     owners_of: impl Fn(&str, &str) -> Option<Vec<OwnerReference>>,
 ) -> Owner {
@@ -158,7 +161,7 @@ fn action(kind: ConsumerKind) -> ConsumerAction {
 
 /// How each consumer is stopped under the policy; one entry per workload, however
 /// many selected PVCs or pods lead to it.
-pub fn consumer_actions(
+pub(crate) fn consumer_actions(
     policy: ConsumerPolicy,
     consumers: &BTreeMap<String, Vec<ConsumerRef>>,
 ) -> Result<Vec<PlannedConsumer>, Invalid> {

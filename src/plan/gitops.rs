@@ -16,7 +16,7 @@ use super::PlannedConsumer;
 
 /// What validation found of a GitOps object a consumer names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seen {
+pub(crate) enum ManagerSeen {
     /// Read: of the consumers that name it (`Kind namespace/name`), those it lists
     /// itself among what it manages. Gone, or of a kind not served, it lists none.
     Lists(BTreeSet<String>),
@@ -26,7 +26,7 @@ pub enum Seen {
 
 /// A workload whose marks name a GitOps object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Named {
+pub(crate) struct Named {
     pub kind: ConsumerKind,
     pub namespace: String,
     pub name: String,
@@ -34,7 +34,7 @@ pub struct Named {
 
 impl Named {
     /// `Deployment shop/web`, as records name consumers.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.kind.describe(&self.namespace, &self.name)
     }
 }
@@ -42,7 +42,7 @@ impl Named {
 /// The GitOps objects to read before deciding, each with the workloads whose marks
 /// name it: all of them under Pause, but those a record already holds (checked when
 /// it was made); none under the other policies, which read nothing.
-pub fn to_read<'a>(
+pub(crate) fn to_read<'a>(
     spec: &GitOpsSpec,
     workloads: impl IntoIterator<Item = (Named, &'a [GitOpsRef])>,
     records: &[GitOpsRecord],
@@ -72,7 +72,7 @@ pub fn to_read<'a>(
 
 /// The GitOps objects of the consumers to stop, each with the consumers it manages,
 /// in a fixed order.
-pub fn managing(consumers: &[PlannedConsumer]) -> BTreeMap<GitOpsRef, Vec<String>> {
+pub(crate) fn managing(consumers: &[PlannedConsumer]) -> BTreeMap<GitOpsRef, Vec<String>> {
     let mut found: BTreeMap<GitOpsRef, Vec<String>> = BTreeMap::new();
     for consumer in consumers {
         for manager in &consumer.managed_by {
@@ -86,7 +86,7 @@ pub fn managing(consumers: &[PlannedConsumer]) -> BTreeMap<GitOpsRef, Vec<String
 }
 
 /// The records to start with, and why the request is refused, if it is.
-pub struct Decided {
+pub(crate) struct Decided {
     pub records: Vec<GitOpsRecord>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
@@ -95,7 +95,7 @@ pub struct Decided {
 /// What a consumer whose marks no object backs is told: the tool whose marks it
 /// carries (its own labels say as much), never the object's name, namespace, nor
 /// whether it exists.
-pub fn not_backed(kind: GitOpsKind, workload: &str) -> String {
+pub(crate) fn not_backed(kind: GitOpsKind, workload: &str) -> String {
     format!(
         "{workload} carries {tool} marks that no {tool} backs by listing {workload} among what it manages: nothing was paused for it; if something scales it back up during the restore, its volumes fail",
         tool = kind.tool()
@@ -103,15 +103,15 @@ pub fn not_backed(kind: GitOpsKind, workload: &str) -> String {
 }
 
 /// Whether the object `target`, as seen, lists the consumer `workload`.
-fn backs(seen: &BTreeMap<GitOpsRef, Seen>, target: &GitOpsRef, workload: &str) -> bool {
-    matches!(seen.get(target), Some(Seen::Lists(listed)) if listed.contains(workload))
+fn backs(seen: &BTreeMap<GitOpsRef, ManagerSeen>, target: &GitOpsRef, workload: &str) -> bool {
+    matches!(seen.get(target), Some(ManagerSeen::Lists(listed)) if listed.contains(workload))
 }
 
 /// Decides, under spec.gitOps, what becomes of each GitOps object managing consumers.
-pub fn decide(
+pub(crate) fn decide(
     spec: &GitOpsSpec,
     managing: &BTreeMap<GitOpsRef, Vec<String>>,
-    seen: &BTreeMap<GitOpsRef, Seen>,
+    seen: &BTreeMap<GitOpsRef, ManagerSeen>,
 ) -> Decided {
     let mut decided = Decided {
         records: Vec::new(),
@@ -138,7 +138,7 @@ pub fn decide(
                 )),
             ),
             GitOpsPolicy::Pause => {
-                if let Some(Seen::Unreadable(why)) = seen.get(target) {
+                if let Some(ManagerSeen::Unreadable(why)) = seen.get(target) {
                     decided.errors.push(format!(
                         "spec.gitOps.policy: {who} carries the marks of {what}, and pausing it (the Pause policy) needs refill to read and patch it, which was refused: {why}; grant it with manifests/rbac-gitops.yaml, or set spec.gitOps.policy to Ignore"
                     ));
@@ -190,11 +190,11 @@ fn record(
 /// to the records, or their consumers to a record there is, decided as [`decide`]
 /// does from what was `seen` of them. Returns the warnings; under Refuse, or when an
 /// object to pause cannot be read, the first error is why the volume cannot start.
-pub fn merge(
+pub(crate) fn merge(
     spec: &GitOpsSpec,
     records: &mut Vec<GitOpsRecord>,
     consumers: &[PlannedConsumer],
-    seen: &BTreeMap<GitOpsRef, Seen>,
+    seen: &BTreeMap<GitOpsRef, ManagerSeen>,
 ) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
     for (target, workloads) in managing(consumers) {
@@ -234,7 +234,7 @@ pub fn merge(
 
 /// Whether the consumer `described` (`Deployment shop/web`) must wait before it is
 /// stopped: a GitOps object managing it is not paused yet.
-pub fn waits_for_pause(records: &[GitOpsRecord], described: &str) -> bool {
+pub(crate) fn waits_for_pause(records: &[GitOpsRecord], described: &str) -> bool {
     records.iter().any(|r| {
         matches!(r.state, GitOpsState::Found | GitOpsState::Pausing)
             && r.workloads.iter().any(|w| w == described)
@@ -276,9 +276,9 @@ mod tests {
     }
 
     /// What validation saw of `target`: it lists these consumers.
-    fn lists(target: GitOpsRef, workloads: &[&str]) -> BTreeMap<GitOpsRef, Seen> {
+    fn lists(target: GitOpsRef, workloads: &[&str]) -> BTreeMap<GitOpsRef, ManagerSeen> {
         let listed = workloads.iter().map(|w| w.to_string()).collect();
-        BTreeMap::from([(target, Seen::Lists(listed))])
+        BTreeMap::from([(target, ManagerSeen::Lists(listed))])
     }
 
     #[test]
@@ -374,7 +374,7 @@ mod tests {
         let managing = managing(&[deployment("web", vec![kustomization("shop")])]);
         let forbidden = BTreeMap::from([(
             kustomization("shop"),
-            Seen::Unreadable("kustomizations is forbidden".into()),
+            ManagerSeen::Unreadable("kustomizations is forbidden".into()),
         )]);
         let decided = decide(&policy(GitOpsPolicy::Pause), &managing, &forbidden);
         assert!(decided.records.is_empty());

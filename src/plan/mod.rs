@@ -5,10 +5,10 @@
 
 mod backup;
 mod consumers;
-pub mod gitops;
+pub(crate) mod gitops;
 mod placement;
 mod selector;
-pub mod spec;
+pub(crate) mod spec;
 mod switch;
 mod volumes;
 mod workload;
@@ -24,20 +24,20 @@ use crate::api::{
 };
 use crate::gitops::GitOpsRef;
 
-pub use backup::{BackupChoice, resolve_backup};
-pub use consumers::{
+pub(crate) use backup::{BackupChoice, resolve_backup};
+pub(crate) use consumers::{
     ConsumerRef, Owner, consumer_actions, mounts_claim, template_claim_names, top_owner,
 };
-pub use placement::{beside_original, beside_running_consumers, placement};
-pub use selector::{label_selector, parse_pvc_key};
-pub use spec::{duration, spec_errors};
-pub use switch::{Labelled, switches};
-pub use volumes::{select_volumes, selection_field};
-pub use workload::{Listed, Workload};
+pub(crate) use placement::{beside_original, beside_running_consumers, placement};
+pub(crate) use selector::{label_selector, parse_pvc_key};
+pub(crate) use spec::{duration, spec_errors};
+pub(crate) use switch::{Labelled, switches};
+pub(crate) use volumes::{select_volumes, selection_field};
+pub(crate) use workload::{Listed, Workload};
 
 /// Everything validation needs, read from the cluster beforehand.
 #[derive(Default, Debug, Clone)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub backup: Option<Backup>,
     pub pod_volume_backups: Vec<PodVolumeBackup>,
     /// Current PVCs by `namespace/name`.
@@ -53,11 +53,11 @@ pub struct Facts {
     /// namespaces of the selected PVCs.
     pub labelled: Vec<Labelled>,
     /// The GitOps objects the consumers name, as read (spec.gitOps.policy Pause).
-    pub git_ops: BTreeMap<GitOpsRef, gitops::Seen>,
+    pub git_ops: BTreeMap<GitOpsRef, gitops::ManagerSeen>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub backup_name: String,
     pub volumes: Vec<PlannedVolume>,
     pub consumers: Vec<PlannedConsumer>,
@@ -67,7 +67,7 @@ pub struct Plan {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedVolume {
+pub(crate) struct PlannedVolume {
     /// `namespace/name`.
     pub pvc: String,
     pub pvc_uid: Option<String>,
@@ -82,7 +82,7 @@ pub struct PlannedVolume {
 
 /// Where the stand-in pod for a PVC may run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// Bound claim with no node affinity, or a claim the scheduler may place anywhere.
     Anywhere,
     /// Bound to a PV; the scheduler follows its node affinity.
@@ -99,7 +99,7 @@ pub enum Placement {
 
 impl Placement {
     /// The nodes the stand-in pod is pinned to; empty when the scheduler chooses.
-    pub fn pinned_nodes(&self) -> &[String] {
+    pub(crate) fn pinned_nodes(&self) -> &[String] {
         match self {
             Placement::Candidates(nodes)
             | Placement::BesideConsumers(nodes)
@@ -111,7 +111,7 @@ impl Placement {
     /// The one node a bound volume is on, when its PV says so (a node-local volume):
     /// known from the start, so that a wait on that node is named even before any pod
     /// of the restore is placed.
-    pub fn volume_node(&self) -> Option<&str> {
+    pub(crate) fn volume_node(&self) -> Option<&str> {
         match self {
             Placement::BoundTo { nodes, .. } if nodes.len() == 1 => Some(&nodes[0]),
             _ => None,
@@ -139,7 +139,7 @@ impl fmt::Display for Placement {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedConsumer {
+pub(crate) struct PlannedConsumer {
     pub kind: ConsumerKind,
     pub namespace: String,
     pub name: String,
@@ -154,13 +154,13 @@ pub struct PlannedConsumer {
 
 impl PlannedConsumer {
     /// `Deployment shop/web`, as the status names consumers.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.kind.describe(&self.namespace, &self.name)
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumerAction {
+pub(crate) enum ConsumerAction {
     ScaleToZero,
     DeletePod,
     ParkDaemonSet,
@@ -183,12 +183,12 @@ impl fmt::Display for ConsumerAction {
 /// Why a request cannot go ahead. Each entry is a sentence meant for a person.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", errors.join("; "))]
-pub struct Invalid {
+pub(crate) struct Invalid {
     pub errors: Vec<String>,
 }
 
 impl Invalid {
-    pub fn one(message: impl Into<String>) -> Self {
+    pub(crate) fn one(message: impl Into<String>) -> Self {
         Invalid {
             errors: vec![message.into()],
         }
@@ -197,11 +197,11 @@ impl Invalid {
 
 /// Said wherever a restore runs under its consumers (status warnings, the Warning
 /// condition, an Event, the CLI).
-pub const ONLINE_WARNING: &str = "spec.consumers is None: files are overwritten under applications that keep running; they may read half-restored files, and what they write meanwhile may be overwritten";
+pub(crate) const ONLINE_WARNING: &str = "spec.consumers is None: files are overwritten under applications that keep running; they may read half-restored files, and what they write meanwhile may be overwritten";
 
 /// Checks everything before anything is touched, and decides what will happen.
 /// `restore` is the DataRestore's name, which the claims made beside PVCs carry.
-pub fn plan(spec: &DataRestoreSpec, restore: &str, facts: &Facts) -> Result<Plan, Invalid> {
+pub(crate) fn plan(spec: &DataRestoreSpec, restore: &str, facts: &Facts) -> Result<Plan, Invalid> {
     let backup = facts
         .backup
         .as_ref()

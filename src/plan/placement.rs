@@ -41,7 +41,7 @@ fn pv_nodes(pv: &PersistentVolume) -> Vec<String> {
 
 /// Decides the placement, or explains why the PVC cannot be restored as asked.
 /// The second value is a warning worth showing.
-pub fn placement(
+pub(crate) fn placement(
     key: &str,
     pvc: &PersistentVolumeClaim,
     pvs: &BTreeMap<String, PersistentVolume>,
@@ -102,7 +102,7 @@ pub fn placement(
 /// stand-in would: on the nodes of a PVC's local volume, so the copy is where the
 /// workloads that use the PVC can mount it; otherwise where the scheduler likes, or on
 /// the user's candidates.
-pub fn beside_original(original: Placement) -> Placement {
+pub(crate) fn beside_original(original: Placement) -> Placement {
     match original {
         Placement::BoundTo { nodes, .. } if !nodes.is_empty() => Placement::BesideOriginal(nodes),
         Placement::Candidates(nodes) => Placement::Candidates(nodes),
@@ -113,7 +113,7 @@ pub fn beside_original(original: Placement) -> Placement {
 /// With consumers left running (consumers: None), the stand-in must share the claim
 /// with their pods: a ReadWriteOnce volume is attached to one node at a time, so the
 /// stand-in goes where they run; a ReadWriteOncePod volume admits no second pod at all.
-pub fn beside_running_consumers(
+pub(crate) fn beside_running_consumers(
     key: &str,
     pvc: &PersistentVolumeClaim,
     placement: Placement,

@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Selector;
 
 /// Splits `namespace/name`, refusing anything else.
-pub fn parse_pvc_key(key: &str) -> Result<(&str, &str), String> {
+pub(crate) fn parse_pvc_key(key: &str) -> Result<(&str, &str), String> {
     match key.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns, name))
@@ -18,7 +18,7 @@ pub fn parse_pvc_key(key: &str) -> Result<(&str, &str), String> {
 /// A selector to match labels with, with Kubernetes' semantics (an empty selector
 /// matches everything); refused when an operator is unknown, or In or NotIn has no
 /// values, as [`super::spec_errors`] refuses it first.
-pub fn label_selector(selector: &LabelSelector) -> Result<Selector, String> {
+pub(crate) fn label_selector(selector: &LabelSelector) -> Result<Selector, String> {
     Selector::try_from(selector.clone())
         .map_err(|e| format!("{e}; use In or NotIn with values, or Exists or DoesNotExist without"))
 }

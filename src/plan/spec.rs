@@ -15,7 +15,7 @@ use crate::api::{
 use crate::k8s_names::{dns_label, dns_subdomain, label_key, label_value};
 
 /// Every mistake in the spec that can be told without the cluster, in field order.
-pub fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
+pub(crate) fn spec_errors(spec: &DataRestoreSpec) -> Vec<String> {
     let mut errors = Vec::new();
     source_errors(spec, &mut errors);
     if spec.pvcs.is_empty() && spec.included_namespaces.is_empty() && spec.selector.is_none() {
@@ -120,7 +120,7 @@ fn whole_volume_errors(spec: &DataRestoreSpec, errors: &mut Vec<String>) {
 }
 
 /// Parses a duration as the controller reads `timeout` and `volumeTimeout`.
-pub fn duration(value: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn duration(value: &str) -> Result<std::time::Duration, String> {
     match humantime::parse_duration(value) {
         Ok(d) if d.is_zero() => Err(format!(
             "\"{value}\" is zero; give a duration longer than zero, like 30m or 2h"
@@ -353,7 +353,7 @@ fn resource_errors(resources: &ResourceRequirements, errors: &mut Vec<String>) {
 }
 
 /// A Kubernetes quantity (`100m`, `1.5Gi`, `2e3`), as a number, or why it is not one.
-pub fn quantity(text: &str) -> Result<f64, String> {
+pub(crate) fn quantity(text: &str) -> Result<f64, String> {
     if text.is_empty() {
         return Err("it is empty".into());
     }
@@ -412,7 +412,7 @@ pub fn quantity(text: &str) -> Result<f64, String> {
 }
 
 /// An image reference as a container runtime accepts it: `[host[:port]/]path[:tag][@digest]`.
-pub fn image_reference(image: &str) -> Result<(), String> {
+pub(crate) fn image_reference(image: &str) -> Result<(), String> {
     if image.trim().is_empty() {
         return Err("the image is empty".into());
     }

@@ -17,7 +17,7 @@ const FIELD: &str = "spec.switchWorkloads";
 
 /// A workload that carries [`labels::SWITCH_CLAIM`], as validation read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Labelled {
+pub(crate) struct Labelled {
     pub kind: ConsumerKind,
     pub namespace: String,
     pub name: String,
@@ -35,7 +35,7 @@ pub struct Labelled {
 
 /// What switching means for the selected claims `selected` (`namespace/name`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Switches {
+pub(crate) struct Switches {
     pub consumers: Vec<PlannedConsumer>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
@@ -44,7 +44,7 @@ pub struct Switches {
 /// The workloads to switch, each with the new claim it gets, and what is refused or
 /// worth a warning. `restore` names the new claims ([`labels::new_claim_name`]);
 /// `consumers` are the claims' consumers as validation found them.
-pub fn switches(
+pub(crate) fn switches(
     spec: &DataRestoreSpec,
     restore: &str,
     selected: &[String],

@@ -11,7 +11,7 @@ use crate::labels::PVC_NAME_ANNOTATION;
 use super::{Invalid, label_selector, parse_pvc_key};
 
 /// The PVC key (`namespace/name`) a PodVolumeBackup covers, if its volume is a PVC.
-pub fn pvc_of(pvb: &PodVolumeBackup) -> Option<String> {
+pub(super) fn pvc_of(pvb: &PodVolumeBackup) -> Option<String> {
     let name = pvb
         .metadata
         .annotations
@@ -48,7 +48,7 @@ fn completed_by_pvc(pvbs: &[PodVolumeBackup]) -> BTreeMap<String, &PodVolumeBack
 
 /// The field a selected PVC comes from, for messages: its `spec.pvcs` entry if it has
 /// one, else the namespaces and selector that matched it.
-pub fn selection_field(spec: &DataRestoreSpec, key: &str) -> String {
+pub(crate) fn selection_field(spec: &DataRestoreSpec, key: &str) -> String {
     if let Some(i) = spec.pvcs.iter().position(|k| k == key) {
         return format!("spec.pvcs[{i}]");
     }
@@ -62,7 +62,7 @@ pub fn selection_field(spec: &DataRestoreSpec, key: &str) -> String {
 /// The PVCs to restore, in `namespace/name` order, each with its PodVolumeBackup
 /// (borrowed: a thousand copies of them were the largest part of validating a thousand
 /// PVCs).
-pub fn select_volumes<'a>(
+pub(crate) fn select_volumes<'a>(
     spec: &DataRestoreSpec,
     backup_name: &str,
     pvbs: &'a [PodVolumeBackup],

@@ -17,7 +17,7 @@ use crate::gitops::{self, GitOpsRef};
 /// A workload of any kind whose pod template can mount a claim, as the API lists it,
 /// with only what deciding about it reads.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Listed {
+pub(crate) struct Listed {
     #[serde(default)]
     pub metadata: ListedMeta,
     #[serde(default)]
@@ -30,7 +30,7 @@ pub struct Listed {
 /// live only while the object is looked at, and what is kept of them is decided then.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ListedMeta {
+pub(crate) struct ListedMeta {
     pub name: Option<String>,
     pub namespace: Option<String>,
     pub uid: Option<String>,
@@ -121,7 +121,7 @@ struct Condition {
 impl Listed {
     /// Whether it is a consumer of its own: not one whose owner is (a Deployment's
     /// ReplicaSet, a CronJob's Job), and not a Job that finished.
-    pub fn is_top(&self, kind: ConsumerKind) -> bool {
+    pub(crate) fn is_top(&self, kind: ConsumerKind) -> bool {
         let owned = self
             .metadata
             .owner_references
@@ -152,7 +152,7 @@ impl Listed {
     }
 
     /// The claims its pod template's volumes name.
-    pub fn claim_names(&self, kind: ConsumerKind) -> impl Iterator<Item = &str> {
+    pub(crate) fn claim_names(&self, kind: ConsumerKind) -> impl Iterator<Item = &str> {
         self.template(kind)
             .and_then(|t| t.volumes.as_ref())
             .into_iter()
@@ -161,22 +161,22 @@ impl Listed {
     }
 
     /// The replicas it asks for now, for the scalable kinds (Kubernetes' default is 1).
-    pub fn replicas(&self, kind: ConsumerKind) -> Option<i32> {
+    pub(crate) fn replicas(&self, kind: ConsumerKind) -> Option<i32> {
         kind.is_scalable().then(|| self.spec.replicas.unwrap_or(1))
     }
 
     /// A label's value.
-    pub fn label(&self, key: &str) -> Option<&str> {
+    pub(crate) fn label(&self, key: &str) -> Option<&str> {
         lookup(self.metadata.labels.as_ref(), key)
     }
 
     /// An annotation's value.
-    pub fn annotation(&self, key: &str) -> Option<&str> {
+    pub(crate) fn annotation(&self, key: &str) -> Option<&str> {
         lookup(self.metadata.annotations.as_ref(), key)
     }
 
     /// What is held of it as a consumer, its GitOps managers found with `git_ops`.
-    pub fn into_workload(self, kind: ConsumerKind, git_ops: &GitOpsSpec) -> Workload {
+    pub(crate) fn into_workload(self, kind: ConsumerKind, git_ops: &GitOpsSpec) -> Workload {
         let managed_by = gitops::managers_marked(
             self.metadata.labels.as_ref(),
             self.metadata.annotations.as_ref(),
@@ -215,7 +215,7 @@ fn lookup<'a>(map: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'
 /// found: its name and the little deciding about it reads, not its spec (a thousand
 /// namespaces' workloads are held at once).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Workload {
+pub(crate) struct Workload {
     pub kind: ConsumerKind,
     pub name: String,
     /// The claims its pod template's volumes name.
@@ -269,7 +269,7 @@ impl TemplateIdentity {
 impl Workload {
     /// Whether its pod template mounts `claim`. A StatefulSet's volumeClaimTemplates
     /// name claims `<template>-<set>-<ordinal>`.
-    pub fn mounts(&self, claim: &str) -> bool {
+    pub(crate) fn mounts(&self, claim: &str) -> bool {
         let named = self.claims.iter().any(|c| c == claim);
         let from_claim_template = self.claim_templates.iter().any(|t| {
             claim
@@ -283,7 +283,7 @@ impl Workload {
 
     /// Its pod template's spec with what a stand-in takes from it (security contexts and
     /// tolerations) and nothing else; None without a pod template.
-    pub fn template_spec(&self) -> Option<PodSpec> {
+    pub(crate) fn template_spec(&self) -> Option<PodSpec> {
         let text = self.template.as_deref()?;
         let identity: TemplateIdentity = serde_json::from_str(text).unwrap_or_default();
         let container = identity.container.map(|security| Container {

@@ -16,11 +16,13 @@ use crate::api::{ConsumerKind, ConsumerRecord, ConsumerState};
 use crate::controller::status::now;
 use crate::labels;
 
-use super::error::{Category, category_of, has_status};
+use crate::controller::runtime::error::{
+    Category, category_of, has_status, is_conflict, is_not_found,
+};
 
-pub use settle::settle_consumers;
-pub use step::{ConsumerStep, consumer_step};
-pub use strategy::{PARKED_KEY, Resumed, Strategy, recreatable_pod, restarted, who_changed};
+pub(super) use settle::settle_consumers;
+pub(super) use step::{ConsumerStep, consumer_step};
+pub(super) use strategy::{Resumed, Strategy, recreatable_pod, restarted};
 
 fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -32,7 +34,7 @@ fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {
 
 /// The result of a stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stopped {
+pub(super) enum Stopped {
     /// Stopped by this restore (now or before); `record` holds what brings it back.
     Done,
     /// Another restore holds it: `namespace/name` of that restore. Nothing was changed.
@@ -41,7 +43,7 @@ pub enum Stopped {
 
 /// Stops one consumer; safe to repeat. Updates the record. For a bare pod,
 /// `record.original` must already be recorded in the status.
-pub async fn stop(
+pub(super) async fn stop(
     client: &Client,
     uid: &str,
     restore: &str,
@@ -63,7 +65,7 @@ pub async fn stop(
             };
             match api.delete(&name, &params).await {
                 Ok(_) => {}
-                Err(e) if has_status(&e, 404) || has_status(&e, 409) => {}
+                Err(e) if is_not_found(&e) || is_conflict(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -123,15 +125,15 @@ async fn scale_back(
     {
         Ok(_) => Ok(true),
         // Gone: the read that follows says so, and the record says Gone, not back.
-        Err(e) if has_status(&e, 404) => Ok(false),
+        Err(e) if is_not_found(&e) => Ok(false),
         // A failed test op: someone changed it since, or it was never stopped by us.
-        Err(e) if has_status(&e, 409) || has_status(&e, 422) => Ok(false),
+        Err(e) if is_conflict(&e) || has_status(&e, 422) => Ok(false),
         Err(e) => Err(e),
     }
 }
 
 /// Brings one consumer back, if this restore's mark is on it; safe to repeat.
-pub async fn resume(
+pub(super) async fn resume(
     client: &Client,
     uid: &str,
     record: &mut ConsumerRecord,
@@ -203,7 +205,7 @@ async fn recreate(
     let pods: Api<Pod> = Api::namespaced(client.clone(), &record.namespace);
     match pods.create(&PostParams::default(), &pod).await {
         Ok(_) => Ok(Resumed::Started),
-        Err(e) if has_status(&e, 409) => match pods.get_opt(&record.name).await? {
+        Err(e) if is_conflict(&e) => match pods.get_opt(&record.name).await? {
             Some(found) => Ok(strategy::found_under_name(&found, uid)),
             // Gone again since the refusal: the next pass creates it.
             None => Err(e),
@@ -228,7 +230,7 @@ fn finish(record: &mut ConsumerRecord, resumed: Resumed) -> Resumed {
 /// conditional write; safe to repeat. A workload no longer as refill left it is brought
 /// back as [`resume`] would. None: it changed between the read and the write, and the
 /// next pass reads it again.
-pub async fn switch(
+pub(super) async fn switch(
     client: &Client,
     uid: &str,
     restore: &str,
@@ -275,7 +277,7 @@ pub async fn switch(
         .await
     {
         Ok(_) => Ok(switched(record, change.scaled_to)),
-        Err(e) if has_status(&e, 404) => resume(client, uid, record).await.map(Some),
+        Err(e) if is_not_found(&e) => resume(client, uid, record).await.map(Some),
         Err(e) if category_of(&e) != Category::Transient => {
             // Someone changed it since it was read (a failed test): read it again next
             // pass. Unchanged, the switch itself is refused (an admission policy on its
@@ -297,7 +299,11 @@ pub async fn switch(
 
 /// Whether this restore's mark is on the consumer (for a record whose stop may or may
 /// not have applied).
-pub async fn marked(client: &Client, uid: &str, record: &ConsumerRecord) -> kube::Result<bool> {
+pub(super) async fn marked(
+    client: &Client,
+    uid: &str,
+    record: &ConsumerRecord,
+) -> kube::Result<bool> {
     if !Strategy::of(record.kind).patches() {
         return Ok(record.state == ConsumerState::Stopped);
     }
@@ -309,7 +315,7 @@ pub async fn marked(client: &Client, uid: &str, record: &ConsumerRecord) -> kube
 
 /// When a stopped consumer was started again by someone else, says so, naming who when
 /// the object's managed fields tell.
-pub async fn interference(
+pub(super) async fn interference(
     client: &Client,
     uid: &str,
     record: &ConsumerRecord,
@@ -324,12 +330,12 @@ pub async fn interference(
 }
 
 /// `Deployment shop/web`, for messages.
-pub fn describe(record: &ConsumerRecord) -> String {
+pub(super) fn describe(record: &ConsumerRecord) -> String {
     record.kind.describe(&record.namespace, &record.name)
 }
 
 /// The words for a stop that was applied.
-pub fn stop_note(record: &ConsumerRecord) -> String {
+pub(super) fn stop_note(record: &ConsumerRecord) -> String {
     let what = describe(record);
     match (Strategy::of(record.kind), record.replicas) {
         (Strategy::Scale, Some(n)) => format!("scaled {what} from {n} to 0"),
@@ -341,7 +347,7 @@ pub fn stop_note(record: &ConsumerRecord) -> String {
 }
 
 /// The words for a resume, saying what was really done.
-pub fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String> {
+pub(super) fn resume_note(record: &ConsumerRecord, resumed: &Resumed) -> Option<String> {
     let what = describe(record);
     Some(match resumed {
         Resumed::ScaledBack(n) => format!("scaled {what} back to {n}"),

@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use crate::api::{ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus};
-use crate::controller::concurrent::for_each_concurrently;
+use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::{Context, Result, reasons};
 
 use super::{ConsumerStep, Stopped, consumer_step};
 
 /// Stops, brings back or keeps stopped the consumers whose turn it is.
-pub async fn settle_consumers(
+pub(crate) async fn settle_consumers(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,

@@ -5,7 +5,7 @@ use crate::plan::gitops::waits_for_pause;
 
 /// What to do with a consumer now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumerStep {
+pub(crate) enum ConsumerStep {
     Nothing,
     /// Record that it is about to be stopped (state Stopping), before anything is done:
     /// from then on the finish step looks at it whatever happens.
@@ -19,7 +19,7 @@ pub enum ConsumerStep {
     KeepStopped,
 }
 
-pub fn consumer_step(
+pub(crate) fn consumer_step(
     status: &DataRestoreStatus,
     index: usize,
     on_failure: FailurePolicy,

@@ -17,11 +17,11 @@ use crate::labels;
 use crate::observe::replicas::replicas;
 
 /// A node-selector key no node carries: a DaemonSet asked to run only there runs nowhere.
-pub const PARKED_KEY: &str = "refill.dev/parked-by";
+pub(super) const PARKED_KEY: &str = "refill.dev/parked-by";
 
 /// How one kind of consumer is stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strategy {
+pub(crate) enum Strategy {
     /// Deployments, StatefulSets, ReplicaSets, ReplicationControllers: replicas to 0.
     Scale,
     /// DaemonSets: a node selector no node matches.
@@ -35,7 +35,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub fn of(kind: ConsumerKind) -> Self {
+    pub(crate) fn of(kind: ConsumerKind) -> Self {
         match kind {
             ConsumerKind::Deployment
             | ConsumerKind::StatefulSet
@@ -49,13 +49,13 @@ impl Strategy {
     }
 
     /// Whether stopping and resuming it patches the object (and so marks it).
-    pub fn patches(self) -> bool {
+    pub(crate) fn patches(self) -> bool {
         matches!(self, Strategy::Scale | Strategy::Park | Strategy::Suspend)
     }
 
     /// The stop as one merge patch carrying the record and the lock, for the object as
     /// read, and the replica count or state it records; None for kinds not patched.
-    pub fn stop_patch(self, uid: &str, restore: &str, obj: &DynamicObject) -> Option<Stop> {
+    pub(crate) fn stop_patch(self, uid: &str, restore: &str, obj: &DynamicObject) -> Option<Stop> {
         let mut annotations = json!({
             labels::QUIESCED_BY: uid,
             labels::QUIESCED_BY_RESTORE: restore,
@@ -114,13 +114,13 @@ impl Strategy {
 
 /// A stop to apply: the patch, and what it records.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Stop {
+pub(crate) struct Stop {
     pub patch: Value,
     pub replicas: Option<i32>,
     pub original: Option<String>,
 }
 
-pub fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
+pub(super) fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
     obj.metadata
         .annotations
         .as_ref()?
@@ -129,7 +129,7 @@ pub fn annotation<'a>(obj: &'a DynamicObject, key: &str) -> Option<&'a str> {
 }
 
 /// Who holds the object, if a restore does: `(uid, namespace/name)`.
-pub fn holder(obj: &DynamicObject) -> Option<(&str, &str)> {
+pub(super) fn holder(obj: &DynamicObject) -> Option<(&str, &str)> {
     let uid = annotation(obj, labels::QUIESCED_BY)?;
     Some((
         uid,
@@ -141,7 +141,7 @@ pub fn holder(obj: &DynamicObject) -> Option<(&str, &str)> {
 /// refuse it unless the workload is exactly as this restore left it (stopped by it, at
 /// 0, `original` recorded), so no read is needed before it; when refused, the workload
 /// is read and [`resume_patch`] decides.
-pub fn scale_back_patch(uid: &str, original: i32) -> Value {
+pub(super) fn scale_back_patch(uid: &str, original: i32) -> Value {
     // JSON pointer escaping: annotation keys hold a '/'.
     let annotation = |key: &str| {
         format!(
@@ -162,7 +162,7 @@ pub fn scale_back_patch(uid: &str, original: i32) -> Value {
 
 /// What a resume did, for the words that report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resumed {
+pub(crate) enum Resumed {
     ScaledBack(i32),
     /// Someone set a count meanwhile; theirs stands and only refill's marks went.
     KeptTheirs(i32),
@@ -188,7 +188,7 @@ pub enum Resumed {
 
 /// Where a consumer in `state` is after a resume that did `resumed`. Only a consumer
 /// that is running again, or was never stopped, may read as back.
-pub fn state_after(state: ConsumerState, resumed: &Resumed) -> ConsumerState {
+pub(super) fn state_after(state: ConsumerState, resumed: &Resumed) -> ConsumerState {
     match (resumed, state) {
         // Marked Stopping but the stop never applied: it ran all along.
         (Resumed::Untouched, ConsumerState::Stopping) => ConsumerState::Running,
@@ -202,7 +202,7 @@ pub fn state_after(state: ConsumerState, resumed: &Resumed) -> ConsumerState {
 /// Undoes any of the stops above; a merge patch with null removes only refill's keys, so
 /// the consumer's own node selector and annotations stay as they were. Also says what
 /// the patch does.
-pub fn resume_patch(
+pub(super) fn resume_patch(
     kind: ConsumerKind,
     record: &ConsumerRecord,
     obj: &DynamicObject,
@@ -261,7 +261,7 @@ pub fn resume_patch(
 }
 
 /// A bare pod as it can be created again: without what the server set.
-pub fn recreatable_pod(pod: &Pod) -> Pod {
+pub(crate) fn recreatable_pod(pod: &Pod) -> Pod {
     let mut pod = pod.clone();
     let meta = &mut pod.metadata;
     meta.uid = None;
@@ -283,7 +283,7 @@ pub fn recreatable_pod(pod: &Pod) -> Pod {
 /// A bare pod to create again from its recorded `manifest`, marked as made by the
 /// restore `uid`: a pod found under its name later is refill's own (a pass whose status
 /// write was lost) only with that mark.
-pub fn pod_to_recreate(manifest: &str, uid: &str) -> serde_json::Result<Pod> {
+pub(super) fn pod_to_recreate(manifest: &str, uid: &str) -> serde_json::Result<Pod> {
     let mut pod: Pod = serde_json::from_str(manifest)?;
     pod.metadata
         .annotations
@@ -294,7 +294,7 @@ pub fn pod_to_recreate(manifest: &str, uid: &str) -> serde_json::Result<Pod> {
 
 /// What a pod found under a bare pod's name, where refill's create was refused, says
 /// of the resume: back when the restore `uid` made it, else someone else's pod.
-pub fn found_under_name(pod: &Pod, uid: &str) -> Resumed {
+pub(super) fn found_under_name(pod: &Pod, uid: &str) -> Resumed {
     let mark = pod
         .metadata
         .annotations
@@ -308,7 +308,7 @@ pub fn found_under_name(pod: &Pod, uid: &str) -> Resumed {
 
 /// When a stopped consumer was started again by someone else, says so, naming who when
 /// the object's managed fields tell.
-pub fn restarted(record: &ConsumerRecord, obj: &DynamicObject, uid: &str) -> Option<String> {
+pub(crate) fn restarted(record: &ConsumerRecord, obj: &DynamicObject, uid: &str) -> Option<String> {
     let what = format!("{:?} {}/{}", record.kind, record.namespace, record.name);
     let (changed, path) = Strategy::of(record.kind).restart_field(obj, uid);
     if !changed {
@@ -330,7 +330,7 @@ pub fn restarted(record: &ConsumerRecord, obj: &DynamicObject, uid: &str) -> Opt
 }
 
 /// The most recent field manager other than refill that owns the field at `path`.
-pub fn who_changed(entries: &[ManagedFieldsEntry], path: &[&str]) -> Option<String> {
+pub(super) fn who_changed(entries: &[ManagedFieldsEntry], path: &[&str]) -> Option<String> {
     entries
         .iter()
         .filter(|e| e.manager.as_deref() != Some(labels::FIELD_MANAGER))

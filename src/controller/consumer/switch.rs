@@ -25,7 +25,7 @@ fn annotation_path(key: &str) -> String {
 
 /// The switch to write, and what it does.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Switch {
+pub(super) struct Switch {
     /// A JSON patch whose tests make the server refuse it unless the workload is as it
     /// was read: held by this restore, its template naming the PVC where it did.
     pub patch: Value,
@@ -38,7 +38,7 @@ pub struct Switch {
 /// `record.switch_to`; None when its template no longer names `from` (someone changed
 /// it while it was stopped), so that it is brought back without a switch.
 /// `uid`/`restore` are the DataRestore's.
-pub fn switch_patch(
+pub(super) fn switch_patch(
     record: &ConsumerRecord,
     obj: &DynamicObject,
     from: &str,
@@ -93,7 +93,11 @@ pub fn switch_patch(
 
 /// Whether `obj` is already switched onto `record.switch_to` by `restore` (a switch
 /// that was written, but not recorded before a restart).
-pub fn switched_already(record: &ConsumerRecord, obj: &DynamicObject, restore: &str) -> bool {
+pub(super) fn switched_already(
+    record: &ConsumerRecord,
+    obj: &DynamicObject,
+    restore: &str,
+) -> bool {
     let Some(to) = record.switch_to.as_deref() else {
         return false;
     };

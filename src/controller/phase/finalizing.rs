@@ -13,7 +13,7 @@ use crate::controller::{Context, Result};
 
 use super::{Next, restoring, stopping};
 
-pub async fn finalize(
+pub(super) async fn finalize(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,

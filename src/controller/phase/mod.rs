@@ -12,7 +12,7 @@ mod finalizing;
 mod restoring;
 mod validating;
 
-pub use restoring::{DEFAULT_PARALLEL, DEFAULT_TIMEOUT, DEFAULT_VOLUME_TIMEOUT};
+pub use restoring::DEFAULT_PARALLEL;
 
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use super::{Context, Result};
 
 /// What happens after a pass's status is written: the one answer every phase gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(super) enum Next {
     /// Pass again at once, from the status just written: it recorded decisions that the
     /// next pass acts on.
     Again,
@@ -33,12 +33,12 @@ pub enum Next {
 }
 
 /// Whether the restore is asked to stop: canceled or deleted.
-pub fn stopping(dr: &DataRestore, deleting: bool) -> bool {
+pub(super) fn stopping(dr: &DataRestore, deleting: bool) -> bool {
     deleting || dr.spec.cancel
 }
 
 /// Runs the current phase once.
-pub async fn pass(
+pub(super) async fn pass(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,

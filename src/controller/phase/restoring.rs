@@ -19,13 +19,13 @@ use crate::api::{
     ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
     Phase, VolumePhase, VolumeStatus,
 };
-use crate::controller::concurrent::for_each_concurrently;
+use crate::controller::build::restore_helper;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
 use crate::controller::gitops;
 use crate::controller::reasons;
-use crate::controller::restore_helper;
+use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::status;
-use crate::controller::volume::decide::{Rules, Stop, expired};
+use crate::controller::volume::decide::{RestoreStop, Rules, expired};
 use crate::controller::volume::execute::Act;
 use crate::controller::volume::sight::split;
 use crate::controller::volume::{self, Advanced};
@@ -39,9 +39,9 @@ use super::{Next, stopping};
 pub const DEFAULT_PARALLEL: u32 = 8;
 /// How long one volume may take when spec.volumeTimeout is not set: as long as Velero
 /// gives its own pod volume operations.
-pub const DEFAULT_VOLUME_TIMEOUT: &str = "4h";
+pub(super) const DEFAULT_VOLUME_TIMEOUT: &str = "4h";
 /// How long the whole restore may take when spec.timeout is not set.
-pub const DEFAULT_TIMEOUT: &str = "24h";
+pub(super) const DEFAULT_TIMEOUT: &str = "24h";
 
 fn duration_or(value: Option<&str>, default: &str) -> (Duration, String) {
     let text = value.unwrap_or(default);
@@ -65,7 +65,7 @@ fn holds_slot(volume: &VolumeStatus) -> bool {
 }
 
 /// How many Pending volumes may start now.
-pub fn free_slots(status: &DataRestoreStatus, parallel: Option<u32>) -> usize {
+pub(super) fn free_slots(status: &DataRestoreStatus, parallel: Option<u32>) -> usize {
     let parallel = parallel.unwrap_or(DEFAULT_PARALLEL).max(1) as usize;
     let busy = status.volumes.iter().filter(|v| holds_slot(v)).count();
     parallel.saturating_sub(busy)
@@ -77,27 +77,27 @@ fn stop_of(
     status: &DataRestoreStatus,
     deleting: bool,
     now: Timestamp,
-) -> Option<Stop> {
+) -> Option<RestoreStop> {
     if stopping(dr, deleting) {
         let why = if deleting {
             "the DataRestore was deleted"
         } else {
             "the restore was canceled (spec.cancel)"
         };
-        return Some(Stop {
+        return Some(RestoreStop {
             outcome: VolumePhase::Canceled,
             why: why.into(),
         });
     }
     let (limit, text) = duration_or(dr.spec.timeout.as_deref(), DEFAULT_TIMEOUT);
-    expired(status.start_time.as_ref().map(|t| t.0), limit, now).then(|| Stop {
+    expired(status.start_time.as_ref().map(|t| t.0), limit, now).then(|| RestoreStop {
         outcome: VolumePhase::Failed,
         why: format!("the restore did not finish within {text} (spec.timeout)"),
     })
 }
 
 /// The spec's rules as they apply to each volume now.
-pub fn rules(
+pub(super) fn rules(
     dr: &DataRestore,
     config: &crate::controller::Config,
     status: &DataRestoreStatus,
@@ -119,7 +119,7 @@ pub fn rules(
     }
 }
 
-pub async fn restore(
+pub(super) async fn restore(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
@@ -141,7 +141,7 @@ pub async fn restore(
 /// First half: decisions and records only. No object but the DataRestore changes.
 /// `seen`: consumers by claim found in this same pass (by validation), used for the
 /// volumes that start instead of reading their namespaces' workloads again.
-pub async fn record(
+pub(super) async fn record(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
@@ -228,7 +228,7 @@ async fn start_volumes(
                     let found = match seen_for(seen, &keys) {
                         Some(found) => found,
                         None => {
-                            let found = observe::consumers::Found {
+                            let found = observe::consumers::Search {
                                 pods: &pods,
                                 claims: &claims,
                                 own_uid: uid,
@@ -487,7 +487,7 @@ fn merge_consumer(
 /// Second half: act on what is recorded. Every volume moves on by a step, consumers are
 /// stopped before their volumes go on and brought back after the last of them ended.
 /// Whatever succeeded is in `status` even when an error is returned.
-pub async fn work(
+pub(super) async fn work(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,

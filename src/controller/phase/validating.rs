@@ -8,7 +8,7 @@ use crate::api::{
     ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus, Phase, RestoreTarget,
     VolumePhase, VolumeStatus,
 };
-use crate::controller::error::Category;
+use crate::controller::runtime::error::Category;
 use crate::controller::status::now;
 use crate::controller::volume::sight::split;
 use crate::controller::{Context, Error, Result, reasons};
@@ -18,13 +18,13 @@ use crate::validate::{self, ValidateError};
 use super::{Next, restoring, stopping};
 
 /// New: the request is taken; validation comes next.
-pub fn accept(status: &mut DataRestoreStatus) -> Next {
+pub(super) fn accept(status: &mut DataRestoreStatus) -> Next {
     status.phase = Phase::Validating;
     status.start_time = Some(now());
     Next::Again
 }
 
-pub async fn validate(
+pub(super) async fn validate(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
@@ -60,7 +60,7 @@ pub async fn validate(
         // Refused for good (RBAC, say): nothing was touched, so the restore ends here
         // with the server's words instead of retrying forever.
         Err(ValidateError::Kube(e))
-            if crate::controller::error::category_of(&e) == Category::Permanent =>
+            if crate::controller::runtime::error::category_of(&e) == Category::Permanent =>
         {
             let why = Error::Kube(e).reason();
             return Ok(invalid(

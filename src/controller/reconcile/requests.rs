@@ -8,9 +8,10 @@ use super::*;
 use crate::api::{
     ConsumerCounts, ConsumerState, Phase, VolumeCounts, VolumePhase, VolumeRecord, VolumeStatus,
 };
-use crate::controller::pod_volume_restore as pvr;
+use crate::controller::build::pod_volume_restore as pvr;
 use crate::controller::testing::api_mock::{APPLY_PATCH, ApiMock, Expect, MERGE_PATCH, get, patch};
 use crate::controller::testing::fixtures::{UID, as_json, consumer, context, data_restore};
+use crate::labels::{FIELD_MANAGER, FINALIZER};
 
 const RESTORE: &str = "/apis/refill.dev/v1alpha1/namespaces/velero/datarestores/fix";
 const RECORDS: &str = "/apis/refill.dev/v1alpha1/namespaces/velero/volumepluginrestores";

@@ -15,7 +15,7 @@ use crate::controller::status;
 
 /// The DataRestore of a request: readable, unique per request object (a request
 /// deleted and made again under its name gets a new one), and a valid name.
-pub fn data_restore_name(namespace: &str, name: &str, uid: &str) -> String {
+pub(crate) fn data_restore_name(namespace: &str, name: &str, uid: &str) -> String {
     let readable: String = format!("req-{namespace}-{name}")
         .chars()
         .take(48)
@@ -48,7 +48,7 @@ fn own_claim(namespace: &str, claim: &str, field: &str) -> Result<String, String
 /// `backed_up` holds the namespaces whose volumes the named backup holds (empty when
 /// there is no such backup: the answer is the same, so that a team learns nothing of
 /// backups that are not its own).
-pub fn data_restore_spec(
+pub(crate) fn data_restore_spec(
     namespace: &str,
     spec: &DataRestoreRequestSpec,
     backed_up: &BTreeSet<String>,
@@ -112,7 +112,7 @@ pub fn data_restore_spec(
 }
 
 /// The status of a refused request, its conditions as a failed DataRestore's.
-pub fn refused(
+pub(crate) fn refused(
     errors: Vec<String>,
     generation: Option<i64>,
     previous: &DataRestoreRequestStatus,
@@ -131,11 +131,11 @@ pub fn refused(
 }
 
 /// The reason of the Reconciling condition of a request waiting for its turn.
-pub const WAITING_FOR_TURN: &str = "WaitingForTurn";
+pub(crate) const WAITING_FOR_TURN: &str = "WaitingForTurn";
 
 /// The status of a request that waits for its turn ([`super::turn`]): not begun, its
 /// Reconciling condition saying why.
-pub fn waiting(
+pub(crate) fn waiting(
     why: String,
     generation: Option<i64>,
     previous: &DataRestoreRequestStatus,
@@ -165,7 +165,7 @@ pub fn waiting(
 
 /// The status of a request whose DataRestore was deleted before it ended: what was
 /// seen of the restore stays, and the phase and conditions say it failed.
-pub fn lost(
+pub(crate) fn lost(
     previous: &DataRestoreRequestStatus,
     generation: Option<i64>,
 ) -> DataRestoreRequestStatus {
@@ -197,7 +197,7 @@ fn failed(status: DataRestoreStatus, generation: Option<i64>) -> DataRestoreStat
 }
 
 /// The request's status: the DataRestore's, as far as the team may see it.
-pub fn mirrored(dr: &DataRestore, generation: Option<i64>) -> DataRestoreRequestStatus {
+pub(crate) fn mirrored(dr: &DataRestore, generation: Option<i64>) -> DataRestoreRequestStatus {
     let status = dr.status.clone().unwrap_or_default();
     DataRestoreRequestStatus {
         data_restore: Some(format!(

@@ -34,7 +34,10 @@ impl RequestGitOps {
 
 /// The DataRestore spec of a request, its spec.gitOps.policy limited by `setting`;
 /// else why the request is refused.
-pub fn limit(mut spec: DataRestoreSpec, setting: RequestGitOps) -> Result<DataRestoreSpec, String> {
+pub(crate) fn limit(
+    mut spec: DataRestoreSpec,
+    setting: RequestGitOps,
+) -> Result<DataRestoreSpec, String> {
     let asked = spec.git_ops().policy;
     if asked != GitOpsPolicy::Pause {
         return Ok(spec);

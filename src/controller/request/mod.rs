@@ -5,9 +5,9 @@
 //! At most `--requests-per-namespace` requests of one namespace are carried out at
 //! once ([`turn`]); the others wait, and are woken as earlier ones end.
 
-pub mod decide;
-pub mod gitops;
-pub mod turn;
+pub(super) mod decide;
+pub(super) mod gitops;
+pub(super) mod turn;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -24,10 +24,12 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::api::{DataRestore, DataRestoreRequest, PodVolumeBackup};
-use crate::labels::{self, FINALIZER};
+use crate::labels;
 
-use super::panics::{self, Audience};
-use super::{Context, Error, Result, status_write};
+use super::runtime::error::{is_conflict, is_not_found, retry_later};
+use super::runtime::object_writes::{self, Precondition, holds_finalizer};
+use super::{Context, Error, Result};
+use crate::controller::runtime::panics::{self, Audience};
 
 /// A waiting request is looked at again this often even when nothing woke it: a wake
 /// lost (say, to a restart) costs at most this.
@@ -76,7 +78,7 @@ impl Shared {
 
 /// Watches every namespace's requests, and the DataRestores made for them, until the
 /// process is asked to stop.
-pub async fn run(ctx: Arc<Context>) {
+pub(super) async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
     let requests: Api<DataRestoreRequest> = match &ctx.config.requests_namespace {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
@@ -132,7 +134,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
     let requests: Api<DataRestoreRequest> = Api::namespaced(ctx.client.clone(), &namespace);
     let restores: Api<DataRestore> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let dr_name = decide::data_restore_name(&namespace, &name, &uid);
-    let has_finalizer = request.finalizers().iter().any(|f| f == FINALIZER);
+    let has_finalizer = holds_finalizer(&*request);
 
     if request.metadata.deletion_timestamp.is_some() {
         shared.wake_next(&namespace, &request);
@@ -147,11 +149,11 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
             }
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
-        set_finalizers(&requests, &request, false).await?;
+        set_finalizer(&requests, &request, false).await?;
         return Ok(Action::await_change());
     }
     if !has_finalizer {
-        set_finalizers(&requests, &request, true).await?;
+        set_finalizer(&requests, &request, true).await?;
         return Ok(Action::await_change());
     }
 
@@ -183,7 +185,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
             if let Err(why) = turn::turn(&namespace, &name, &peers, cap) {
                 let status = decide::waiting(why, generation, &previous);
                 if status != previous {
-                    status_write::apply_status(&requests, "DataRestoreRequest", &name, &status)
+                    object_writes::apply_status(&requests, &name, Precondition::None, &status)
                         .await?;
                 }
                 return Ok(Action::requeue(WAITING_RECHECK));
@@ -218,7 +220,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
                     };
                     let made = match restores.create(&PostParams::default(), &dr).await {
                         Ok(made) => made,
-                        Err(kube::Error::Api(e)) if e.code == 409 => restores.get(&dr_name).await?,
+                        Err(e) if is_conflict(&e) => restores.get(&dr_name).await?,
                         Err(e) => return Err(e.into()),
                     };
                     info!(request = %format!("{namespace}/{name}"), restore = %dr_name, "carried out by a DataRestore");
@@ -228,7 +230,7 @@ async fn reconcile(request: Arc<DataRestoreRequest>, shared: Arc<Shared>) -> Res
         }
     };
     if status != previous {
-        status_write::apply_status(&requests, "DataRestoreRequest", &name, &status).await?;
+        object_writes::apply_status(&requests, &name, Precondition::None, &status).await?;
     }
     if status.restore.phase.is_terminal() {
         shared.wake_next(&namespace, &request);
@@ -254,34 +256,19 @@ async fn backed_up_namespaces(ctx: &Context, backup: &str) -> Result<BTreeSet<St
     Ok(namespaces)
 }
 
-async fn set_finalizers(
+/// Puts refill's finalizer on the request or takes it off; a request already gone
+/// needs neither.
+async fn set_finalizer(
     api: &Api<DataRestoreRequest>,
     request: &DataRestoreRequest,
-    ours: bool,
+    hold: bool,
 ) -> Result<()> {
-    let mut finalizers: Vec<String> = request
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    if ours {
-        finalizers.push(FINALIZER.to_string());
-    }
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": request.resource_version()}});
-    match api
-        .patch(
-            &request.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => other.map(drop).map_err(Error::from),
+    match object_writes::set_finalizer(api, request, hold).await {
+        Err(e) if is_not_found(&e) => Ok(()),
+        other => Ok(other?),
     }
 }
 
 fn error_policy(request: Arc<DataRestoreRequest>, error: &Error, shared: Arc<Shared>) -> Action {
-    status_write::retry_later(&*request, "DataRestoreRequest", error, &shared.ctx)
+    retry_later(&*request, "DataRestoreRequest", error, &shared.ctx)
 }

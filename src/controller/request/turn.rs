@@ -11,7 +11,7 @@ use crate::api::DataRestoreRequest;
 
 /// Where a request stands, as the cap counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// A DataRestore carries it out: it holds a place under the cap.
     Carried,
     /// Not begun: it begins when its turn comes.
@@ -22,7 +22,7 @@ pub enum Standing {
 
 /// One request of a namespace.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub name: String,
     pub created: Option<Time>,
     pub standing: Standing,
@@ -30,7 +30,7 @@ pub struct Peer {
 
 /// Where `request` stands. A request ended and then changed (a refused one fixed) waits
 /// again; a request being deleted holds no place, as its DataRestore is winding down.
-pub fn standing(request: &DataRestoreRequest) -> Standing {
+pub(crate) fn standing(request: &DataRestoreRequest) -> Standing {
     let status = request.status.clone().unwrap_or_default();
     let ended = status.restore.phase.is_terminal()
         && (status.data_restore.is_some()
@@ -45,7 +45,7 @@ pub fn standing(request: &DataRestoreRequest) -> Standing {
 }
 
 /// `request` as a [`Peer`].
-pub fn peer(request: &DataRestoreRequest) -> Peer {
+pub(crate) fn peer(request: &DataRestoreRequest) -> Peer {
     Peer {
         name: request.name_any(),
         created: request.metadata.creation_timestamp.clone(),
@@ -55,7 +55,7 @@ pub fn peer(request: &DataRestoreRequest) -> Peer {
 
 /// The waiting requests of a namespace whose turn it is, oldest first: as many as the
 /// cap leaves beside those carried out.
-pub fn in_turn(peers: &[Peer], cap: usize) -> Vec<&str> {
+pub(crate) fn in_turn(peers: &[Peer], cap: usize) -> Vec<&str> {
     waiting_in_order(peers)
         .into_iter()
         .take(cap.saturating_sub(carried(peers)))
@@ -65,7 +65,7 @@ pub fn in_turn(peers: &[Peer], cap: usize) -> Vec<&str> {
 
 /// Whether the waiting request `name` of `namespace` may begin now; if not, why, for
 /// its status.
-pub fn turn(namespace: &str, name: &str, peers: &[Peer], cap: usize) -> Result<(), String> {
+pub(crate) fn turn(namespace: &str, name: &str, peers: &[Peer], cap: usize) -> Result<(), String> {
     let carried = carried(peers);
     let waiting = waiting_in_order(peers);
     let ahead = waiting

@@ -15,7 +15,7 @@ use crate::controller::status::condition::{READY, RECONCILING, STALLED};
 
 /// A DataRestore the schedule made.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Made {
+pub(crate) struct Made {
     pub name: String,
     /// Its phase (New until the DataRestore controller took it).
     pub phase: Phase,
@@ -28,7 +28,7 @@ pub struct Made {
 
 /// What the schedule saw this pass.
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub(crate) struct ScheduleSeen {
     /// The schedule's own creation: cron times before it are not run.
     pub created: Timestamp,
     pub made: Vec<Made>,
@@ -39,7 +39,7 @@ pub struct Seen {
 
 /// A restore to start.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Start {
+pub(crate) struct Start {
     /// The backup to restore; None: the template's own backupName or scheduleName.
     pub backup: Option<String>,
     /// Why, for its Event: `new backup nightly-2026…` or `cron time …`.
@@ -47,7 +47,7 @@ pub struct Start {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub status: DataRestoreScheduleStatus,
     pub start: Option<Start>,
     /// Finished restores beyond the history limits, oldest first.
@@ -57,7 +57,7 @@ pub struct Decision {
 }
 
 /// Every mistake in the spec, each naming its field.
-pub fn spec_errors(spec: &DataRestoreScheduleSpec) -> Vec<String> {
+pub(crate) fn spec_errors(spec: &DataRestoreScheduleSpec) -> Vec<String> {
     let mut errors = Vec::new();
     if spec.velero_schedule.is_none() && spec.cron.is_none() {
         errors.push("spec.veleroSchedule and spec.cron are both empty, so nothing would ever start a restore: name the Velero Schedule whose new backups to restore, or a cron time (or both)".into());
@@ -122,11 +122,11 @@ fn timestamp_of(at: chrono::DateTime<chrono::Utc>) -> Option<Timestamp> {
 }
 
 /// The schedule's decision now.
-pub fn decide(
+pub(crate) fn decide(
     spec: &DataRestoreScheduleSpec,
     previous: &DataRestoreScheduleStatus,
     generation: Option<i64>,
-    seen: &Seen,
+    seen: &ScheduleSeen,
 ) -> Decision {
     let mut status = DataRestoreScheduleStatus {
         observed_generation: generation,
@@ -247,7 +247,7 @@ fn over_history(spec: &DataRestoreScheduleSpec, made: &[&Made]) -> Vec<String> {
 /// Ready, Reconciling and Stalled in kstatus style. Ready: the newest restore
 /// completed and none runs, so a pipeline can `kubectl wait --for=condition=Ready` for
 /// a refresh; a transition time is kept while its condition's status stays.
-pub fn conditions(
+pub(crate) fn conditions(
     spec: &DataRestoreScheduleSpec,
     status: &DataRestoreScheduleStatus,
     generation: Option<i64>,
@@ -334,8 +334,8 @@ mod tests {
         }
     }
 
-    fn seen(made: Vec<Made>, newest: Option<&str>, now: i64) -> Seen {
-        Seen {
+    fn seen(made: Vec<Made>, newest: Option<&str>, now: i64) -> ScheduleSeen {
+        ScheduleSeen {
             created: at(0),
             made,
             newest_backup: newest.map(String::from),

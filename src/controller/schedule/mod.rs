@@ -4,7 +4,7 @@
 //! record of what it did: named from the schedule and the backup (or cron time) they
 //! are for, so a pass repeated after a restart makes none twice.
 
-pub mod decide;
+pub(super) mod decide;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,10 +22,12 @@ use tracing::{info, warn};
 use crate::api::{Backup, DataRestore, DataRestoreSchedule};
 use crate::labels;
 
-use super::panics::{self, Audience};
+use super::runtime::error::{is_conflict, is_not_found, retry_later};
+use super::runtime::object_writes::{self, Precondition};
 use super::status::now;
-use super::{Context, Error, Result, status_write};
-use decide::{Made, Seen, Start};
+use super::{Context, Error, Result};
+use crate::controller::runtime::panics::{self, Audience};
+use decide::{Made, ScheduleSeen, Start};
 
 /// The longest a schedule waits before it looks again, whatever its cron says: a
 /// missed watch event costs at most this.
@@ -33,7 +35,7 @@ const RECHECK: Duration = Duration::from_secs(300);
 
 /// Watches the schedules of Velero's namespace, the restores they made and Velero's
 /// backups, until the process is asked to stop.
-pub async fn run(ctx: Arc<Context>) {
+pub(super) async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
     let namespace = ctx.config.namespace.clone();
     let schedules: Api<DataRestoreSchedule> = Api::namespaced(client.clone(), &namespace);
@@ -105,7 +107,7 @@ async fn reconcile(schedule: Arc<DataRestoreSchedule>, ctx: Arc<Context>) -> Res
         Some(followed) => newest_completed(&ctx, &namespace, followed).await?,
         None => None,
     };
-    let seen = Seen {
+    let seen = ScheduleSeen {
         created: schedule
             .metadata
             .creation_timestamp
@@ -123,7 +125,7 @@ async fn reconcile(schedule: Arc<DataRestoreSchedule>, ctx: Arc<Context>) -> Res
     for old in &decision.delete {
         match restores.delete(old, &Default::default()).await {
             Ok(_) => info!(schedule = %name, restore = %old, "deleted beyond the history limit"),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -136,7 +138,7 @@ async fn reconcile(schedule: Arc<DataRestoreSchedule>, ctx: Arc<Context>) -> Res
     }
     status.conditions = decide::conditions(&schedule.spec, &status, generation, now());
     if status != previous {
-        status_write::apply_status(&schedules, "DataRestoreSchedule", &name, &status).await?;
+        object_writes::apply_status(&schedules, &name, Precondition::None, &status).await?;
     }
     Ok(Action::requeue(
         decision.requeue.map_or(RECHECK, |wait| wait.min(RECHECK)),
@@ -214,11 +216,11 @@ async fn start_restore(
     };
     match restores.create(&PostParams::default(), &dr).await {
         Ok(_) => Ok(name),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(name),
+        Err(e) if is_conflict(&e) => Ok(name),
         Err(e) => Err(e.into()),
     }
 }
 
 fn error_policy(schedule: Arc<DataRestoreSchedule>, error: &Error, ctx: Arc<Context>) -> Action {
-    status_write::retry_later(&*schedule, "DataRestoreSchedule", error, &ctx)
+    retry_later(&*schedule, "DataRestoreSchedule", error, &ctx)
 }

@@ -28,11 +28,11 @@ use kube::client::Body;
 use serde_json::{Value, json};
 
 /// The Content-Type of a merge patch (`Patch::Merge`).
-pub const MERGE_PATCH: &str = "application/merge-patch+json";
+pub(crate) const MERGE_PATCH: &str = "application/merge-patch+json";
 /// The Content-Type of a JSON patch (`Patch::Json`), whose `test` ops make it conditional.
-pub const JSON_PATCH: &str = "application/json-patch+json";
+pub(crate) const JSON_PATCH: &str = "application/json-patch+json";
 /// The Content-Type of a server-side apply (`Patch::Apply`).
-pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
+pub(crate) const APPLY_PATCH: &str = "application/apply-patch+yaml";
 
 /// How long a step may take before the test says which request it still waits for.
 const STEP_BOUND: Duration = Duration::from_secs(10);
@@ -44,7 +44,7 @@ type BodyCheck = Box<dyn Fn(&Value) -> Result<(), String> + Send>;
 type Answer = Box<dyn Fn(&Value) -> Value + Send>;
 
 /// One request a step is expected to send, and the answer it gets.
-pub struct Expect {
+pub(crate) struct Expect {
     method: Method,
     path: String,
     query: Vec<(String, String)>,
@@ -55,17 +55,17 @@ pub struct Expect {
 }
 
 /// A `GET` of `path`.
-pub fn get(path: &str) -> Expect {
+pub(crate) fn get(path: &str) -> Expect {
     Expect::new(Method::GET, path)
 }
 
 /// A `POST` (create) to `path`.
-pub fn post(path: &str) -> Expect {
+pub(crate) fn post(path: &str) -> Expect {
     Expect::new(Method::POST, path)
 }
 
 /// A `PATCH` of `path`, of the given Content-Type ([`MERGE_PATCH`], ...).
-pub fn patch(path: &str, content_type: &'static str) -> Expect {
+pub(crate) fn patch(path: &str, content_type: &'static str) -> Expect {
     Expect {
         content_type: Some(content_type),
         ..Expect::new(Method::PATCH, path)
@@ -73,7 +73,7 @@ pub fn patch(path: &str, content_type: &'static str) -> Expect {
 }
 
 /// A `DELETE` of `path`.
-pub fn delete(path: &str) -> Expect {
+pub(crate) fn delete(path: &str) -> Expect {
     Expect::new(Method::DELETE, path)
 }
 
@@ -91,13 +91,13 @@ impl Expect {
     }
 
     /// The query must carry `key=value` (compared decoded).
-    pub fn query(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn query(mut self, key: &str, value: &str) -> Self {
         self.query.push((key.to_string(), value.to_string()));
         self
     }
 
     /// The body's value at the JSON `pointer` must be `value`; `""` is the whole body.
-    pub fn body(self, pointer: &str, value: Value) -> Self {
+    pub(crate) fn body(self, pointer: &str, value: Value) -> Self {
         let at = place(pointer);
         let pointer = pointer.to_string();
         self.check(move |body| match body.pointer(&pointer) {
@@ -108,7 +108,7 @@ impl Expect {
     }
 
     /// The body must hold nothing at the JSON `pointer`.
-    pub fn body_lacks(self, pointer: &str) -> Self {
+    pub(crate) fn body_lacks(self, pointer: &str) -> Self {
         let at = place(pointer);
         let pointer = pointer.to_string();
         self.check(move |body| match body.pointer(&pointer) {
@@ -118,19 +118,22 @@ impl Expect {
     }
 
     /// Any other check of the body; `Err` says what differs.
-    pub fn check(mut self, check: impl Fn(&Value) -> Result<(), String> + Send + 'static) -> Self {
+    pub(crate) fn check(
+        mut self,
+        check: impl Fn(&Value) -> Result<(), String> + Send + 'static,
+    ) -> Self {
         self.checks.push(Box::new(check));
         self
     }
 
     /// Answers with `status` and the JSON `answer` (200 and `{}` unless said).
-    pub fn answer(self, status: u16, answer: Value) -> Self {
+    pub(crate) fn answer(self, status: u16, answer: Value) -> Self {
         self.answer_with(status, move |_| answer.clone())
     }
 
     /// Answers with `status` and what `make` makes of the request's body: the object
     /// sent, say, with what the server sets (a UID).
-    pub fn answer_with(
+    pub(crate) fn answer_with(
         mut self,
         status: u16,
         make: impl Fn(&Value) -> Value + Send + 'static,
@@ -142,7 +145,7 @@ impl Expect {
 
     /// Answers with the API server's refusal of `code` (a `Status` object), as it
     /// answers a conflict (409), a missing object (404) or an invalid one (422).
-    pub fn refuse(self, code: u16, reason: &str) -> Self {
+    pub(crate) fn refuse(self, code: u16, reason: &str) -> Self {
         let answer = json!({
             "apiVersion": "v1",
             "kind": "Status",
@@ -298,14 +301,14 @@ impl Script {
 }
 
 /// The server side of a mocked [`Client`]: answers requests from its script.
-pub struct ApiMock {
+pub(crate) struct ApiMock {
     script: Arc<Mutex<Script>>,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl ApiMock {
     /// A client whose every request is answered from `script`, in order.
-    pub fn new(script: impl IntoIterator<Item = Expect>) -> (Client, ApiMock) {
+    pub(crate) fn new(script: impl IntoIterator<Item = Expect>) -> (Client, ApiMock) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let script = Arc::new(Mutex::new(Script {
             expected: script.into_iter().collect(),
@@ -331,7 +334,7 @@ impl ApiMock {
     /// Runs `step` against the script and answers what it returned, once it is known
     /// that every request it sent was the one expected and every scripted request
     /// came. Panics naming the request otherwise.
-    pub async fn run<T>(self, step: impl Future<Output = T>) -> T {
+    pub(crate) async fn run<T>(self, step: impl Future<Output = T>) -> T {
         let out = tokio::time::timeout(STEP_BOUND, step).await;
         let script = lock(&self.script);
         if let Some(failure) = &script.failure {

@@ -8,15 +8,15 @@ use crate::api::{ConsumerRecord, DataRestore, DataRestoreSpec};
 use crate::controller::{Config, Context, stores};
 
 /// The namespace of Velero and of the DataRestore.
-pub const VELERO: &str = "velero";
+pub(crate) const VELERO: &str = "velero";
 /// The DataRestore's name.
-pub const RESTORE: &str = "fix";
+pub(crate) const RESTORE: &str = "fix";
 /// The DataRestore's UID.
-pub const UID: &str = "uid-1";
+pub(crate) const UID: &str = "uid-1";
 
 /// The DataRestore as the API server stored it: named, with a UID and a
 /// resourceVersion, restoring `shop/data` from backup `nightly`.
-pub fn data_restore() -> DataRestore {
+pub(crate) fn data_restore() -> DataRestore {
     let mut dr = DataRestore::new(
         RESTORE,
         DataRestoreSpec {
@@ -33,7 +33,7 @@ pub fn data_restore() -> DataRestore {
 }
 
 /// `object` as the API server answers it: with its apiVersion and kind.
-pub fn as_json<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K) -> Value {
+pub(crate) fn as_json<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K) -> Value {
     let mut value = serde_json::to_value(object).expect("a stored object serializes");
     value["apiVersion"] = json!(K::api_version(&()));
     value["kind"] = json!(K::kind(&()));
@@ -41,7 +41,7 @@ pub fn as_json<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K) -> 
 }
 
 /// Deployment `shop/web` at 3 replicas, mounting `shop/data`, found running.
-pub fn consumer() -> ConsumerRecord {
+pub(crate) fn consumer() -> ConsumerRecord {
     serde_json::from_value(json!({
         "kind": "Deployment",
         "namespace": "shop",
@@ -54,7 +54,7 @@ pub fn consumer() -> ConsumerRecord {
 }
 
 /// The controller's context with `client`, its watch-fed stores empty.
-pub fn context(client: Client) -> Context {
+pub(crate) fn context(client: Client) -> Context {
     Context::new(
         client,
         Config {

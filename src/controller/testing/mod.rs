@@ -1,5 +1,5 @@
 //! What the tests of the controller's requests share: a scripted API server and the
 //! objects they start from.
 
-pub mod api_mock;
-pub mod fixtures;
+pub(super) mod api_mock;
+pub(super) mod fixtures;

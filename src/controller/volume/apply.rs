@@ -14,7 +14,7 @@ const PUT_BACK: &str = "; the volume's files were put back as they were";
 
 /// An Event to publish about the volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
+pub(crate) struct Note {
     pub warning: bool,
     pub reason: &'static str,
     pub text: String,
@@ -22,7 +22,7 @@ pub struct Note {
 
 /// What applying a change produced besides the record itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Applied {
+pub(crate) struct Applied {
     pub note: Option<Note>,
     /// A line for `status.errors`.
     pub error: Option<String>,
@@ -35,7 +35,7 @@ const CLEARED_PARTLY_WRITTEN: &str = "the volume's files were set aside to put t
 
 /// Who may have left a volume half written, which says what it may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Writer {
+pub(crate) enum Writer {
     /// Velero's node agent, over the old files.
     NodeAgent,
     /// refill's copier, over the chosen paths.
@@ -48,7 +48,7 @@ pub enum Writer {
 
 impl Writer {
     /// The writer of `volume`, from how it is restored.
-    pub fn of(volume: &VolumeStatus) -> Writer {
+    pub(crate) fn of(volume: &VolumeStatus) -> Writer {
         if volume.paths.is_some() {
             Writer::PathCopier
         } else if volume.fills_scratch_first() {
@@ -63,7 +63,7 @@ impl Writer {
 
 /// The message of a volume that ended, with the plain warning when it may be half
 /// written by `writer`.
-pub fn ending_message(message: &str, partly_written: bool, writer: Writer) -> String {
+pub(crate) fn ending_message(message: &str, partly_written: bool, writer: Writer) -> String {
     if !partly_written {
         return message.to_string();
     }
@@ -76,7 +76,7 @@ pub fn ending_message(message: &str, partly_written: bool, writer: Writer) -> St
     format!("{message}; {what}")
 }
 
-pub fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Applied {
+pub(crate) fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -> Applied {
     let pvc = volume.pvc.clone();
     let mut applied = Applied::default();
     match change {

@@ -41,23 +41,23 @@ use crate::api::{CopySummary, PodVolumePhase, VolumePhase, VolumeStatus};
 
 use super::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 
-pub mod node;
-pub use node::{NodeDown, OnNode};
+pub(crate) mod node;
+pub(crate) use node::{NodeDown, OnNode};
 
 /// What one pass saw of a volume's world. Built by [`super::sight`].
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Seen {
-    pub claim: Claim,
-    pub consumers: Consumers,
+pub(crate) struct VolumeSeen {
+    pub claim: ClaimSeen,
+    pub consumers: ConsumersSeen,
     /// Pods other than this restore's stand-in that mount the claim (and still run).
     pub foreign_pods: Vec<String>,
     /// Who started a stopped consumer again, when one of them was (read only when
     /// foreign pods exist).
     pub restarted: Option<String>,
-    pub stand_in: StandIn,
-    pub pvr: Option<Pvr>,
+    pub stand_in: StandInSeen,
+    pub pvr: Option<PvrSeen>,
     /// A path restore's copier pod (looked for from Copying on).
-    pub copier: Copier,
+    pub copier: CopierSeen,
     /// A path restore's scratch claim exists and is not being deleted (looked for from
     /// Copying on).
     pub scratch: bool,
@@ -65,11 +65,11 @@ pub struct Seen {
     pub nodes_down: Vec<NodeDown>,
 }
 
-impl Seen {
+impl VolumeSeen {
     fn stand_in_terminating(&self) -> bool {
         matches!(
             self.stand_in,
-            StandIn::Ours {
+            StandInSeen::Ours {
                 terminating: true,
                 ..
             }
@@ -78,7 +78,7 @@ impl Seen {
     fn copier_terminating(&self) -> bool {
         matches!(
             self.copier,
-            Copier::Present {
+            CopierSeen::Present {
                 terminating: true,
                 ..
             }
@@ -87,7 +87,7 @@ impl Seen {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Copier {
+pub(crate) enum CopierSeen {
     #[default]
     Absent,
     /// This restore's copier pod.
@@ -111,7 +111,7 @@ pub enum Copier {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Claim {
+pub(crate) enum ClaimSeen {
     #[default]
     Exists,
     /// Deleted, or being deleted (held only by the pods that mount it).
@@ -120,7 +120,7 @@ pub enum Claim {
 
 /// The state of the consumers that mount this claim, from the restore's records.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Consumers {
+pub(crate) enum ConsumersSeen {
     /// Every one of them is stopped (or there are none).
     #[default]
     Stopped,
@@ -131,7 +131,7 @@ pub enum Consumers {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum StandIn {
+pub(crate) enum StandInSeen {
     #[default]
     Absent,
     /// This restore's stand-in pod.
@@ -160,7 +160,7 @@ pub enum StandIn {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pvr {
+pub(crate) struct PvrSeen {
     pub name: String,
     pub phase: PodVolumePhase,
     pub cancel_requested: bool,
@@ -171,7 +171,7 @@ pub struct Pvr {
     pub taken: bool,
 }
 
-impl Pvr {
+impl PvrSeen {
     /// A node agent took it up: from then on it may write until it ends.
     fn started(&self) -> bool {
         !matches!(self.phase, PodVolumePhase::New)
@@ -183,15 +183,15 @@ impl Pvr {
 
 /// Why the whole restore stops (cancel, deletion, overall timeout).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stop {
+pub(crate) struct RestoreStop {
     pub outcome: VolumePhase,
     pub why: String,
 }
 
 /// The spec's rules and the controller's limits, as they apply to a volume.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rules {
-    pub stop: Option<Stop>,
+pub(crate) struct Rules {
+    pub stop: Option<RestoreStop>,
     pub volume_timeout: Duration,
     /// As written by the user (`4h`), for messages.
     pub volume_timeout_text: String,
@@ -213,7 +213,7 @@ pub struct Rules {
 
 /// What the executor does against the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Create the stand-in pod and, with it, its PodVolumeRestore.
     CreateStandIn,
     CreatePodVolumeRestore,
@@ -232,7 +232,7 @@ pub enum Effect {
 
 /// How the volume's record changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Stays where it is; `message` says what it waits for, `warning` what needs a person.
     Stay {
         message: Option<String>,
@@ -264,7 +264,7 @@ pub enum Change {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
+pub(crate) struct Step {
     pub effect: Option<Effect>,
     pub change: Change,
 }
@@ -298,8 +298,8 @@ fn failed(message: String) -> Step {
 }
 
 /// Ends a volume that has not started a writer yet at once, and rolls back one that may.
-fn end_or_abort(seen: &Seen, outcome: VolumePhase, message: String) -> Step {
-    let writer_possible = matches!(seen.stand_in, StandIn::Ours { .. }) || seen.pvr.is_some();
+fn end_or_abort(seen: &VolumeSeen, outcome: VolumePhase, message: String) -> Step {
+    let writer_possible = matches!(seen.stand_in, StandInSeen::Ours { .. }) || seen.pvr.is_some();
     let change = if writer_possible {
         Change::Abort { outcome, message }
     } else {
@@ -312,7 +312,7 @@ fn end_or_abort(seen: &Seen, outcome: VolumePhase, message: String) -> Step {
 }
 
 /// Whether `since` plus `limit` lies before `now`.
-pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> bool {
+pub(crate) fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> bool {
     since.is_some_and(|start| {
         let elapsed = now.duration_since(start);
         elapsed.is_positive() && elapsed.unsigned_abs() > limit
@@ -321,7 +321,12 @@ pub fn expired(since: Option<Timestamp>, limit: Duration, now: Timestamp) -> boo
 
 /// What happens next to `volume`: what its phase calls for, and, while it waits on a
 /// node that stopped answering, the words and the bound of that wait ([`node`]).
-pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+pub(crate) fn decide(
+    volume: &VolumeStatus,
+    seen: &VolumeSeen,
+    rules: &Rules,
+    now: Timestamp,
+) -> Step {
     let mut step = by_phase(volume, seen, rules, now);
     if let Change::Stay { message, warning } = &mut step.change {
         let down = node::waited_on(seen, !volume.phase.is_terminal());
@@ -336,7 +341,7 @@ pub fn decide(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp)
     step
 }
 
-fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+fn by_phase(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> Step {
     let pvc = &volume.pvc;
     // The whole restore stopping, or this volume's own time running out.
     let stop = rules.stop.clone().or_else(|| {
@@ -344,7 +349,7 @@ fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
         (volume.phase.is_active()
             && volume.phase != VolumePhase::Aborting
             && expired(started, rules.volume_timeout, now))
-        .then(|| Stop {
+        .then(|| RestoreStop {
             outcome: VolumePhase::Failed,
             why: format!(
                 "did not finish within {} (spec.volumeTimeout)",
@@ -386,7 +391,7 @@ fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
             if volume.phase == VolumePhase::StartingStandIn
                 && volume.fills_scratch_first()
                 && volume.stand_in_pod.is_none()
-                && seen.stand_in == StandIn::Absent
+                && seen.stand_in == StandInSeen::Absent
             {
                 return doing(
                     Effect::CreateStandIn,
@@ -428,7 +433,7 @@ fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
         }
         VolumePhase::Tidying => {
             let stop = stop.or_else(|| {
-                node::cannot_start(seen, rules, now).map(|why| Stop {
+                node::cannot_start(seen, rules, now).map(|why| RestoreStop {
                     outcome: VolumePhase::Failed,
                     why,
                 })
@@ -445,8 +450,8 @@ fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
                 message: volume.message.clone(),
                 warning: None,
             };
-            let helpers_gone = !matches!(seen.stand_in, StandIn::Ours { .. })
-                && !matches!(seen.copier, Copier::Present { .. });
+            let helpers_gone = !matches!(seen.stand_in, StandInSeen::Ours { .. })
+                && !matches!(seen.copier, CopierSeen::Present { .. });
             if seen.scratch && helpers_gone {
                 return doing(Effect::DeleteScratchClaim, stay);
             }
@@ -461,12 +466,14 @@ fn by_phase(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
 /// for its own. Refill's own, made by a pass whose status write was lost, was never
 /// given a PodVolumeRestore (that would vouch for it) and holds nothing yet; it is made
 /// again, and recorded, once this one is gone.
-fn unrecorded(seen: &Seen) -> Option<Step> {
+fn unrecorded(seen: &VolumeSeen) -> Option<Step> {
     let (effect, name, terminating) = match (&seen.stand_in, &seen.copier) {
-        (StandIn::Unrecorded { name, terminating }, _) => {
+        (StandInSeen::Unrecorded { name, terminating }, _) => {
             (Effect::DeleteStandIn, name, *terminating)
         }
-        (_, Copier::Unrecorded { name, terminating }) => (Effect::DeleteCopier, name, *terminating),
+        (_, CopierSeen::Unrecorded { name, terminating }) => {
+            (Effect::DeleteCopier, name, *terminating)
+        }
         _ => return None,
     };
     let message = format!(
@@ -484,9 +491,9 @@ fn unrecorded(seen: &Seen) -> Option<Step> {
     })
 }
 
-fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
+fn quiescing(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules) -> Step {
     let pvc = &volume.pvc;
-    if seen.claim == Claim::Deleted {
+    if seen.claim == ClaimSeen::Deleted {
         return end_or_abort(
             seen,
             VolumePhase::Failed,
@@ -494,11 +501,11 @@ fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
         );
     }
     match &seen.consumers {
-        Consumers::HeldBy(message) => {
+        ConsumersSeen::HeldBy(message) => {
             return end_or_abort(seen, VolumePhase::Failed, message.clone());
         }
-        Consumers::Stopping => return stay("stopping the consumers of the volume".to_string()),
-        Consumers::Stopped => {}
+        ConsumersSeen::Stopping => return stay("stopping the consumers of the volume".to_string()),
+        ConsumersSeen::Stopped => {}
     }
     if !seen.foreign_pods.is_empty() && !rules.online {
         if let Some(problem) = &seen.restarted {
@@ -525,15 +532,15 @@ fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     };
     if let Some(next) = next {
         return match &seen.stand_in {
-            StandIn::Absent => Step {
+            StandInSeen::Absent => Step {
                 effect: None,
                 change: Change::Advance(next),
             },
             // (An unrecorded pod went before this: [`unrecorded`].)
-            StandIn::Other { .. } | StandIn::Unrecorded { .. } => other_stand_in(pvc, seen),
+            StandInSeen::Other { .. } | StandInSeen::Unrecorded { .. } => other_stand_in(pvc, seen),
             // A stand-in of this restore before the copier: left from a fill, or from
             // a pass that did not get to write its status. It goes first.
-            StandIn::Ours { name, .. } => without_stand_in(
+            StandInSeen::Ours { name, .. } => without_stand_in(
                 seen,
                 Some(format!("waiting for the old stand-in pod {name} to go")),
                 Change::Advance(next),
@@ -545,37 +552,37 @@ fn quiescing(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
 
 /// Nothing else writes the PVC: the stand-in is made (with its PodVolumeRestore), or
 /// one a pass made before its status write was lost is followed.
-fn start_stand_in(pvc: &str, seen: &Seen) -> Step {
+fn start_stand_in(pvc: &str, seen: &VolumeSeen) -> Step {
     match &seen.stand_in {
-        StandIn::Absent => doing(
+        StandInSeen::Absent => doing(
             Effect::CreateStandIn,
             Change::Advance(VolumePhase::StartingStandIn),
         ),
-        StandIn::Ours {
+        StandInSeen::Ours {
             terminating: false, ..
         } => Step {
             effect: None,
             change: Change::Advance(VolumePhase::StartingStandIn),
         },
-        StandIn::Ours { name, .. } => {
+        StandInSeen::Ours { name, .. } => {
             stay(format!("waiting for the old stand-in pod {name} to go"))
         }
-        StandIn::Other { .. } | StandIn::Unrecorded { .. } => other_stand_in(pvc, seen),
+        StandInSeen::Other { .. } | StandInSeen::Unrecorded { .. } => other_stand_in(pvc, seen),
     }
 }
 
 /// Another restore's stand-in holds the claim: waited for while it goes, else the
 /// volume fails.
-fn other_stand_in(pvc: &str, seen: &Seen) -> Step {
+fn other_stand_in(pvc: &str, seen: &VolumeSeen) -> Step {
     match &seen.stand_in {
-        StandIn::Other {
+        StandInSeen::Other {
             name,
             restore,
             terminating: true,
         } => stay(format!(
             "waiting for stand-in pod {name} of DataRestore {restore} to go"
         )),
-        StandIn::Other { name, restore, .. } => end_or_abort(
+        StandInSeen::Other { name, restore, .. } => end_or_abort(
             seen,
             VolumePhase::Failed,
             format!(
@@ -587,17 +594,17 @@ fn other_stand_in(pvc: &str, seen: &Seen) -> Step {
 }
 
 /// Reasons the stand-in no longer holds the volume alone (or, `online`, at all).
-fn lost_hold(pvc: &str, seen: &Seen, online: bool) -> Option<String> {
-    if seen.claim == Claim::Deleted {
+fn lost_hold(pvc: &str, seen: &VolumeSeen, online: bool) -> Option<String> {
+    if seen.claim == ClaimSeen::Deleted {
         return Some(format!("PVC {pvc} was deleted during the restore"));
     }
     match &seen.stand_in {
-        StandIn::Absent | StandIn::Other { .. } | StandIn::Unrecorded { .. } => {
+        StandInSeen::Absent | StandInSeen::Other { .. } | StandInSeen::Unrecorded { .. } => {
             return Some(format!(
                 "the stand-in pod of {pvc} disappeared (deleted or evicted); the volume is not restored"
             ));
         }
-        StandIn::Ours {
+        StandInSeen::Ours {
             name,
             terminating: true,
             ..
@@ -606,12 +613,12 @@ fn lost_hold(pvc: &str, seen: &Seen, online: bool) -> Option<String> {
                 "stand-in pod {name} was deleted or evicted (a drain) during the restore; the volume is not restored"
             ));
         }
-        StandIn::Ours {
+        StandInSeen::Ours {
             name,
             failed: Some(why),
             ..
         } => return Some(format!("stand-in pod {name} failed: {why}")),
-        StandIn::Ours { .. } => {}
+        StandInSeen::Ours { .. } => {}
     }
     if !seen.foreign_pods.is_empty() && !online {
         return Some(seen.restarted.clone().unwrap_or_else(|| {
@@ -624,8 +631,8 @@ fn lost_hold(pvc: &str, seen: &Seen, online: bool) -> Option<String> {
     None
 }
 
-fn starting(seen: &Seen) -> Step {
-    let StandIn::Ours {
+fn starting(seen: &VolumeSeen) -> Step {
+    let StandInSeen::Ours {
         name,
         restore_wait_since,
         waiting,
@@ -657,7 +664,7 @@ fn starting(seen: &Seen) -> Step {
     })
 }
 
-fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+fn restoring(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> Step {
     let Some(pvr) = &seen.pvr else {
         return failed("its PodVolumeRestore was deleted by someone else".to_string());
     };
@@ -671,7 +678,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
         )),
         PodVolumePhase::New => {
             let since = match &seen.stand_in {
-                StandIn::Ours {
+                StandInSeen::Ours {
                     restore_wait_since, ..
                 } => *restore_wait_since,
                 _ => None,
@@ -701,7 +708,7 @@ fn restoring(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) 
 /// The node agent is done. The volume moves to RemovingStandIn, and with that frees its
 /// slot of spec.parallel: what is left (restore-wait's cleanup, the pod's deletion)
 /// moves no data. When the stand-in is already gone it goes straight on.
-fn data_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+fn data_in(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> Step {
     let step = removing_stand_in(volume, seen, rules, now);
     match step.change {
         Change::Stay { message, .. } => Step {
@@ -717,10 +724,15 @@ fn data_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) ->
 /// come back, so nothing of the restore touches the volume under them. A path
 /// restore's data is in the scratch claim: its paths are copied next. A new claim's
 /// workloads are switched onto it next, when asked.
-fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+fn removing_stand_in(
+    volume: &VolumeStatus,
+    seen: &VolumeSeen,
+    rules: &Rules,
+    now: Timestamp,
+) -> Step {
     // On a node given up, restore-wait's end will not be heard of: the stand-in goes
     // without it (its cleanup of `.velero` unconfirmed), as nothing there writes.
-    if let StandIn::Ours {
+    if let StandInSeen::Ours {
         name,
         restore_wait_done: false,
         terminating: false,
@@ -755,7 +767,7 @@ fn removing_stand_in(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Tim
 /// Clearing: it sets its files aside; Tidying: it removes them): like the node
 /// agent's, its writes must not meet a running consumer, and the volume goes on only
 /// after its pod is gone.
-fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
+fn copying(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules) -> Step {
     let pvc = &volume.pvc;
     let clearing = volume.phase == VolumePhase::Clearing;
     let tidying = volume.phase == VolumePhase::Tidying;
@@ -768,7 +780,7 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
     } else {
         "making the backup's files from the scratch claim into"
     };
-    if seen.claim == Claim::Deleted {
+    if seen.claim == ClaimSeen::Deleted {
         return failed(format!("PVC {pvc} was deleted during the restore"));
     }
     let done = match volume.phase {
@@ -789,27 +801,27 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
         // The backup is in already: nothing to put back, only the copier to stop.
         if tidying {
             let outcome = VolumePhase::Failed;
-            return tidy_stopped(volume, seen, Stop { outcome, why });
+            return tidy_stopped(volume, seen, RestoreStop { outcome, why });
         }
         return failed(why);
     }
     match &seen.copier {
         // Emptied: the stand-in comes next, and with it the node agent.
-        Copier::Absent if done && clearing => start_stand_in(pvc, seen),
-        Copier::Absent if done => Step {
+        CopierSeen::Absent if done && clearing => start_stand_in(pvc, seen),
+        CopierSeen::Absent if done => Step {
             effect: None,
             change: Change::Completed,
         },
         // Also when someone deleted it midway: copying (or clearing) again gives the
         // same files.
-        Copier::Absent => doing(
+        CopierSeen::Absent => doing(
             Effect::CreateCopier,
             Change::Stay {
                 message: Some(format!("{doing_what} PVC {pvc}")),
                 warning: None,
             },
         ),
-        Copier::Present {
+        CopierSeen::Present {
             ended: None,
             name,
             waiting,
@@ -822,7 +834,7 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
         // more, so a copy or tidy is done without waiting for the pod object to go
         // (a second or two of each app's downtime on a real node); an ended volume
         // removes what is left of it.
-        Copier::Present {
+        CopierSeen::Present {
             ended: Some(Ok(_)),
             terminating,
             ..
@@ -830,7 +842,7 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             effect: (!terminating).then_some(Effect::DeleteCopier),
             change: Change::Completed,
         },
-        Copier::Present {
+        CopierSeen::Present {
             ended: Some(Ok(summary)),
             terminating,
             ..
@@ -839,7 +851,7 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             change: Change::Copied(summary.clone()),
         },
         // Never started, it wrote nothing: the volume ends at once, as it was.
-        Copier::Present {
+        CopierSeen::Present {
             ended: Some(Err(why)),
             rejected: true,
             name,
@@ -854,7 +866,7 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
             },
         },
         // The backup is in: nothing to put back, and the set-aside files stay.
-        Copier::Present {
+        CopierSeen::Present {
             ended: Some(Err(why)),
             name,
             ..
@@ -868,16 +880,16 @@ fn copying(volume: &VolumeStatus, seen: &Seen, rules: &Rules) -> Step {
                 ),
             },
         },
-        Copier::Present {
+        CopierSeen::Present {
             ended: Some(Err(why)),
             name,
             ..
         } => failed(format!("copier pod {name} failed: {why}")),
-        Copier::Other { name, restore } => failed(format!(
+        CopierSeen::Other { name, restore } => failed(format!(
             "PVC {pvc} is being restored by DataRestore {restore} (copier pod {name}); restore it again after that one ends"
         )),
         // Gone before this is reached: [`unrecorded`].
-        Copier::Unrecorded { .. } => stay(None),
+        CopierSeen::Unrecorded { .. } => stay(None),
     }
 }
 
@@ -896,9 +908,9 @@ fn left_aside(volume: &VolumeStatus, backup_in: bool) -> String {
 
 /// The restore stops while the files set aside are removed: the backup is in, so
 /// nothing is put back; the copier goes, and the volume ends saying what it holds.
-fn tidy_stopped(volume: &VolumeStatus, seen: &Seen, stop: Stop) -> Step {
+fn tidy_stopped(volume: &VolumeStatus, seen: &VolumeSeen, stop: RestoreStop) -> Step {
     match &seen.copier {
-        Copier::Present {
+        CopierSeen::Present {
             terminating: false, ..
         } => doing(
             Effect::DeleteCopier,
@@ -907,7 +919,7 @@ fn tidy_stopped(volume: &VolumeStatus, seen: &Seen, stop: Stop) -> Step {
                 warning: None,
             },
         ),
-        Copier::Present { .. } => stay(format!("{}; removing the copier pod", stop.why)),
+        CopierSeen::Present { .. } => stay(format!("{}; removing the copier pod", stop.why)),
         _ => Step {
             effect: None,
             change: Change::End {
@@ -935,18 +947,18 @@ fn unswitched(volume: &VolumeStatus, outcome: VolumePhase, why: &str) -> Step {
 
 /// The new claim holds the backup; the workloads to switch onto it are stopped and
 /// waited for (`seen` tells of them alone: the PVC's other consumers keep it).
-fn switching(volume: &VolumeStatus, seen: &Seen) -> Step {
+fn switching(volume: &VolumeStatus, seen: &VolumeSeen) -> Step {
     let pvc = &volume.pvc;
     let into = volume.written_claim();
     let end = |message: String| unswitched(volume, VolumePhase::Failed, &message);
     match &seen.consumers {
-        Consumers::HeldBy(message) => return end(message.clone()),
-        Consumers::Stopping => {
+        ConsumersSeen::HeldBy(message) => return end(message.clone()),
+        ConsumersSeen::Stopping => {
             return stay(format!(
                 "restored into PVC {into}; stopping the workloads to switch onto it"
             ));
         }
-        Consumers::Stopped => {}
+        ConsumersSeen::Stopped => {}
     }
     if !seen.foreign_pods.is_empty() {
         if let Some(problem) = &seen.restarted {
@@ -965,9 +977,9 @@ fn switching(volume: &VolumeStatus, seen: &Seen) -> Step {
 
 /// Removes this restore's stand-in and copier, waits until they are gone, then makes
 /// `then`.
-fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step {
+fn without_stand_in(seen: &VolumeSeen, message: Option<String>, then: Change) -> Step {
     match &seen.copier {
-        Copier::Present {
+        CopierSeen::Present {
             terminating: false, ..
         } => {
             return doing(
@@ -978,12 +990,12 @@ fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step 
                 },
             );
         }
-        Copier::Present { .. } => return stay(message),
+        CopierSeen::Present { .. } => return stay(message),
         // Not refill's to remove once the volume ended.
-        Copier::Absent | Copier::Other { .. } | Copier::Unrecorded { .. } => {}
+        CopierSeen::Absent | CopierSeen::Other { .. } | CopierSeen::Unrecorded { .. } => {}
     }
     match &seen.stand_in {
-        StandIn::Ours {
+        StandInSeen::Ours {
             terminating: false, ..
         } => doing(
             Effect::DeleteStandIn,
@@ -992,15 +1004,15 @@ fn without_stand_in(seen: &Seen, message: Option<String>, then: Change) -> Step 
                 warning: None,
             },
         ),
-        StandIn::Ours { .. } => stay(message),
-        StandIn::Absent | StandIn::Other { .. } | StandIn::Unrecorded { .. } => Step {
+        StandInSeen::Ours { .. } => stay(message),
+        StandInSeen::Absent | StandInSeen::Other { .. } | StandInSeen::Unrecorded { .. } => Step {
             effect: None,
             change: then,
         },
     }
 }
 
-fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -> Step {
+fn aborting(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> Step {
     let message = volume.message.clone();
     // A node agent whose node is deleted ends nothing any more, and writes nothing.
     if let Some(pvr) = &seen.pvr
@@ -1048,10 +1060,10 @@ fn aborting(volume: &VolumeStatus, seen: &Seen, rules: &Rules, now: Timestamp) -
 /// back once nothing else writes (the stand-in gone, and a set-aside cut short
 /// stopped), deleting what the node agent may have written: the volume ends as it
 /// was. A copier that finds nothing set aside puts nothing back.
-fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step {
+fn put_back(volume: &VolumeStatus, seen: &VolumeSeen, message: Option<String>) -> Step {
     let reason = message.clone().unwrap_or_default();
     match &seen.stand_in {
-        StandIn::Ours {
+        StandInSeen::Ours {
             terminating: false, ..
         } => {
             return doing(
@@ -1062,7 +1074,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                 },
             );
         }
-        StandIn::Ours { .. } => return stay(message),
+        StandInSeen::Ours { .. } => return stay(message),
         _ => {}
     }
     let step = |effect, change| Step { effect, change };
@@ -1071,7 +1083,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
     // started a consumer (or another pod) on it: nothing is written under it, not
     // even the put-back. Either way the copier goes, and the volume ends saying
     // where the files are.
-    let given_up = if seen.claim == Claim::Deleted {
+    let given_up = if seen.claim == ClaimSeen::Deleted {
         Some(format!(
             "{reason}; PVC {} is deleted, so nothing was put back",
             volume.pvc
@@ -1087,7 +1099,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
     };
     if let Some(end) = given_up {
         return match &seen.copier {
-            Copier::Present {
+            CopierSeen::Present {
                 terminating: false, ..
             } => doing(
                 Effect::DeleteCopier,
@@ -1096,7 +1108,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                     warning: None,
                 },
             ),
-            Copier::Present { .. } => stay(message),
+            CopierSeen::Present { .. } => stay(message),
             _ => step(
                 None,
                 Change::End {
@@ -1108,7 +1120,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
     }
     let volume_gone = node::volume_gone(seen);
     match &seen.copier {
-        Copier::Present {
+        CopierSeen::Present {
             puts_back: false,
             terminating,
             ..
@@ -1122,7 +1134,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
         // Not running, and its volume's node is deleted: it never will. It goes as the
         // volume ends (not placed on any node, it goes at once): an ended restore
         // leaves no pod behind.
-        Copier::Present {
+        CopierSeen::Present {
             ended: None,
             name,
             waiting: Some(_),
@@ -1138,7 +1150,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                 ),
             },
         ),
-        Copier::Present {
+        CopierSeen::Present {
             ended: None,
             name,
             waiting,
@@ -1154,7 +1166,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                 }),
             },
         ),
-        Copier::Present {
+        CopierSeen::Present {
             ended: Some(Ok(summary)),
             terminating,
             ..
@@ -1162,7 +1174,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
             (!terminating).then_some(Effect::DeleteCopier),
             Change::Copied(summary.clone()),
         ),
-        Copier::Present {
+        CopierSeen::Present {
             ended: Some(Err(why)),
             name,
             ..
@@ -1176,13 +1188,13 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                 ),
             },
         ),
-        Copier::Absent if volume.put_back.is_some() => step(
+        CopierSeen::Absent if volume.put_back.is_some() => step(
             None,
             Change::Finish {
                 partly_written: false,
             },
         ),
-        Copier::Absent => doing(
+        CopierSeen::Absent => doing(
             Effect::CreateCopier,
             Change::Stay {
                 message,
@@ -1190,7 +1202,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
             },
         ),
         // Another restore's copier has the name: nothing can be put back now.
-        Copier::Other { name, restore } => step(
+        CopierSeen::Other { name, restore } => step(
             None,
             Change::End {
                 outcome: volume.outcome.unwrap_or(VolumePhase::Failed),
@@ -1200,7 +1212,7 @@ fn put_back(volume: &VolumeStatus, seen: &Seen, message: Option<String>) -> Step
                 ),
             },
         ),
-        Copier::Unrecorded { .. } => stay(message),
+        CopierSeen::Unrecorded { .. } => stay(message),
     }
 }
 

@@ -15,20 +15,20 @@ use tracing::info;
 use crate::api::{
     DataRestore, DataRestoreStatus, PodVolumeBackup, PodVolumeRestore, VolumePhase, VolumeStatus,
 };
-use crate::controller::error::{Category, Error, has_status};
-use crate::controller::new_claim;
-use crate::controller::pod_volume_restore as pvr;
-use crate::controller::restore_helper::{self, HelperSource};
-use crate::controller::stand_in::{self, StandIn};
+use crate::controller::build::new_claim;
+use crate::controller::build::pod_volume_restore as pvr;
+use crate::controller::build::restore_helper::{self, HelperSource};
+use crate::controller::build::stand_in::{self, StandIn};
+use crate::controller::runtime::error::{Category, Error, is_conflict, is_not_found};
 use crate::controller::{Context, Result};
 use crate::labels;
 
 use super::decide::{Change, Effect};
-use super::sight::{Found, split};
-use crate::controller::stores::PassView;
+use super::sight::{MadeSeen, split};
+use crate::controller::runtime::stores::PassView;
 
 /// What the executor needs of the pass.
-pub struct Act<'a> {
+pub(crate) struct Act<'a> {
     pub dr: &'a DataRestore,
     pub ctx: &'a Context,
     pub uid: &'a str,
@@ -41,9 +41,9 @@ pub struct Act<'a> {
 
 /// Performs `effect` for `volume`. Returns a change that replaces the decided one when
 /// the API's answer changes the outcome (a refusal, a conflict).
-pub async fn perform(
+pub(crate) async fn perform(
     act: &Act<'_>,
-    found: &Found,
+    found: &MadeSeen,
     volume: &mut VolumeStatus,
     effect: Effect,
 ) -> Result<Option<Change>> {
@@ -72,7 +72,7 @@ pub async fn perform(
                 .await
             {
                 Ok(_) => Ok(None),
-                Err(e) if has_status(&e, 404) => Ok(None),
+                Err(e) if is_not_found(&e) => Ok(None),
                 Err(e) => Err(e.into()),
             }
         }
@@ -124,7 +124,7 @@ async fn delete_pod(act: &Act<'_>, pod: &Pod, grace: Option<u32>) -> Result<Opti
         .await
     {
         Ok(_) => Ok(None),
-        Err(e) if has_status(&e, 404) || has_status(&e, 409) => Ok(None),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -182,7 +182,7 @@ async fn ensure_claim_beside(act: &Act<'_>, volume: &VolumeStatus) -> Result<Opt
             Ok(None)
         }
         // Made a moment ago by this restore's previous pass: the next pass looks.
-        Err(e) if has_status(&e, 409) => Ok(Some(Change::Stay {
+        Err(e) if is_conflict(&e) => Ok(Some(Change::Stay {
             message: Some(format!(
                 "PVC {ns}/{name} exists already; looking at it again"
             )),
@@ -249,7 +249,7 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
     let created = match created {
         Ok(created) => created,
         // Ours from before a restart (the next pass looks), or another restore's.
-        Err(e) if has_status(&e, 409) => {
+        Err(e) if is_conflict(&e) => {
             return Ok(Some(match pods.get_opt(&name).await? {
                 Some(pod) if !crate::observe::own_pods::is_own_stand_in(&pod, act.uid) => {
                     Change::End {
@@ -323,7 +323,7 @@ async fn create_pod_volume_restore(
     let pvrs = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), ns);
     match pvrs.create(&PostParams::default(), &object).await {
         Ok(_) => {}
-        Err(e) if has_status(&e, 409) => {}
+        Err(e) if is_conflict(&e) => {}
         Err(e) => return Err(e.into()),
     }
     volume.pod_volume_restore = Some(name.clone());

@@ -2,11 +2,11 @@
 //! ([`decide`], pure, with a table of every transition), the effect ([`execute`]), and
 //! the change to its record ([`apply`]).
 
-pub mod apply;
-pub mod decide;
-pub mod execute;
-pub mod paths;
-pub mod sight;
+pub(super) mod apply;
+pub(super) mod decide;
+pub(super) mod execute;
+pub(super) mod paths;
+pub(super) mod sight;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -20,12 +20,12 @@ use execute::Act;
 
 /// How a volume's message begins while its PodVolumeRestore waits for a node agent
 /// to take it (the metrics count these).
-pub const WAITING_FOR_NODE_AGENT: &str = "waiting for a node agent to take PodVolumeRestore";
+pub(super) const WAITING_FOR_NODE_AGENT: &str = "waiting for a node agent to take PodVolumeRestore";
 /// How its warning begins once it has waited past the grace.
-pub const NO_NODE_AGENT: &str = "no node agent has taken PodVolumeRestore";
+pub(super) const NO_NODE_AGENT: &str = "no node agent has taken PodVolumeRestore";
 
 /// A volume after one pass.
-pub struct Advanced {
+pub(super) struct Advanced {
     pub volume: VolumeStatus,
     pub applied: Applied,
     /// A copier pod or scratch claim of the volume is still there: the restore may not
@@ -35,7 +35,11 @@ pub struct Advanced {
 
 /// Moves one volume on by one step. On an error, nothing of this pass is kept for the
 /// volume: every effect is idempotent under its derived name, and is done again.
-pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Result<Advanced> {
+pub(super) async fn advance(
+    act: &Act<'_>,
+    rules: &Rules,
+    volume: VolumeStatus,
+) -> Result<Advanced> {
     let mut volume = volume;
     let found = sight::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
     sight::follow(&mut volume, &found, act.uid);
@@ -49,7 +53,7 @@ pub async fn advance(act: &Act<'_>, rules: &Rules, volume: VolumeStatus) -> Resu
         None => step.change,
     };
     let applied = apply::apply(&mut volume, change, now);
-    let left_behind = seen.copier != decide::Copier::Absent || seen.scratch;
+    let left_behind = seen.copier != decide::CopierSeen::Absent || seen.scratch;
     Ok(Advanced {
         volume,
         applied,

@@ -9,17 +9,17 @@ use tracing::info;
 
 use crate::api::{VolumePhase, VolumeStatus};
 use crate::controller::Result;
-use crate::controller::copier::{self, Copier, Job};
-use crate::controller::error::has_status;
+use crate::controller::build::copier::{self, Copier, Job};
+use crate::controller::runtime::error::{is_conflict, is_not_found};
 use crate::labels;
 
 use super::decide::Change;
 use super::execute::{Act, refused_as};
-use super::sight::{Found, split};
+use super::sight::{MadeSeen, split};
 
-pub async fn create_copier(
+pub(crate) async fn create_copier(
     act: &Act<'_>,
-    found: &Found,
+    found: &MadeSeen,
     volume: &mut VolumeStatus,
 ) -> Result<Option<Change>> {
     let (ns, claim) = split(&volume.pvc);
@@ -77,7 +77,7 @@ pub async fn create_copier(
         }
         // Made by the pass before a restart, or by someone else: the next pass looks at
         // it, and deletes it unless its UID is the one recorded.
-        Err(e) if has_status(&e, 409) => Ok(None),
+        Err(e) if is_conflict(&e) => Ok(None),
         // Never made, it wrote nothing: the volume ends at once (put back or not, as
         // the end says).
         Err(e) => refused_as(Err(e.into()), |why| Change::End {
@@ -94,9 +94,9 @@ fn node_of(volume: &VolumeStatus) -> Vec<String> {
 
 /// The scratch claim goes once nothing mounts it; its volume goes with it (the
 /// StorageClass's reclaim policy, Delete for provisioned volumes).
-pub async fn delete_scratch(
+pub(crate) async fn delete_scratch(
     act: &Act<'_>,
-    found: &Found,
+    found: &MadeSeen,
     volume: &VolumeStatus,
 ) -> Result<Option<Change>> {
     let Some(claim) = &found.scratch else {
@@ -118,7 +118,7 @@ pub async fn delete_scratch(
             info!(pvc = %volume.pvc, scratch = %claim.name_any(), "deleted the scratch claim");
             Ok(None)
         }
-        Err(e) if has_status(&e, 404) || has_status(&e, 409) => Ok(None),
+        Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }

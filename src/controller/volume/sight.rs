@@ -12,22 +12,24 @@ use crate::api::{
     ConsumerRecord, ConsumerState, DataRestoreStatus, PodVolumePhase, PodVolumeRestore,
     VolumePhase, VolumeStatus,
 };
+use crate::controller::build::copier;
+use crate::controller::build::restore_helper;
 use crate::controller::consumer;
-use crate::controller::copier;
-use crate::controller::restore_helper;
-use crate::controller::stores::PassView;
+use crate::controller::runtime::stores::PassView;
 use crate::controller::{Context, Result};
 use crate::labels;
 use crate::observe::{consumers, own_pods};
 
-use super::decide::{Claim, Consumers, Copier, OnNode, Pvr, Seen, StandIn};
+use super::decide::{
+    ClaimSeen, ConsumersSeen, CopierSeen, OnNode, PvrSeen, StandInSeen, VolumeSeen,
+};
 
 mod nodes;
 mod switching;
 
 /// The objects refill made for one volume, as the pass found them.
 #[derive(Default)]
-pub struct Found {
+pub(crate) struct MadeSeen {
     pub stand_in: Option<Arc<Pod>>,
     pub pod_volume_restore: Option<Arc<PodVolumeRestore>>,
     /// A path restore's copier pod, once it may exist.
@@ -41,13 +43,17 @@ pub struct Found {
 /// lags behind the API by a watch event; an object refill created a moment ago may not
 /// be in it yet.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Confirm {
+pub(crate) struct Confirm {
     pub stand_in: bool,
     pub pod_volume_restore: bool,
 }
 
 /// What to read again, from the volume's phase and what the stores hold. Pure.
-pub fn confirm(phase: VolumePhase, stand_in: bool, pvr: Option<&PodVolumeRestore>) -> Confirm {
+pub(crate) fn confirm(
+    phase: VolumePhase,
+    stand_in: bool,
+    pvr: Option<&PodVolumeRestore>,
+) -> Confirm {
     // From StartingStandIn on, the stand-in was made: its absence fails the volume
     // (Restoring), lets its consumers come back (RemovingStandIn) or ends it (Aborting).
     let stand_in_expected = matches!(
@@ -73,13 +79,13 @@ pub fn confirm(phase: VolumePhase, stand_in: bool, pvr: Option<&PodVolumeRestore
 
 /// Finds `volume`'s stand-in and PodVolumeRestore: in the pass's view, and read again
 /// where [`confirm`] says so. `restore` and `uid` are the DataRestore's name and UID.
-pub async fn found(
+pub(crate) async fn found(
     ctx: &Context,
     restore: &str,
     uid: &str,
     volume: &VolumeStatus,
     pass: &PassView,
-) -> Result<Found> {
+) -> Result<MadeSeen> {
     let (ns, _) = split(&volume.pvc);
     let stand_in_name = labels::stand_in_pod_name(&volume.written_claim());
     let pvr_name = labels::pod_volume_restore_name(restore, uid, &volume.pvc);
@@ -123,7 +129,7 @@ pub async fn found(
         }
     };
     let (copier, scratch) = futures::try_join!(copier, scratch)?;
-    Ok(Found {
+    Ok(MadeSeen {
         stand_in,
         pod_volume_restore,
         copier,
@@ -156,20 +162,20 @@ fn scratch_may_be_left(volume: &VolumeStatus) -> bool {
 }
 
 /// The copier pod as [`decide`](super::decide) needs to know it.
-pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> Copier {
+pub(crate) fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> CopierSeen {
     if !own_pods::is_own_copier(pod, uid) {
-        return Copier::Other {
+        return CopierSeen::Other {
             name: pod.name_any(),
             restore: own_pods::stand_in_restore(pod).unwrap_or_else(|| "another restore".into()),
         };
     }
     if !is_own_writer(pod, uid, volume) {
-        return Copier::Unrecorded {
+        return CopierSeen::Unrecorded {
             name: pod.name_any(),
             terminating: pod.metadata.deletion_timestamp.is_some(),
         };
     }
-    Copier::Present {
+    CopierSeen::Present {
         name: pod.name_any(),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         ended: copier::outcome(pod),
@@ -179,30 +185,30 @@ pub fn copier_of(pod: &Pod, uid: &str, volume: &VolumeStatus) -> Copier {
     }
 }
 
-pub fn split(key: &str) -> (&str, &str) {
+pub(crate) fn split(key: &str) -> (&str, &str) {
     key.split_once('/').expect("volume keys are namespace/name")
 }
 
 /// The consumers of `pvc` as the restore's records tell: with `switching`, the
 /// workloads to switch onto its new claim; else those stopped while it is written.
-pub fn consumers(status: &DataRestoreStatus, pvc: &str, switching: bool) -> Consumers {
+pub(crate) fn consumers(status: &DataRestoreStatus, pvc: &str, switching: bool) -> ConsumersSeen {
     let mine = status
         .consumers
         .iter()
         .filter(|c| c.pvcs.iter().any(|p| p == pvc))
         .filter(|c| c.switch_to.is_some() == switching);
-    let mut state = Consumers::Stopped;
+    let mut state = ConsumersSeen::Stopped;
     for record in mine {
         match record.state {
             ConsumerState::HeldByOther => {
                 let holder = record.held_by.as_deref().unwrap_or("another DataRestore");
-                return Consumers::HeldBy(format!(
+                return ConsumersSeen::HeldBy(format!(
                     "{:?} {}/{} is stopped by DataRestore {holder}, which is restoring it; restore this PVC again after that one ends",
                     record.kind, record.namespace, record.name
                 ));
             }
             ConsumerState::Stopped | ConsumerState::KeptStopped => {}
-            _ => state = Consumers::Stopping,
+            _ => state = ConsumersSeen::Stopping,
         }
     }
     state
@@ -218,7 +224,7 @@ fn restore_wait_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::Contain
 }
 
 /// Our stand-in pod as [`decide`](super::decide) needs to know it.
-pub fn stand_in_of(pod: &Pod) -> StandIn {
+pub(crate) fn stand_in_of(pod: &Pod) -> StandInSeen {
     let status = pod.status.clone().unwrap_or_default();
     let wait = restore_wait_status(pod);
     let wait_state = wait.and_then(|c| c.state.as_ref());
@@ -248,7 +254,7 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
                 )
             })
     };
-    let unscheduled = crate::controller::stand_in::unscheduled(&status);
+    let unscheduled = crate::controller::build::stand_in::unscheduled(&status);
     let container_waiting = wait_state
         .and_then(|s| s.waiting.as_ref())
         .and_then(|w| w.reason.clone().map(|r| (r, w.message.clone())))
@@ -260,7 +266,7 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
     let restore_wait_done = wait_state
         .and_then(|s| s.terminated.as_ref())
         .is_some_and(|t| t.exit_code == 0);
-    StandIn::Ours {
+    StandInSeen::Ours {
         name: pod.name_any(),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         failed,
@@ -270,7 +276,7 @@ pub fn stand_in_of(pod: &Pod) -> StandIn {
     }
 }
 
-fn pvr_of(found: &PodVolumeRestore) -> Pvr {
+fn pvr_of(found: &PodVolumeRestore) -> PvrSeen {
     let status = found.status.clone().unwrap_or_default();
     // Velero 1.14 has no acceptance: it sets startTimestamp when it starts. Later ones
     // accept first, and set startTimestamp also when they cancel a restore they never
@@ -286,7 +292,7 @@ fn pvr_of(found: &PodVolumeRestore) -> Pvr {
                 | PodVolumePhase::Canceling
                 | PodVolumePhase::Completed
         );
-    Pvr {
+    PvrSeen {
         taken,
         name: found.name_any(),
         phase: found.phase(),
@@ -297,13 +303,13 @@ fn pvr_of(found: &PodVolumeRestore) -> Pvr {
 }
 
 /// Sees `volume`'s world. `uid` is the DataRestore's UID.
-pub async fn seen(
+pub(crate) async fn seen(
     ctx: &Context,
     uid: &str,
     status: &DataRestoreStatus,
     volume: &VolumeStatus,
-    found: &Found,
-) -> Result<Seen> {
+    found: &MadeSeen,
+) -> Result<VolumeSeen> {
     if volume.phase == VolumePhase::Switching {
         return switching::seen(ctx, uid, status, volume).await;
     }
@@ -316,11 +322,11 @@ pub async fn seen(
 
     let mut stand_in = match &found.stand_in {
         Some(pod) if is_own_writer(pod, uid, volume) => stand_in_of(pod),
-        Some(pod) => StandIn::Unrecorded {
+        Some(pod) => StandInSeen::Unrecorded {
             name: pod.name_any(),
             terminating: pod.metadata.deletion_timestamp.is_some(),
         },
-        None => StandIn::Absent,
+        None => StandInSeen::Absent,
     };
     let mut foreign_pods = Vec::new();
     // What waits on which node.
@@ -333,8 +339,8 @@ pub async fn seen(
         }
         if own_pods::is_stand_in(pod) {
             // Stand-in names derive from the claim: another restore's holds it.
-            if pod.name_any() == stand_in_name && stand_in == StandIn::Absent {
-                stand_in = StandIn::Other {
+            if pod.name_any() == stand_in_name && stand_in == StandInSeen::Absent {
+                stand_in = StandInSeen::Other {
                     name: pod.name_any(),
                     restore: own_pods::stand_in_restore(pod)
                         .unwrap_or_else(|| "another restore".into()),
@@ -373,16 +379,16 @@ pub async fn seen(
     // the index would call it deleted.
     let (pvc_ns, pvc_name) = split(&volume.pvc);
     let claim_state = match ctx.known.claims.deleted(pvc_ns, pvc_name) {
-        Some(true) => Claim::Deleted,
-        _ => Claim::Exists,
+        Some(true) => ClaimSeen::Deleted,
+        _ => ClaimSeen::Exists,
     };
     let pvr = found.pod_volume_restore.as_deref().map(pvr_of);
     let copier = found
         .copier
         .as_ref()
-        .map_or(Copier::Absent, |pod| copier_of(pod, uid, volume));
+        .map_or(CopierSeen::Absent, |pod| copier_of(pod, uid, volume));
     let stand_in_node = match (&stand_in, &found.stand_in) {
-        (StandIn::Ours { name, .. }, Some(pod)) => {
+        (StandInSeen::Ours { name, .. }, Some(pod)) => {
             on_nodes.push((node_of(pod), OnNode::StandIn(name.clone())));
             Some(node_of(pod))
         }
@@ -398,7 +404,7 @@ pub async fn seen(
         };
         on_nodes.push((node, on));
     }
-    if let (Copier::Present { name, ended, .. }, Some(pod)) = (&copier, &found.copier) {
+    if let (CopierSeen::Present { name, ended, .. }, Some(pod)) = (&copier, &found.copier) {
         let ended = ended.is_some();
         let on = OnNode::Copier {
             name: name.clone(),
@@ -410,7 +416,7 @@ pub async fn seen(
         on_nodes.push((node.clone(), OnNode::Volume));
     }
     let nodes_down = nodes::nodes_down(on_nodes, |n| ctx.known.nodes.down(n));
-    Ok(Seen {
+    Ok(VolumeSeen {
         claim: claim_state,
         consumers: consumers(status, &volume.pvc, false),
         foreign_pods,
@@ -474,7 +480,7 @@ const STOP_SETTLES: SignedDuration = SignedDuration::from_secs(30);
 /// mean nothing yet. A pod made after the stop does, and so does any live pod once the
 /// stop has had time to settle. Skipping a read never lets anything write: the volume
 /// waits while any pod mounts its claim.
-pub fn worth_reading(
+pub(crate) fn worth_reading(
     stopped_at: Option<Timestamp>,
     live_since: &[Option<Timestamp>],
     now: Timestamp,
@@ -492,7 +498,7 @@ pub fn worth_reading(
 /// its derived name, and the UID refill recorded when it made it. Labels and names are
 /// the team's to copy; a pod of theirs that copies them, before refill makes its own or
 /// in its place, is a writer like any other.
-pub fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
+pub(crate) fn is_own_writer(pod: &Pod, uid: &str, volume: &VolumeStatus) -> bool {
     let name = pod.name_any();
     let recorded =
         |uid: &Option<String>| uid.is_some() && pod.metadata.uid.as_deref() == uid.as_deref();
@@ -515,7 +521,7 @@ fn vouched_for(pod: &Pod, pvr: Option<&PodVolumeRestore>) -> bool {
 }
 
 /// Copies what the stand-in and the node agent report (node, bytes) into the record.
-pub fn follow(volume: &mut VolumeStatus, found: &Found, uid: &str) {
+pub(crate) fn follow(volume: &mut VolumeStatus, found: &MadeSeen, uid: &str) {
     // An ended volume's record is final: a PodVolumeRestore whose last progress report
     // says less than all (an instant copy reports none) would otherwise undo what its
     // end recorded, pass after pass, and each time its mirror and the status be written.
@@ -621,17 +627,26 @@ mod tests {
             ],
             ..Default::default()
         };
-        assert_eq!(consumers(&status, "shop/data", false), Consumers::Stopping);
-        assert_eq!(consumers(&status, "shop/other", false), Consumers::Stopped);
+        assert_eq!(
+            consumers(&status, "shop/data", false),
+            ConsumersSeen::Stopping
+        );
+        assert_eq!(
+            consumers(&status, "shop/other", false),
+            ConsumersSeen::Stopped
+        );
         assert_eq!(
             consumers(&status, "shop/data", true),
-            Consumers::Stopped,
+            ConsumersSeen::Stopped,
             "no workload to switch"
         );
         status.consumers[1].state = ConsumerState::Stopped;
-        assert_eq!(consumers(&status, "shop/data", false), Consumers::Stopped);
+        assert_eq!(
+            consumers(&status, "shop/data", false),
+            ConsumersSeen::Stopped
+        );
         status.consumers[1].state = ConsumerState::HeldByOther;
-        let Consumers::HeldBy(message) = consumers(&status, "shop/data", false) else {
+        let ConsumersSeen::HeldBy(message) = consumers(&status, "shop/data", false) else {
             panic!("held")
         };
         assert!(
@@ -658,7 +673,7 @@ mod tests {
             ..Default::default()
         };
         let mut gone = clearing.clone();
-        follow(&mut gone, &Found::default(), "r");
+        follow(&mut gone, &MadeSeen::default(), "r");
         assert_eq!(gone.copier_uid, None, "looked for, and none is there");
         let mut copier = Pod::default();
         copier.metadata.name = Some(labels::copier_pod_name("shop/data"));
@@ -670,9 +685,9 @@ mod tests {
             ]
             .into(),
         );
-        let found = Found {
+        let found = MadeSeen {
             copier: Some(copier),
-            ..Found::default()
+            ..MadeSeen::default()
         };
         // Refill records the copier it makes from the API's answer; one found under the
         // name is anyone's.
@@ -683,7 +698,7 @@ mod tests {
             phase: VolumePhase::Restoring,
             ..clearing
         };
-        follow(&mut restoring, &Found::default(), "r");
+        follow(&mut restoring, &MadeSeen::default(), "r");
         assert_eq!(restoring.copier_uid.as_deref(), Some("u-first"));
     }
 
@@ -761,10 +776,10 @@ mod tests {
         // Made by a pass whose status write was lost, after which its PodVolumeRestore
         // went out: that names it.
         let mut volume = lost.clone();
-        let found = Found {
+        let found = MadeSeen {
             stand_in: Some(pod("u-1")),
             pod_volume_restore: Some(pvr_for("u-1")),
-            ..Found::default()
+            ..MadeSeen::default()
         };
         follow(&mut volume, &found, "r");
         assert_eq!(volume.stand_in_uid.as_deref(), Some("u-1"));
@@ -775,10 +790,10 @@ mod tests {
         // A team's pod under the name and labels: no PodVolumeRestore names it.
         for pvr in [None, Some(pvr_for("u-1"))] {
             let mut volume = lost.clone();
-            let found = Found {
+            let found = MadeSeen {
                 stand_in: Some(pod("u-team")),
                 pod_volume_restore: pvr,
-                ..Found::default()
+                ..MadeSeen::default()
             };
             follow(&mut volume, &found, "r");
             assert_eq!((volume.stand_in_uid, volume.stand_in_pod), (None, None));
@@ -836,7 +851,7 @@ mod tests {
             }),
             ..PodVolumeRestore::new("r", Default::default())
         };
-        let found = Found {
+        let found = MadeSeen {
             copier: None,
             scratch: None,
             stand_in: None,
@@ -938,7 +953,7 @@ mod tests {
             }]),
             ..Default::default()
         });
-        let StandIn::Ours { waiting, .. } = stand_in_of(&unscheduled) else {
+        let StandInSeen::Ours { waiting, .. } = stand_in_of(&unscheduled) else {
             panic!("ours")
         };
         assert_eq!(waiting.as_deref(), Some("0/3 nodes are available"));
@@ -953,7 +968,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let StandIn::Ours { waiting, .. } = stand_in_of(&pulling) else {
+        let StandInSeen::Ours { waiting, .. } = stand_in_of(&pulling) else {
             panic!("ours")
         };
         assert_eq!(
@@ -973,7 +988,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let StandIn::Ours {
+        let StandInSeen::Ours {
             restore_wait_since,
             failed,
             ..
@@ -988,7 +1003,7 @@ mod tests {
             reason: Some("Evicted".into()),
             ..Default::default()
         });
-        let StandIn::Ours { failed, .. } = stand_in_of(&failed_pod) else {
+        let StandInSeen::Ours { failed, .. } = stand_in_of(&failed_pod) else {
             panic!("ours")
         };
         assert_eq!(failed.as_deref(), Some("Evicted"));

@@ -127,8 +127,8 @@ async fn controller_only(args: Args) -> Result<()> {
         ..Default::default()
     };
     let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let probes = refill::controller::health::bind(args.probe_addr).await?;
-    tokio::spawn(refill::controller::health::serve(
+    let probes = refill::controller::runtime::health::bind(args.probe_addr).await?;
+    tokio::spawn(refill::controller::runtime::health::serve(
         probes,
         ready.clone(),
         config.metrics.clone(),

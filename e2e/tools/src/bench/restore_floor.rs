@@ -20,9 +20,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use refill::api::{DataRestore, PodVolumeBackup, PodVolumePhase, PodVolumeRestore, VolumeStatus};
-use refill::controller::pod_volume_restore::pod_volume_restore;
-use refill::controller::restore_helper::{self, HelperSource};
-use refill::controller::stand_in::{self, StandIn};
+use refill::controller::build::pod_volume_restore::pod_volume_restore;
+use refill::controller::build::restore_helper::{self, HelperSource};
+use refill::controller::build::stand_in::{self, StandIn};
 use serde_json::json;
 use tokio::sync::{Semaphore, mpsc};
 

@@ -19,11 +19,11 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Copier, Effect, Rules, Seen, StandIn, expired};
+use super::{CopierSeen, Effect, Rules, StandInSeen, VolumeSeen, expired};
 
 /// What a wait depends on, on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OnNode {
+pub(crate) enum OnNode {
     /// This restore's stand-in pod.
     StandIn(String),
     /// This restore's copier pod, bound there: unless it is known to have ended, its
@@ -40,7 +40,7 @@ pub enum OnNode {
 
 /// A node a wait of this volume depends on that is not Ready, or is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeDown {
+pub(crate) struct NodeDown {
     pub node: String,
     /// `unreachable (NodeStatusUnknown: …)`, `NotReady (…)`, `deleted`.
     pub why: String,
@@ -107,7 +107,7 @@ impl NodeDown {
     }
 
     /// What the volume waits for there, and why waiting is safe, or what ends it.
-    pub fn words(&self, pvc: &str, rules: &Rules, now: Timestamp) -> String {
+    pub(crate) fn words(&self, pvc: &str, rules: &Rules, now: Timestamp) -> String {
         let waits: Vec<String> = self.on.iter().filter_map(OnNode::what).collect();
         let waits = match waits.is_empty() {
             true => format!("PVC {pvc}'s volume is there"),
@@ -143,14 +143,14 @@ impl NodeDown {
 }
 
 /// The down node `what` waits on, among those seen.
-fn holding(seen: &Seen, what: impl Fn(&OnNode) -> bool) -> Option<&NodeDown> {
+fn holding(seen: &VolumeSeen, what: impl Fn(&OnNode) -> bool) -> Option<&NodeDown> {
     seen.nodes_down.iter().find(|d| d.on.iter().any(&what))
 }
 
 /// A stand-in or copier that has to start on a node down for the grace, with nothing
 /// there that may write, or that waits to be placed while the node its volume is on
 /// is deleted: the volume cannot go on there. Why, if so.
-pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String> {
+pub(crate) fn cannot_start(seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> Option<String> {
     if let Some(down) = holding(seen, OnNode::is_refills_pod) {
         return down.abandoned(rules, now).then(|| {
             let pods: Vec<String> = down
@@ -188,11 +188,11 @@ pub fn cannot_start(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<String
 }
 
 /// refill's own pod that waits to be placed (not on a node that is down), if any.
-fn unplaced(seen: &Seen) -> Option<String> {
+fn unplaced(seen: &VolumeSeen) -> Option<String> {
     let on_down_node = |what: &dyn Fn(&OnNode) -> bool| holding(seen, what).is_some();
     match (&seen.stand_in, &seen.copier) {
         (
-            StandIn::Ours {
+            StandInSeen::Ours {
                 name,
                 waiting: Some(_),
                 ..
@@ -203,7 +203,7 @@ fn unplaced(seen: &Seen) -> Option<String> {
         }
         (
             _,
-            Copier::Present {
+            CopierSeen::Present {
                 name,
                 waiting: Some(_),
                 ..
@@ -223,13 +223,13 @@ fn pending(node: &str) -> String {
 }
 
 /// The stand-in's node is given up, and nothing there may write.
-pub fn stand_in_given_up(seen: &Seen, rules: &Rules, now: Timestamp) -> bool {
+pub(crate) fn stand_in_given_up(seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> bool {
     holding(seen, |o| matches!(o, OnNode::StandIn(_))).is_some_and(|d| d.abandoned(rules, now))
 }
 
 /// The pod to remove without the kubelet's word: refill's own stand-in or copier,
 /// already being deleted, on a node given up with nothing there that may write.
-pub fn force(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<Effect> {
+pub(crate) fn force(seen: &VolumeSeen, rules: &Rules, now: Timestamp) -> Option<Effect> {
     seen.nodes_down
         .iter()
         .filter(|d| d.abandoned(rules, now))
@@ -248,12 +248,12 @@ pub fn force(seen: &Seen, rules: &Rules, now: Timestamp) -> Option<Effect> {
 
 /// The node agent that took the PodVolumeRestore went with its node: it ends nothing
 /// any more, and writes nothing either.
-pub fn agent_gone(seen: &Seen) -> bool {
+pub(crate) fn agent_gone(seen: &VolumeSeen) -> bool {
     holding(seen, |o| matches!(o, OnNode::Agent { .. })).is_some_and(|d| d.gone)
 }
 
 /// The node the claim's volume was last seen on is deleted: no copier can reach it.
-pub fn volume_gone(seen: &Seen) -> Option<&str> {
+pub(crate) fn volume_gone(seen: &VolumeSeen) -> Option<&str> {
     holding(seen, |o| *o == OnNode::Volume)
         .filter(|d| d.gone)
         .map(|d| d.node.as_str())
@@ -262,7 +262,7 @@ pub fn volume_gone(seen: &Seen) -> Option<&str> {
 /// The first down node something of the volume waits on: the one its message and
 /// warning name. Failing that, while the volume is under way, the down node it is on,
 /// which a stand-in or copier that is not placed yet waits for.
-pub fn waited_on(seen: &Seen, under_way: bool) -> Option<&NodeDown> {
+pub(crate) fn waited_on(seen: &VolumeSeen, under_way: bool) -> Option<&NodeDown> {
     holding(seen, |o| *o != OnNode::Volume).or_else(|| {
         under_way
             .then(|| holding(seen, |o| *o == OnNode::Volume))
@@ -275,7 +275,7 @@ pub fn waited_on(seen: &Seen, under_way: bool) -> Option<&NodeDown> {
 const NOTE: &str = "waiting on node ";
 
 /// `message` with the note of `down` in place of any earlier one.
-pub fn noted(message: Option<String>, down: Option<&NodeDown>) -> Option<String> {
+pub(crate) fn noted(message: Option<String>, down: Option<&NodeDown>) -> Option<String> {
     let base = message.and_then(|m| match m.find(NOTE) {
         Some(0) => None,
         Some(i) => Some(m[..i].trim_end_matches("; ").to_string()),

@@ -26,7 +26,7 @@ fn rules() -> Rules {
 
 fn canceled() -> Rules {
     Rules {
-        stop: Some(Stop {
+        stop: Some(RestoreStop {
             outcome: VolumePhase::Canceled,
             why: "the restore was canceled".into(),
         }),
@@ -101,8 +101,8 @@ fn old(phase: VolumePhase) -> VolumeStatus {
     }
 }
 
-fn ours() -> StandIn {
-    StandIn::Ours {
+fn ours() -> StandInSeen {
+    StandInSeen::Ours {
         name: "refill-data-1".into(),
         terminating: false,
         failed: None,
@@ -112,8 +112,8 @@ fn ours() -> StandIn {
     }
 }
 
-fn waiting_for(why: &str) -> StandIn {
-    StandIn::Ours {
+fn waiting_for(why: &str) -> StandInSeen {
+    StandInSeen::Ours {
         name: "refill-data-1".into(),
         terminating: false,
         failed: None,
@@ -123,8 +123,8 @@ fn waiting_for(why: &str) -> StandIn {
     }
 }
 
-fn running_since(second: i64) -> StandIn {
-    StandIn::Ours {
+fn running_since(second: i64) -> StandInSeen {
+    StandInSeen::Ours {
         name: "refill-data-1".into(),
         terminating: false,
         failed: None,
@@ -134,8 +134,8 @@ fn running_since(second: i64) -> StandIn {
     }
 }
 
-fn terminating() -> StandIn {
-    StandIn::Ours {
+fn terminating() -> StandInSeen {
+    StandInSeen::Ours {
         name: "refill-data-1".into(),
         terminating: true,
         failed: None,
@@ -145,8 +145,8 @@ fn terminating() -> StandIn {
     }
 }
 
-fn broken() -> StandIn {
-    StandIn::Ours {
+fn broken() -> StandInSeen {
+    StandInSeen::Ours {
         name: "refill-data-1".into(),
         terminating: false,
         failed: Some("container idle exited".into()),
@@ -156,8 +156,8 @@ fn broken() -> StandIn {
     }
 }
 
-fn cleaned_up() -> StandIn {
-    StandIn::Ours {
+fn cleaned_up() -> StandInSeen {
+    StandInSeen::Ours {
         name: "refill-data-1".into(),
         terminating: false,
         failed: None,
@@ -167,16 +167,16 @@ fn cleaned_up() -> StandIn {
     }
 }
 
-fn others(terminating: bool) -> StandIn {
-    StandIn::Other {
+fn others(terminating: bool) -> StandInSeen {
+    StandInSeen::Other {
         name: "refill-data-1".into(),
         restore: "velero/first".into(),
         terminating,
     }
 }
 
-fn pvr(phase: PodVolumePhase) -> Option<Pvr> {
-    Some(Pvr {
+fn pvr(phase: PodVolumePhase) -> Option<PvrSeen> {
+    Some(PvrSeen {
         name: "fix-1".into(),
         phase,
         cancel_requested: false,
@@ -188,42 +188,42 @@ fn pvr(phase: PodVolumePhase) -> Option<Pvr> {
 
 /// A PodVolumeRestore no node agent ever took, in `phase` (canceled or failed by the
 /// node agent's own checks, or New).
-fn untaken_pvr(phase: PodVolumePhase) -> Option<Pvr> {
-    pvr(phase).map(|p| Pvr {
+fn untaken_pvr(phase: PodVolumePhase) -> Option<PvrSeen> {
+    pvr(phase).map(|p| PvrSeen {
         taken: false,
         node: None,
         ..p
     })
 }
 
-fn canceled_pvr(phase: PodVolumePhase) -> Option<Pvr> {
-    pvr(phase).map(|p| Pvr {
+fn canceled_pvr(phase: PodVolumePhase) -> Option<PvrSeen> {
+    pvr(phase).map(|p| PvrSeen {
         cancel_requested: true,
         ..p
     })
 }
 
-fn seen(stand_in: StandIn, pvr: Option<Pvr>) -> Seen {
-    Seen {
+fn seen(stand_in: StandInSeen, pvr: Option<PvrSeen>) -> VolumeSeen {
+    VolumeSeen {
         stand_in,
         pvr,
         ..Default::default()
     }
 }
 
-fn with_users(mut s: Seen, users: &[&str], restarted: Option<&str>) -> Seen {
+fn with_users(mut s: VolumeSeen, users: &[&str], restarted: Option<&str>) -> VolumeSeen {
     s.foreign_pods = users.iter().map(|u| u.to_string()).collect();
     s.restarted = restarted.map(String::from);
     s
 }
 
-fn with_consumers(mut s: Seen, consumers: Consumers) -> Seen {
+fn with_consumers(mut s: VolumeSeen, consumers: ConsumersSeen) -> VolumeSeen {
     s.consumers = consumers;
     s
 }
 
-fn claim_deleted(mut s: Seen) -> Seen {
-    s.claim = Claim::Deleted;
+fn claim_deleted(mut s: VolumeSeen) -> VolumeSeen {
+    s.claim = ClaimSeen::Deleted;
     s
 }
 
@@ -239,8 +239,8 @@ fn paths(v: VolumeStatus) -> VolumeStatus {
     }
 }
 
-fn copier(ended: Option<Result<CopySummary, String>>, terminating: bool) -> Copier {
-    Copier::Present {
+fn copier(ended: Option<Result<CopySummary, String>>, terminating: bool) -> CopierSeen {
+    CopierSeen::Present {
         name: "refill-copy-data-1".into(),
         terminating,
         ended,
@@ -251,8 +251,8 @@ fn copier(ended: Option<Result<CopySummary, String>>, terminating: bool) -> Copi
 }
 
 /// The copier that puts a direct restore's set-aside files back.
-fn putting_back(ended: Option<Result<CopySummary, String>>) -> Copier {
-    Copier::Present {
+fn putting_back(ended: Option<Result<CopySummary, String>>) -> CopierSeen {
+    CopierSeen::Present {
         name: "refill-copy-data-1".into(),
         terminating: false,
         ended,
@@ -269,12 +269,12 @@ fn copied() -> Option<Result<CopySummary, String>> {
     }))
 }
 
-fn with_copier(mut s: Seen, copier: Copier) -> Seen {
+fn with_copier(mut s: VolumeSeen, copier: CopierSeen) -> VolumeSeen {
     s.copier = copier;
     s
 }
 
-fn with_scratch(mut s: Seen) -> Seen {
+fn with_scratch(mut s: VolumeSeen) -> VolumeSeen {
     s.scratch = true;
     s
 }
@@ -361,19 +361,19 @@ fn every_transition() {
     use PodVolumePhase as P;
     use VolumePhase::*;
     let now = at(NOW);
-    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         // Pending
         (
             "pending waits for a slot",
             volume(Pending),
-            Seen::default(),
+            VolumeSeen::default(),
             rules(),
             Want::Stay(None, None),
         ),
         (
             "pending canceled ends at once",
             volume(Pending),
-            Seen::default(),
+            VolumeSeen::default(),
             canceled(),
             Want::End(Canceled, "canceled"),
         ),
@@ -381,7 +381,7 @@ fn every_transition() {
         (
             "quiescing while consumers stop",
             volume(Quiescing),
-            with_consumers(Seen::default(), Consumers::Stopping),
+            with_consumers(VolumeSeen::default(), ConsumersSeen::Stopping),
             rules(),
             Want::Stay(None, Some("stopping the consumers")),
         ),
@@ -389,8 +389,8 @@ fn every_transition() {
             "quiescing refused: consumer held by another restore",
             volume(Quiescing),
             with_consumers(
-                Seen::default(),
-                Consumers::HeldBy(
+                VolumeSeen::default(),
+                ConsumersSeen::HeldBy(
                     "Deployment shop/web is stopped by DataRestore velero/first".into(),
                 ),
             ),
@@ -400,7 +400,7 @@ fn every_transition() {
         (
             "quiescing waits for pods to go",
             volume(Quiescing),
-            with_users(Seen::default(), &["web-1"], None),
+            with_users(VolumeSeen::default(), &["web-1"], None),
             rules(),
             Want::Stay(None, Some("release the volume: web-1")),
         ),
@@ -408,7 +408,7 @@ fn every_transition() {
             "quiescing notices a rescale",
             volume(Quiescing),
             with_users(
-                Seen::default(),
+                VolumeSeen::default(),
                 &["web-2"],
                 Some("Deployment shop/web was scaled to 2 by argocd"),
             ),
@@ -418,14 +418,14 @@ fn every_transition() {
         (
             "quiescing under Refuse fails a volume in use",
             volume(Quiescing),
-            with_users(Seen::default(), &["web-1"], None),
+            with_users(VolumeSeen::default(), &["web-1"], None),
             refuse(),
             Want::End(Failed, "spec.consumers is Refuse"),
         ),
         (
             "quiescing online starts beside running pods",
             volume(Quiescing),
-            with_users(Seen::default(), &["web-1"], None),
+            with_users(VolumeSeen::default(), &["web-1"], None),
             online(),
             Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
         ),
@@ -439,7 +439,7 @@ fn every_transition() {
         (
             "quiescing done creates the stand-in",
             volume(Quiescing),
-            Seen::default(),
+            VolumeSeen::default(),
             rules(),
             Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
         ),
@@ -474,14 +474,14 @@ fn every_transition() {
         (
             "quiescing: claim deleted",
             volume(Quiescing),
-            claim_deleted(Seen::default()),
+            claim_deleted(VolumeSeen::default()),
             rules(),
             Want::End(Failed, "was deleted"),
         ),
         (
             "quiescing canceled with nothing started",
             volume(Quiescing),
-            Seen::default(),
+            VolumeSeen::default(),
             canceled(),
             Want::End(Canceled, "canceled"),
         ),
@@ -495,7 +495,7 @@ fn every_transition() {
         (
             "quiescing too long",
             old(Quiescing),
-            with_users(Seen::default(), &["web-1"], None),
+            with_users(VolumeSeen::default(), &["web-1"], None),
             rules(),
             Want::End(Failed, "did not finish within 1h (spec.volumeTimeout)"),
         ),
@@ -538,7 +538,7 @@ fn every_transition() {
         (
             "starting: stand-in deleted",
             volume(StartingStandIn),
-            seen(StandIn::Absent, pvr(P::New)),
+            seen(StandInSeen::Absent, pvr(P::New)),
             rules(),
             Want::Abort(Failed, "disappeared"),
         ),
@@ -657,7 +657,7 @@ fn every_transition() {
         (
             "restoring: completed (the stand-in went already)",
             volume(Restoring),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Completed,
         ),
@@ -686,7 +686,7 @@ fn every_transition() {
         (
             "removing: completed once the stand-in is gone",
             volume(RemovingStandIn),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Completed,
         ),
@@ -707,7 +707,11 @@ fn every_transition() {
         (
             "restoring: done even if a consumer came back meanwhile",
             volume(Restoring),
-            with_users(seen(StandIn::Absent, pvr(P::Completed)), &["web-9"], None),
+            with_users(
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                &["web-9"],
+                None,
+            ),
             rules(),
             Want::Completed,
         ),
@@ -735,7 +739,7 @@ fn every_transition() {
         (
             "restoring: stand-in deleted",
             volume(Restoring),
-            seen(StandIn::Absent, pvr(P::InProgress)),
+            seen(StandInSeen::Absent, pvr(P::InProgress)),
             rules(),
             Want::Abort(Failed, "disappeared"),
         ),
@@ -769,7 +773,7 @@ fn every_transition() {
         (
             "a path restore's data in: its consumers stop once the stand-in is gone",
             paths(volume(Restoring)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Advance(None, Quiescing),
         ),
@@ -783,14 +787,14 @@ fn every_transition() {
         (
             "a path restore's stand-in gone: its consumers stop",
             paths(volume(RemovingStandIn)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Advance(None, Quiescing),
         ),
         (
             "copying starts the copier",
             paths(volume(Copying)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Stay(Some(Effect::CreateCopier), Some("copying the chosen paths")),
         ),
@@ -798,7 +802,7 @@ fn every_transition() {
             "copying waits for the copier",
             paths(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(None, false),
             ),
             rules(),
@@ -808,8 +812,8 @@ fn every_transition() {
             "copying says why the copier does not run",
             paths(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
-                Copier::Present {
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                CopierSeen::Present {
                     name: "refill-copy-data-1".into(),
                     terminating: false,
                     ended: None,
@@ -825,7 +829,7 @@ fn every_transition() {
             "a copier done: its summary is kept and its pod removed",
             paths(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(copied(), false),
             ),
             rules(),
@@ -835,7 +839,7 @@ fn every_transition() {
             "a copier done and going: nothing more to do to it",
             paths(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(copied(), true),
             ),
             rules(),
@@ -847,7 +851,7 @@ fn every_transition() {
                 copied: Some(CopySummary::default()),
                 ..paths(volume(Copying))
             },
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Completed,
         ),
@@ -855,7 +859,7 @@ fn every_transition() {
             "a copier that failed aborts",
             paths(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(Some(Err("chown /target/x: denied".into())), false),
             ),
             rules(),
@@ -866,7 +870,7 @@ fn every_transition() {
             paths(volume(Copying)),
             with_users(
                 with_copier(
-                    seen(StandIn::Absent, pvr(P::Completed)),
+                    seen(StandInSeen::Absent, pvr(P::Completed)),
                     copier(None, false),
                 ),
                 &["web-1"],
@@ -880,7 +884,7 @@ fn every_transition() {
             paths(volume(Copying)),
             with_users(
                 with_copier(
-                    seen(StandIn::Absent, pvr(P::Completed)),
+                    seen(StandInSeen::Absent, pvr(P::Completed)),
                     copier(None, false),
                 ),
                 &["web-1"],
@@ -893,7 +897,7 @@ fn every_transition() {
             "copying canceled aborts",
             paths(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(None, false),
             ),
             canceled(),
@@ -903,8 +907,8 @@ fn every_transition() {
             "copying: the claim's copier is another restore's",
             paths(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
-                Copier::Other {
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                CopierSeen::Other {
                     name: "refill-copy-data-1".into(),
                     restore: "velero/first".into(),
                 },
@@ -915,7 +919,7 @@ fn every_transition() {
         (
             "copying: the claim deleted",
             paths(volume(Copying)),
-            claim_deleted(seen(StandIn::Absent, pvr(P::Completed))),
+            claim_deleted(seen(StandInSeen::Absent, pvr(P::Completed))),
             rules(),
             Want::Abort(Failed, "was deleted"),
         ),
@@ -924,7 +928,7 @@ fn every_transition() {
             "aborting a copy removes the copier first",
             paths(aborting(Failed)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(None, false),
             ),
             rules(),
@@ -933,7 +937,10 @@ fn every_transition() {
         (
             "aborting a copy waits for the copier to go",
             paths(aborting(Failed)),
-            with_copier(seen(StandIn::Absent, pvr(P::Completed)), copier(None, true)),
+            with_copier(
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                copier(None, true),
+            ),
             rules(),
             Want::Stay(None, None),
         ),
@@ -943,14 +950,14 @@ fn every_transition() {
                 partly_written: true,
                 ..paths(aborting(Failed))
             },
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Finish(true),
         ),
         (
             "a path restore stopped while its node agent wrote: the PVC was not written",
             paths(aborting(Canceled)),
-            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
             rules(),
             Want::Finish(false),
         ),
@@ -1019,35 +1026,35 @@ fn every_transition() {
         (
             "aborting ends, partly written",
             aborting(Canceled),
-            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
             rules(),
             Want::Finish(true),
         ),
         (
             "aborting ends, nothing written",
             aborting(Failed),
-            seen(StandIn::Absent, canceled_pvr(P::New)),
+            seen(StandInSeen::Absent, canceled_pvr(P::New)),
             rules(),
             Want::Finish(false),
         ),
         (
             "canceled before any node agent took it (its node was lost): nothing written",
             aborting(Failed),
-            seen(StandIn::Absent, untaken_pvr(P::Canceled)),
+            seen(StandInSeen::Absent, untaken_pvr(P::Canceled)),
             rules(),
             Want::Finish(false),
         ),
         (
             "failed by a node agent's checks before it took it: nothing written",
             aborting(Failed),
-            seen(StandIn::Absent, untaken_pvr(P::Failed)),
+            seen(StandInSeen::Absent, untaken_pvr(P::Failed)),
             rules(),
             Want::Finish(false),
         ),
         (
             "aborting ends without a PodVolumeRestore",
             aborting(Failed),
-            seen(StandIn::Absent, None),
+            seen(StandInSeen::Absent, None),
             rules(),
             Want::Finish(false),
         ),
@@ -1062,7 +1069,7 @@ fn every_transition() {
         (
             "an ended path restore deletes its scratch claim",
             paths(volume(Completed)),
-            with_scratch(seen(StandIn::Absent, None)),
+            with_scratch(seen(StandInSeen::Absent, None)),
             rules(),
             Want::Stay(Some(Effect::DeleteScratchClaim), None),
         ),
@@ -1070,7 +1077,7 @@ fn every_transition() {
             "an ended path restore removes its copier before the scratch claim",
             paths(volume(Failed)),
             with_copier(
-                with_scratch(seen(StandIn::Absent, None)),
+                with_scratch(seen(StandInSeen::Absent, None)),
                 copier(None, false),
             ),
             rules(),
@@ -1086,7 +1093,7 @@ fn every_transition() {
         (
             "completed and clean stays",
             volume(Completed),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Stay(None, None),
         ),
@@ -1109,7 +1116,7 @@ fn a_started_copy_is_never_ended_before_the_agent_stops() {
     // up and has not ended does not finish, so its consumers cannot come back.
     use PodVolumePhase as P;
     for phase in [P::Accepted, P::Prepared, P::InProgress, P::Canceling] {
-        for stand_in in [ours(), terminating(), StandIn::Absent] {
+        for stand_in in [ours(), terminating(), StandInSeen::Absent] {
             for rules in [rules(), canceled()] {
                 let step = decide(
                     &aborting(VolumePhase::Failed),
@@ -1145,19 +1152,19 @@ fn switch() -> Rules {
 fn every_switching_transition() {
     use PodVolumePhase as P;
     use VolumePhase::*;
-    let stopped = || Seen::default();
-    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+    let stopped = || VolumeSeen::default();
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         (
             "a filled new claim completes when nothing is switched",
             new_claim(volume(Restoring)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Completed,
         ),
         (
             "a filled new claim goes on to the switch",
             new_claim(volume(Restoring)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             switch(),
             Want::Advance(None, Switching),
         ),
@@ -1171,14 +1178,14 @@ fn every_switching_transition() {
         (
             "the switch follows the stand-in's removal",
             new_claim(volume(RemovingStandIn)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             switch(),
             Want::Advance(None, Switching),
         ),
         (
             "switching waits for the workloads to stop",
             new_claim(volume(Switching)),
-            with_consumers(stopped(), Consumers::Stopping),
+            with_consumers(stopped(), ConsumersSeen::Stopping),
             switch(),
             Want::Stay(None, Some("stopping the workloads to switch")),
         ),
@@ -1203,7 +1210,7 @@ fn every_switching_transition() {
         (
             "a workload another restore holds fails the switch",
             new_claim(volume(Switching)),
-            with_consumers(stopped(), Consumers::HeldBy("held by velero/r0".into())),
+            with_consumers(stopped(), ConsumersSeen::HeldBy("held by velero/r0".into())),
             switch(),
             Want::End(Failed, "no workload was switched"),
         ),
@@ -1217,7 +1224,7 @@ fn every_switching_transition() {
         (
             "canceled while switching ends at once, nothing switched",
             new_claim(volume(Switching)),
-            with_consumers(stopped(), Consumers::Stopping),
+            with_consumers(stopped(), ConsumersSeen::Stopping),
             Rules {
                 switch: true,
                 ..canceled()
@@ -1243,15 +1250,15 @@ mod staged;
 #[test]
 fn a_pod_under_refill_s_names_that_refill_did_not_record_goes_before_anything_else() {
     use VolumePhase::*;
-    let unrecorded = |terminating| StandIn::Unrecorded {
+    let unrecorded = |terminating| StandInSeen::Unrecorded {
         name: "refill-data-1".into(),
         terminating,
     };
-    let copier_unrecorded = Copier::Unrecorded {
+    let copier_unrecorded = CopierSeen::Unrecorded {
         name: "refill-copy-data-1".into(),
         terminating: false,
     };
-    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         (
             "put there before the stand-in: deleted, not adopted",
             volume(Quiescing),
@@ -1283,7 +1290,7 @@ fn a_pod_under_refill_s_names_that_refill_did_not_record_goes_before_anything_el
         (
             "a copier refill did not record",
             exact(volume(Clearing)),
-            with_copier(seen(StandIn::Absent, None), copier_unrecorded),
+            with_copier(seen(StandInSeen::Absent, None), copier_unrecorded),
             rules(),
             Want::Stay(Some(Effect::DeleteCopier), Some("no record of making it")),
         ),

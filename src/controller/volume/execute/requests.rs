@@ -98,7 +98,7 @@ fn expected_pod_volume_restore(pod_uid: &str) -> Expect {
 async fn perform_against(
     mock: ApiMock,
     client: kube::Client,
-    found: &Found,
+    found: &MadeSeen,
     effect: Effect,
 ) -> (Result<Option<Change>>, VolumeStatus) {
     let (dr, ctx) = (data_restore(), context(client));
@@ -153,7 +153,7 @@ async fn a_stand_in_is_made_with_velero_s_restore_wait_and_its_pod_volume_restor
         expected_pod_volume_restore("pod-uid-1"),
     ]);
     let (change, volume) =
-        perform_against(mock, client, &Found::default(), Effect::CreateStandIn).await;
+        perform_against(mock, client, &MadeSeen::default(), Effect::CreateStandIn).await;
     assert!(change.unwrap().is_none(), "the decided change stands");
     assert_eq!(volume.stand_in_pod.as_deref(), Some(name.as_str()));
     assert_eq!(
@@ -172,9 +172,9 @@ async fn a_pod_volume_restore_names_the_stand_in_and_the_snapshot_as_velero_s_no
     }))
     .unwrap();
     pod.spec = Some(Default::default());
-    let found = Found {
+    let found = MadeSeen {
         stand_in: Some(Arc::new(pod)),
-        ..Found::default()
+        ..MadeSeen::default()
     };
     let (client, mock) = ApiMock::new([
         get(BACKUP).answer(200, pod_volume_backup()),
@@ -210,7 +210,7 @@ async fn a_stand_in_name_taken_by_another_restore_ends_the_volume_naming_that_re
         get(&format!("{PODS}/{name}")).answer(200, theirs),
     ]);
     let (change, volume) =
-        perform_against(mock, client, &Found::default(), Effect::CreateStandIn).await;
+        perform_against(mock, client, &MadeSeen::default(), Effect::CreateStandIn).await;
     match change.unwrap() {
         Some(Change::End { outcome, message }) => {
             assert_eq!(outcome, VolumePhase::Failed);

@@ -9,7 +9,7 @@ use super::super::decide::{NodeDown, OnNode};
 
 /// Groups what waits on which node, and keeps the nodes `down` reports as not Ready or
 /// gone, in the order they were first named. Pure.
-pub fn nodes_down(
+pub(super) fn nodes_down(
     waits: impl IntoIterator<Item = (String, OnNode)>,
     down: impl Fn(&str) -> Option<Down>,
 ) -> Vec<NodeDown> {

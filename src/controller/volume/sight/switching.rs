@@ -5,19 +5,19 @@
 use kube::ResourceExt;
 
 use crate::api::{DataRestoreStatus, VolumeStatus};
-use crate::controller::volume::decide::Seen;
+use crate::controller::volume::decide::VolumeSeen;
 use crate::controller::{Context, Result};
 use crate::observe;
 use crate::plan::Owner;
 
 use super::{consumers, restarted, split};
 
-pub async fn seen(
+pub(super) async fn seen(
     ctx: &Context,
     uid: &str,
     status: &DataRestoreStatus,
     volume: &VolumeStatus,
-) -> Result<Seen> {
+) -> Result<VolumeSeen> {
     let (ns, claim) = split(&volume.pvc);
     let records: Vec<_> = status
         .consumers
@@ -40,7 +40,7 @@ pub async fn seen(
         }
         foreign_pods.push(pod.name_any());
     }
-    Ok(Seen {
+    Ok(VolumeSeen {
         consumers: consumers(status, &volume.pvc, true),
         foreign_pods,
         restarted: restarted(ctx, uid, records.into_iter(), &live_since).await?,

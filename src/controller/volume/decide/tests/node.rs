@@ -14,7 +14,7 @@ fn down(ago: i64, gone: bool, on: Vec<OnNode>) -> Vec<NodeDown> {
     }]
 }
 
-fn with_down(mut s: Seen, nodes: Vec<NodeDown>) -> Seen {
+fn with_down(mut s: VolumeSeen, nodes: Vec<NodeDown>) -> VolumeSeen {
     s.nodes_down = nodes;
     s
 }
@@ -34,8 +34,8 @@ fn agent_there(taken: bool) -> OnNode {
 fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
     use PodVolumePhase as P;
     use VolumePhase::*;
-    let untaken = || canceled_pvr(P::New).map(|p| Pvr { taken: false, ..p });
-    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+    let untaken = || canceled_pvr(P::New).map(|p| PvrSeen { taken: false, ..p });
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         (
             "the stand-in's node went down a moment ago: said, and waited for",
             volume(StartingStandIn),
@@ -115,7 +115,7 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             "and the volume ends, partly written as the agent had taken it",
             aborting(Failed),
             with_down(
-                seen(StandIn::Absent, canceled_pvr(P::InProgress)),
+                seen(StandInSeen::Absent, canceled_pvr(P::InProgress)),
                 down(0, true, vec![agent_there(true)]),
             ),
             rules(),
@@ -155,7 +155,7 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             "a consumer's pod on a node that stopped answering may write: waited for",
             volume(Quiescing),
             with_down(
-                with_users(seen(StandIn::Absent, None), &["web-1"], None),
+                with_users(seen(StandInSeen::Absent, None), &["web-1"], None),
                 down(900, false, vec![OnNode::Pod("web-1".into())]),
             ),
             rules(),
@@ -166,8 +166,8 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             cleared(exact(aborting(Failed))),
             with_down(
                 with_copier(
-                    seen(StandIn::Absent, untaken()),
-                    Copier::Present {
+                    seen(StandInSeen::Absent, untaken()),
+                    CopierSeen::Present {
                         name: "refill-copy-data-1".into(),
                         terminating: true,
                         ended: None,
@@ -193,8 +193,8 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             cleared(exact(aborting(Failed))),
             with_down(
                 with_copier(
-                    seen(StandIn::Absent, untaken()),
-                    Copier::Present {
+                    seen(StandInSeen::Absent, untaken()),
+                    CopierSeen::Present {
                         name: "refill-copy-data-1".into(),
                         terminating: false,
                         ended: None,
@@ -254,7 +254,7 @@ fn a_wait_on_a_node_that_stopped_answering_is_said_and_bounded() {
             "an ended volume whose node went down says nothing of it",
             volume(Completed),
             with_down(
-                seen(StandIn::Absent, None),
+                seen(StandInSeen::Absent, None),
                 down(30, false, vec![OnNode::Volume]),
             ),
             rules(),

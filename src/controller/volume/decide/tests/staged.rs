@@ -22,25 +22,25 @@ fn emptied() -> Option<Result<CopySummary, String>> {
 fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in() {
     use PodVolumePhase as P;
     use VolumePhase::*;
-    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         (
             "quiesced: clear before the stand-in",
             exact(volume(Quiescing)),
-            seen(StandIn::Absent, None),
+            seen(StandInSeen::Absent, None),
             rules(),
             Want::Advance(None, Clearing),
         ),
         (
             "quiescing still waits for the consumers' pods",
             exact(volume(Quiescing)),
-            with_users(seen(StandIn::Absent, None), &["web-1"], None),
+            with_users(seen(StandInSeen::Absent, None), &["web-1"], None),
             rules(),
             Want::Stay(None, Some("waiting for pods to release")),
         ),
         (
             "clearing starts the copier",
             exact(volume(Clearing)),
-            seen(StandIn::Absent, None),
+            seen(StandInSeen::Absent, None),
             rules(),
             Want::Stay(
                 Some(Effect::CreateCopier),
@@ -50,28 +50,28 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
         (
             "clearing waits for the copier",
             exact(volume(Clearing)),
-            with_copier(seen(StandIn::Absent, None), copier(None, false)),
+            with_copier(seen(StandInSeen::Absent, None), copier(None, false)),
             rules(),
             Want::Stay(None, Some("refill-copy-data-1")),
         ),
         (
             "cleared: recorded, the copier removed",
             exact(volume(Clearing)),
-            with_copier(seen(StandIn::Absent, None), copier(emptied(), false)),
+            with_copier(seen(StandInSeen::Absent, None), copier(emptied(), false)),
             rules(),
             Want::Copied(Some(Effect::DeleteCopier)),
         ),
         (
             "cleared, copier gone: the stand-in and its PodVolumeRestore",
             cleared(exact(volume(Clearing))),
-            seen(StandIn::Absent, None),
+            seen(StandInSeen::Absent, None),
             rules(),
             Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
         ),
         (
             "cleared, the copier still going",
             cleared(exact(volume(Clearing))),
-            with_copier(seen(StandIn::Absent, None), copier(emptied(), true)),
+            with_copier(seen(StandInSeen::Absent, None), copier(emptied(), true)),
             rules(),
             Want::Copied(None),
         ),
@@ -93,7 +93,7 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
             "the clearing failed",
             exact(volume(Clearing)),
             with_copier(
-                seen(StandIn::Absent, None),
+                seen(StandInSeen::Absent, None),
                 copier(Some(Err("unlinkat x: Permission denied".into())), false),
             ),
             rules(),
@@ -103,7 +103,7 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
             "a consumer came back while clearing: stop",
             exact(volume(Clearing)),
             with_users(
-                with_copier(seen(StandIn::Absent, None), copier(None, false)),
+                with_copier(seen(StandInSeen::Absent, None), copier(None, false)),
                 &["web-1"],
                 None,
             ),
@@ -113,21 +113,21 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
         (
             "canceled while clearing",
             exact(volume(Clearing)),
-            with_copier(seen(StandIn::Absent, None), copier(None, false)),
+            with_copier(seen(StandInSeen::Absent, None), copier(None, false)),
             canceled(),
             Want::Abort(Canceled, "canceled"),
         ),
         (
             "aborted after the clearing: the set-aside files are put back",
             cleared(exact(aborting(Failed))),
-            seen(StandIn::Absent, canceled_pvr(P::New)),
+            seen(StandInSeen::Absent, canceled_pvr(P::New)),
             rules(),
             Want::Stay(Some(Effect::CreateCopier), None),
         ),
         (
             "keeping extra files: no clearing",
             volume(Quiescing),
-            seen(StandIn::Absent, None),
+            seen(StandInSeen::Absent, None),
             rules(),
             Want::Advance(Some(Effect::CreateStandIn), StartingStandIn),
         ),
@@ -151,18 +151,18 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         ..v
     };
     let aborted = || cleared(exact(aborting(Failed)));
-    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         (
             "the data in and the stand-in gone: tidy before the consumers come back",
             cleared(exact(volume(RemovingStandIn))),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Advance(None, Tidying),
         ),
         (
             "tidying starts the copier",
             cleared(exact(volume(Tidying))),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Stay(
                 Some(Effect::CreateCopier),
@@ -173,7 +173,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "tidied: recorded, the copier removed",
             cleared(exact(volume(Tidying))),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(emptied(), false),
             ),
             rules(),
@@ -183,7 +183,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "tidied and the copier exited: completed while its pod goes",
             tidied(cleared(exact(volume(Tidying)))),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(emptied(), false),
             ),
             rules(),
@@ -192,7 +192,11 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         (
             "tidied, then the app brought back by a pass whose status was lost: completed",
             tidied(cleared(exact(volume(Tidying)))),
-            with_users(seen(StandIn::Absent, pvr(P::Completed)), &["web-1"], None),
+            with_users(
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                &["web-1"],
+                None,
+            ),
             rules(),
             Want::Completed,
         ),
@@ -201,7 +205,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             cleared(exact(volume(Tidying))),
             with_users(
                 with_copier(
-                    seen(StandIn::Absent, pvr(P::Completed)),
+                    seen(StandInSeen::Absent, pvr(P::Completed)),
                     copier(None, false),
                 ),
                 &["web-1"],
@@ -213,14 +217,18 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         (
             "and once it is gone the volume ends saying the backup is in",
             cleared(exact(volume(Tidying))),
-            with_users(seen(StandIn::Absent, pvr(P::Completed)), &["web-1"], None),
+            with_users(
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                &["web-1"],
+                None,
+            ),
             rules(),
             Want::End(Failed, "the backup's files are in"),
         ),
         (
             "tidied and the copier gone: completed",
             tidied(cleared(exact(volume(Tidying)))),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Completed,
         ),
@@ -228,7 +236,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "the tidy failed: the backup is in, nothing is put back",
             cleared(exact(volume(Tidying))),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(Some(Err("EIO".into())), false),
             ),
             rules(),
@@ -238,7 +246,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "canceled while tidying: the copier goes, nothing is put back",
             cleared(exact(volume(Tidying))),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(None, false),
             ),
             canceled(),
@@ -247,7 +255,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         (
             "canceled while tidying, the copier gone: ends saying what the volume holds",
             cleared(exact(volume(Tidying))),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             canceled(),
             Want::End(Canceled, "the backup's files are in"),
         ),
@@ -261,7 +269,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         (
             "aborted while setting aside: that copier goes first",
             exact(aborting(Canceled)),
-            with_copier(seen(StandIn::Absent, None), copier(None, false)),
+            with_copier(seen(StandInSeen::Absent, None), copier(None, false)),
             rules(),
             Want::Stay(Some(Effect::DeleteCopier), None),
         ),
@@ -269,7 +277,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "putting back",
             aborted(),
             with_copier(
-                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
                 putting_back(None),
             ),
             rules(),
@@ -279,8 +287,8 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "a put-back copier that cannot start: a warning, the reason kept as it was",
             aborted(),
             with_copier(
-                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
-                Copier::Present {
+                seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
+                CopierSeen::Present {
                     name: "refill-copy-data-1".into(),
                     terminating: false,
                     ended: None,
@@ -296,7 +304,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "the PVC deleted meanwhile: the put-back copier goes",
             aborted(),
             claim_deleted(with_copier(
-                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
                 putting_back(None),
             )),
             rules(),
@@ -305,7 +313,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         (
             "and the volume ends: nothing to put back into",
             aborted(),
-            claim_deleted(seen(StandIn::Absent, canceled_pvr(P::Canceled))),
+            claim_deleted(seen(StandInSeen::Absent, canceled_pvr(P::Canceled))),
             rules(),
             Want::End(Failed, "is deleted, so nothing was put back"),
         ),
@@ -313,7 +321,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "put back: recorded, the copier removed",
             aborted(),
             with_copier(
-                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
                 putting_back(emptied()),
             ),
             rules(),
@@ -322,7 +330,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         (
             "put back and the copier gone: ends as it was, not partly written",
             put(aborted()),
-            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
             rules(),
             Want::Finish(false),
         ),
@@ -330,7 +338,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "the put-back failed: ends saying where the files are",
             aborted(),
             with_copier(
-                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
                 putting_back(Some(Err("EEXIST".into()))),
             ),
             rules(),
@@ -341,7 +349,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             aborted(),
             with_users(
                 with_copier(
-                    seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                    seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
                     putting_back(None),
                 ),
                 &["web-1"],
@@ -354,7 +362,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
             "and nothing is put back under it",
             aborted(),
             with_users(
-                seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+                seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
                 &["web-1"],
                 None,
             ),
@@ -364,7 +372,7 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
         (
             "the put-back waits for the node agent to stop first",
             aborted(),
-            seen(StandIn::Absent, canceled_pvr(P::InProgress)),
+            seen(StandInSeen::Absent, canceled_pvr(P::InProgress)),
             rules(),
             Want::Stay(None, None),
         ),
@@ -379,12 +387,12 @@ fn a_direct_exact_restore_removes_what_it_set_aside_or_puts_it_back() {
 fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
     use PodVolumePhase as P;
     use VolumePhase::*;
-    let running_app = |s: Seen| with_users(s, &["web-1"], None);
-    let rows: Vec<(&str, VolumeStatus, Seen, Rules, Want)> = vec![
+    let running_app = |s: VolumeSeen| with_users(s, &["web-1"], None);
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         (
             "started: the stand-in on the scratch claim, beside the running app",
             staged(volume(StartingStandIn)),
-            running_app(seen(StandIn::Absent, None)),
+            running_app(seen(StandInSeen::Absent, None)),
             rules(),
             Want::Stay(Some(Effect::CreateStandIn), None),
         ),
@@ -405,7 +413,7 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
         (
             "a made stand-in that vanished still fails the volume",
             stand_in_made(staged(volume(Restoring))),
-            seen(StandIn::Absent, pvr(P::InProgress)),
+            seen(StandInSeen::Absent, pvr(P::InProgress)),
             rules(),
             Want::Abort(Failed, "disappeared"),
         ),
@@ -419,21 +427,21 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
         (
             "filled and the stand-in gone: only now the consumers stop",
             stand_in_made(staged(volume(RemovingStandIn))),
-            running_app(seen(StandIn::Absent, pvr(P::Completed))),
+            running_app(seen(StandInSeen::Absent, pvr(P::Completed))),
             rules(),
             Want::Advance(None, Quiescing),
         ),
         (
             "stopping: waits for the app's pods",
             staged(volume(Quiescing)),
-            running_app(seen(StandIn::Absent, pvr(P::Completed))),
+            running_app(seen(StandInSeen::Absent, pvr(P::Completed))),
             rules(),
             Want::Stay(None, Some("waiting for pods to release")),
         ),
         (
             "stopped: the copy, never a second stand-in",
             staged(volume(Quiescing)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Advance(None, Copying),
         ),
@@ -447,7 +455,7 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
         (
             "copying makes the PVC equal to the scratch claim",
             staged(volume(Copying)),
-            seen(StandIn::Absent, pvr(P::Completed)),
+            seen(StandInSeen::Absent, pvr(P::Completed)),
             rules(),
             Want::Stay(
                 Some(Effect::CreateCopier),
@@ -464,14 +472,14 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
         (
             "canceled after the fill, before the stop: ends at once",
             staged(volume(Quiescing)),
-            running_app(seen(StandIn::Absent, None)),
+            running_app(seen(StandInSeen::Absent, None)),
             canceled(),
             Want::End(Canceled, "canceled"),
         ),
         (
             "a fill's abort leaves the PVC as it was",
             staged(aborting(Canceled)),
-            seen(StandIn::Absent, canceled_pvr(P::Canceled)),
+            seen(StandInSeen::Absent, canceled_pvr(P::Canceled)),
             rules(),
             Want::Finish(false),
         ),
@@ -486,8 +494,8 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
             "the copier refused by its node (disk pressure): nothing written, ended at once",
             staged(volume(Copying)),
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
-                Copier::Present {
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                CopierSeen::Present {
                     name: "refill-copy-data-1".into(),
                     terminating: false,
                     ended: Some(Err("Pod was rejected: DiskPressure".into())),
@@ -509,7 +517,7 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
                 ..staged(volume(Copying))
             },
             with_copier(
-                seen(StandIn::Absent, pvr(P::Completed)),
+                seen(StandInSeen::Absent, pvr(P::Completed)),
                 copier(copied(), false),
             ),
             rules(),
@@ -518,7 +526,7 @@ fn a_staged_restore_fills_its_scratch_claim_before_anything_stops() {
         (
             "ended: the scratch claim goes",
             staged(volume(Canceled)),
-            with_scratch(seen(StandIn::Absent, None)),
+            with_scratch(seen(StandInSeen::Absent, None)),
             rules(),
             Want::Stay(Some(Effect::DeleteScratchClaim), None),
         ),

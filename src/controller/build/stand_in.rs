@@ -15,7 +15,7 @@ use crate::labels;
 /// The idle container's image when the DataRestore names none: it only has to run.
 pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// The stand-in's one container, which only holds the volume mounted.
-pub const IDLE_CONTAINER: &str = "idle";
+pub(crate) const IDLE_CONTAINER: &str = "idle";
 
 /// What a stand-in pod is made of.
 pub struct StandIn<'a> {
@@ -45,7 +45,7 @@ pub struct StandIn<'a> {
 
 /// Never `nodeName`: that bypasses the scheduler, and an unbound WaitForFirstConsumer
 /// claim would never bind. Required node affinity keeps the scheduler in charge.
-pub fn candidate_affinity(nodes: &[String]) -> Option<Affinity> {
+pub(crate) fn candidate_affinity(nodes: &[String]) -> Option<Affinity> {
     (!nodes.is_empty()).then(|| Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
@@ -66,7 +66,7 @@ pub fn candidate_affinity(nodes: &[String]) -> Option<Affinity> {
 
 /// The metadata of a pod refill makes for a restore: its role, the restore's UID (what
 /// watches and "is it ours" go by) and the restore's `namespace/name`.
-pub fn own_pod_metadata(
+pub(crate) fn own_pod_metadata(
     name: String,
     namespace: &str,
     role: &str,

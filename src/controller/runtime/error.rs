@@ -7,10 +7,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
+use super::context::Context;
 
 /// Why a reconcile pass failed.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The API refused or did not answer; [`Error::category`] tells which.
     #[error(transparent)]
     Kube(#[from] kube::Error),
@@ -26,10 +31,10 @@ pub enum Error {
 }
 
 /// A result whose error is the controller's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Category {
+pub(crate) enum Category {
     /// The API server or the network hiccuped: retry with backoff.
     Transient,
     /// The object moved on since it was read: look again at once.
@@ -42,11 +47,22 @@ pub enum Category {
 }
 
 /// Whether the API answered with this HTTP status.
-pub fn has_status(e: &kube::Error, code: u16) -> bool {
+pub(crate) fn has_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(ae) if ae.code == code)
 }
 
-pub fn category_of(e: &kube::Error) -> Category {
+/// Whether the API answered that the object is not there (404).
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    has_status(e, 404)
+}
+
+/// Whether the API refused for a conflict (409): the object moved on since it was
+/// read, or one of that name exists already.
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    has_status(e, 409)
+}
+
+pub(crate) fn category_of(e: &kube::Error) -> Category {
     match e {
         kube::Error::Api(ae) => match ae.code {
             409 => Category::Conflict,
@@ -61,7 +77,7 @@ pub fn category_of(e: &kube::Error) -> Category {
 
 impl Error {
     /// Whether retrying can help, and how soon.
-    pub fn category(&self) -> Category {
+    pub(crate) fn category(&self) -> Category {
         match self {
             Error::Kube(e) => category_of(e),
             Error::Permanent(_) => Category::Permanent,
@@ -71,7 +87,7 @@ impl Error {
     }
 
     /// The server's own words when it refused, else the error as text.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             Error::Kube(kube::Error::Api(ae)) => ae.message.clone(),
             other => other.to_string(),
@@ -84,7 +100,7 @@ type Schedule = <ExponentialBuilder as BackoffBuilder>::Backoff;
 
 /// Per-restore backoff for transient errors, reset by a pass that succeeds.
 #[derive(Default)]
-pub struct Backoffs {
+pub(crate) struct Backoffs {
     by_restore: Mutex<HashMap<String, Schedule>>,
 }
 
@@ -108,7 +124,7 @@ fn spread(delay: Duration) -> Duration {
 
 impl Backoffs {
     /// The delay before the next try of this restore.
-    pub fn next(&self, uid: &str) -> Duration {
+    pub(crate) fn next(&self, uid: &str) -> Duration {
         let mut all = self
             .by_restore
             .lock()
@@ -121,12 +137,27 @@ impl Backoffs {
         spread(delay)
     }
 
-    pub fn reset(&self, uid: &str) {
+    pub(crate) fn reset(&self, uid: &str) {
         self.by_restore
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(uid);
     }
+}
+
+/// After a failed pass over `object` (a `what`): counted, and retried with the
+/// object's own backoff.
+pub(crate) fn retry_later<K: Resource>(
+    object: &K,
+    what: &str,
+    error: &Error,
+    ctx: &Context,
+) -> Action {
+    let uid = object.uid().unwrap_or_default();
+    ctx.config.metrics.reconcile_failed(error.category());
+    let delay = ctx.backoffs.next(&uid);
+    warn!(name = %object.name_any(), "{what}: will retry in {delay:?}: {error}");
+    Action::requeue(delay)
 }
 
 #[cfg(test)]
@@ -153,6 +184,14 @@ mod tests {
             Category::Permanent
         );
         assert!(has_status(&api(404), 404));
+    }
+
+    #[test]
+    fn not_found_and_conflict_are_told_by_the_answer_code_alone() {
+        assert!(is_not_found(&api(404)) && !is_not_found(&api(409)));
+        assert!(is_conflict(&api(409)) && !is_conflict(&api(404)));
+        let no_answer = kube::Error::LinesCodecMaxLineLengthExceeded;
+        assert!(!is_not_found(&no_answer) && !is_conflict(&no_answer));
     }
 
     #[test]

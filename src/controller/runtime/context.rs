@@ -15,9 +15,9 @@ use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
 use crate::observe::reads::{Known, Reads};
 
-use super::ledger::Ledger;
 use super::metrics::Metrics;
 use super::stores::Stores;
+use crate::controller::ledger::Ledger;
 
 /// How the controller runs: the namespace it serves, its timings and its metrics.
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ pub struct Config {
     /// own, which holds `refill copy`.
     pub copier_image: String,
     /// What teams' DataRestoreRequests may do with GitOps objects.
-    pub request_git_ops: super::RequestGitOps,
+    pub request_git_ops: crate::controller::RequestGitOps,
     /// Passes each of the controllers (DataRestores, DataRestoreRequests,
     /// DataRestoreSchedules) runs at once; objects past it wait their turn. Each pass
     /// holds what it read until it ends, so this bounds the memory many objects
@@ -70,7 +70,7 @@ pub struct Config {
 }
 
 /// [`Config::node_grace`] when nothing else is said.
-pub const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_NODE_GRACE: Duration = Duration::from_secs(120);
 
 /// [`Config::requests_per_namespace`] when nothing else is said.
 pub const DEFAULT_REQUESTS_PER_NAMESPACE: usize = 10;
@@ -109,13 +109,13 @@ impl Default for Config {
             concurrency: DEFAULT_CONCURRENCY,
             requests_per_namespace: DEFAULT_REQUESTS_PER_NAMESPACE,
             requests_namespace: None,
-            request_git_ops: super::RequestGitOps::default(),
+            request_git_ops: crate::controller::RequestGitOps::default(),
         }
     }
 }
 
 /// What every reconcile shares.
-pub struct Context {
+pub(crate) struct Context {
     /// The client every request goes through, with the controller's user agent.
     pub client: Client,
     /// How the controller runs.
@@ -130,7 +130,7 @@ pub struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
-    /// Each restore's volumes and consumers as last written (see [`super::ledger`]).
+    /// Each restore's volumes and consumers as last written (see [`crate::controller::ledger`]).
     pub ledger: Ledger,
     /// Backoff of each restore whose passes fail.
     pub backoffs: super::error::Backoffs,
@@ -141,7 +141,7 @@ pub struct Context {
 impl Context {
     /// A context for `config`, publishing Events as `refill` (the instance named by
     /// `POD_NAME`).
-    pub fn new(client: Client, config: Config, stores: Stores) -> Self {
+    pub(crate) fn new(client: Client, config: Config, stores: Stores) -> Self {
         let reporter = Reporter {
             controller: "refill".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -161,18 +161,18 @@ impl Context {
     }
 
     /// The controller's reads: its watches first, then the API.
-    pub fn reads(&self) -> Reads<'_> {
+    pub(crate) fn reads(&self) -> Reads<'_> {
         Reads::watched(&self.client, &self.known, self.config.cluster_wide_from)
     }
 
     /// Publishes an Event on the DataRestore; a lost event is not worth failing for.
-    pub fn event(&self, dr: &DataRestore, warning: bool, reason: &str, note: String) {
+    pub(crate) fn event(&self, dr: &DataRestore, warning: bool, reason: &str, note: String) {
         self.event_about(dr, warning, reason, note, None)
     }
 
     /// Like [`Context::event`], about one volume or consumer: `related` keeps events of
     /// different objects apart, where the recorder would otherwise fold them into one.
-    pub fn event_about(
+    pub(crate) fn event_about(
         &self,
         dr: &DataRestore,
         warning: bool,
@@ -184,7 +184,13 @@ impl Context {
     }
 
     /// Publishes an Event on any object refill serves (a request, a schedule).
-    pub fn event_on(&self, reference: ObjectReference, warning: bool, reason: &str, note: String) {
+    pub(crate) fn event_on(
+        &self,
+        reference: ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
         self.event_on_with(reference, warning, reason, note, None)
     }
 
@@ -218,7 +224,11 @@ impl Context {
 
     /// Records the claims `dr` is working on now (`(namespace, claim)`), replacing what
     /// it had, so that events of pods mounting them reach it.
-    pub fn track_claims(&self, dr: &DataRestore, active: impl Iterator<Item = (String, String)>) {
+    pub(crate) fn track_claims(
+        &self,
+        dr: &DataRestore,
+        active: impl Iterator<Item = (String, String)>,
+    ) {
         let me = ObjectRef::from_obj(dr);
         let mut claims = self
             .claims
@@ -231,7 +241,7 @@ impl Context {
     }
 
     /// Drops everything kept for `dr`: its claims, write throttling and metrics.
-    pub fn forget(&self, dr: &DataRestore) {
+    pub(crate) fn forget(&self, dr: &DataRestore) {
         let me = ObjectRef::from_obj(dr);
         self.claims
             .lock()
@@ -253,7 +263,7 @@ impl Context {
 
     /// The restores a pod's events concern: the one its stand-in annotation names, or
     /// those working on a claim it mounts.
-    pub fn restores_for_pod(&self, pod: &Pod) -> Vec<ObjectRef<DataRestore>> {
+    pub(crate) fn restores_for_pod(&self, pod: &Pod) -> Vec<ObjectRef<DataRestore>> {
         if let Some(key) = pod.annotations().get(labels::DATA_RESTORE_ANNOTATION) {
             // Another controller's stand-in (another Velero namespace) is not ours.
             return match key.split_once('/') {
@@ -277,7 +287,11 @@ impl Context {
     }
 
     /// The restores working on a claim, for mapping its events.
-    pub fn restores_for_claim(&self, namespace: &str, name: &str) -> Vec<ObjectRef<DataRestore>> {
+    pub(crate) fn restores_for_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Vec<ObjectRef<DataRestore>> {
         let claims = self
             .claims
             .lock()
@@ -290,7 +304,7 @@ impl Context {
     }
 
     /// How long until a progress-only write is allowed again, if it is not yet.
-    pub fn progress_wait(&self, uid: &str) -> Option<Duration> {
+    pub(crate) fn progress_wait(&self, uid: &str) -> Option<Duration> {
         let last = self
             .last_write
             .lock()
@@ -301,7 +315,7 @@ impl Context {
     }
 
     /// A reference to a PVC given as `namespace/name`, for events.
-    pub fn pvc_ref(key: &str) -> Option<ObjectReference> {
+    pub(crate) fn pvc_ref(key: &str) -> Option<ObjectReference> {
         let (namespace, name) = key.split_once('/')?;
         Some(ObjectReference {
             api_version: Some("v1".into()),
@@ -313,7 +327,7 @@ impl Context {
     }
 
     /// A reference to a consumer, for events.
-    pub fn consumer_ref(record: &ConsumerRecord) -> Option<ObjectReference> {
+    pub(crate) fn consumer_ref(record: &ConsumerRecord) -> Option<ObjectReference> {
         let resource = record.kind.api_resource();
         Some(ObjectReference {
             api_version: Some(resource.api_version),
@@ -326,7 +340,7 @@ impl Context {
 
     /// Notes a status write (for the progress throttle) and, for a DataRestore, the
     /// resourceVersion it produced.
-    pub fn wrote(&self, uid: &str, version: Option<String>) {
+    pub(crate) fn wrote(&self, uid: &str, version: Option<String>) {
         self.last_write
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -340,7 +354,7 @@ impl Context {
     }
 
     /// The resourceVersion of refill's last status write of this restore.
-    pub fn last_written(&self, uid: &str) -> Option<String> {
+    pub(crate) fn last_written(&self, uid: &str) -> Option<String> {
         self.last_version
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

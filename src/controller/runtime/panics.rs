@@ -17,9 +17,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::error;
 
+use super::context::Context;
 use super::error::Category;
-use super::status::{condition, now};
-use super::{Context, Error, Result, reasons, status_write};
+use super::error::{Error, Result};
+use super::object_writes::{self, Precondition};
+use crate::controller::reasons;
+use crate::controller::status::{condition, now};
 
 /// Runs one pass, turning a panic inside it into [`Error::Panicked`].
 ///
@@ -27,7 +30,7 @@ use super::{Context, Error, Result, reasons, status_write};
 /// locks survive poisoning (every lock is taken with `PoisonError::into_inner`) and
 /// whose contents are caches the next pass corrects; the object's own state lives in
 /// the cluster, written only by whole status writes.
-pub async fn caught<T>(pass: impl Future<Output = Result<T>>) -> Result<T> {
+pub(crate) async fn caught<T>(pass: impl Future<Output = Result<T>>) -> Result<T> {
     match AssertUnwindSafe(pass).catch_unwind().await {
         Ok(result) => result,
         Err(payload) => Err(Error::Panicked(message(payload.as_ref()))),
@@ -36,7 +39,7 @@ pub async fn caught<T>(pass: impl Future<Output = Result<T>>) -> Result<T> {
 
 /// Runs `pass` over `object` under [`caught`]; after a panic, marks the object Stalled
 /// ([`stall`]) before the error goes to the controller's error policy.
-pub async fn guarded<K, F, Fut>(
+pub(crate) async fn guarded<K, F, Fut>(
     object: Arc<K>,
     ctx: Arc<Context>,
     kind: &'static str,
@@ -74,7 +77,7 @@ fn message(payload: &(dyn Any + Send)) -> String {
 
 /// Who may read what the stall says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Audience {
+pub(crate) enum Audience {
     /// The cluster's admins (DataRestores, DataRestoreSchedules): the panic's own words.
     Admin,
     /// A team (DataRestoreRequests): the panic's words may hold what the team cannot
@@ -86,7 +89,7 @@ pub enum Audience {
 /// error no retry is expected to change that the pass could not turn into the end of a
 /// volume (its records missing, a refusal by the API server). The reason and message of
 /// the condition, or None for an error that passes by itself. Pure.
-pub fn stalled_by(kind: &str, error: &Error, audience: Audience) -> Option<Stalled> {
+pub(crate) fn stalled_by(kind: &str, error: &Error, audience: Audience) -> Option<Stalled> {
     match error {
         Error::Panicked(panic) => Some(Stalled {
             reason: reasons::INTERNAL_ERROR,
@@ -102,13 +105,13 @@ pub fn stalled_by(kind: &str, error: &Error, audience: Audience) -> Option<Stall
 
 /// The reason and message of a Stalled condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stalled {
+pub(crate) struct Stalled {
     pub reason: &'static str,
     pub message: String,
 }
 
 /// The Stalled condition's message for an error no retry is expected to change.
-pub fn cannot_proceed_message(kind: &str, why: &str, audience: Audience) -> String {
+pub(crate) fn cannot_proceed_message(kind: &str, why: &str, audience: Audience) -> String {
     let what = match audience {
         Audience::Admin => format!("refill cannot go on with this {kind}: {why}"),
         Audience::Team => {
@@ -119,7 +122,7 @@ pub fn cannot_proceed_message(kind: &str, why: &str, audience: Audience) -> Stri
 }
 
 /// The Stalled condition's message for a panic.
-pub fn stalled_message(kind: &str, panic: &str, audience: Audience) -> String {
+pub(crate) fn stalled_message(kind: &str, panic: &str, audience: Audience) -> String {
     let what = match audience {
         Audience::Admin => format!("refill hit an internal error on this {kind}: {panic}"),
         Audience::Team => format!(
@@ -133,7 +136,7 @@ pub fn stalled_message(kind: &str, panic: &str, audience: Audience) -> String {
 
 /// `conditions` with Stalled set to True for `stalled` (its transition time kept when it
 /// was True already), every other condition as it was.
-pub fn with_stalled(conditions: &[Condition], stalled: &Stalled) -> Vec<Condition> {
+pub(crate) fn with_stalled(conditions: &[Condition], stalled: &Stalled) -> Vec<Condition> {
     let previous = conditions.iter().find(|c| c.type_ == condition::STALLED);
     let stalled = Condition {
         type_: condition::STALLED.into(),
@@ -194,7 +197,9 @@ async fn stall<K>(
             serde_json::from_value(status["conditions"].take()).unwrap_or_default();
         status["conditions"] = serde_json::to_value(with_stalled(&conditions, &stalled))
             .map_err(kube::Error::SerdeError)?;
-        status_write::apply_status(api, kind, &name, &status).await
+        object_writes::apply_status(api, &name, Precondition::None, &status)
+            .await
+            .map(drop)
     };
     if let Err(e) = written.await {
         error!(kind, %name, "the Stalled condition was not written: {e}");

@@ -1,12 +1,12 @@
 //! Watch-fed copies of the objects refill makes for a restore: stand-in pods and
 //! PodVolumeRestores. (Its VolumePluginRestores are written from memory, see
-//! [`super::ledger`], and need no watch.)
+//! [`crate::controller::ledger`], and need no watch.)
 //!
 //! Every pass of every restore looks at both; listing them each time cost two
 //! requests a pass, for objects the controller watches anyway (changes to them are what
 //! wake a restore up). A pass reads them from these stores instead, and reads the API
 //! only where a store that lags behind could mislead a decision (see
-//! [`super::volume::sight`]).
+//! [`crate::controller::volume::sight`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,18 +23,18 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::api::PodVolumeRestore;
-use crate::controller::restore_helper;
+use crate::controller::build::restore_helper;
 use crate::labels;
 use crate::observe;
 
-use super::{Error, Result};
+use super::error::{Error, Result};
 
 /// How long a pass waits for the first list of the watches after a (re)start.
 const SYNC_BOUND: Duration = Duration::from_secs(60);
 
 /// One kind's store, and whether its watch is known to be whole.
 #[derive(Clone)]
-struct Watched<K: Resource + Clone + 'static>
+struct WatchedStore<K: Resource + Clone + 'static>
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
@@ -46,11 +46,11 @@ where
 
 /// What a watch's events say of its store's wholeness.
 #[derive(Clone)]
-pub struct Health(Arc<AtomicBool>);
+pub(crate) struct WatchHealth(Arc<AtomicBool>);
 
-impl Health {
+impl WatchHealth {
     /// Notes one item of the watch, after the store has taken it.
-    pub fn note<K>(&self, item: &Result<Event<K>, watcher::Error>) {
+    pub(crate) fn note<K>(&self, item: &Result<Event<K>, watcher::Error>) {
         match item {
             Err(_) => self.0.store(false, Ordering::Relaxed),
             Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => {
@@ -63,21 +63,21 @@ impl Health {
 
 /// The readers, shared by every reconcile.
 #[derive(Clone)]
-pub struct Stores {
-    stand_ins: Watched<Pod>,
-    pod_volume_restores: Watched<PodVolumeRestore>,
+pub(crate) struct Stores {
+    stand_ins: WatchedStore<Pod>,
+    pod_volume_restores: WatchedStore<PodVolumeRestore>,
 }
 
-/// The writing ends, each fed by one watch of [`super::run_with_readiness`], and the
+/// The writing ends, each fed by one watch of [`crate::controller::run_with_readiness`], and the
 /// health each watch reports through.
-pub struct Writers {
+pub(crate) struct Writers {
     pub stand_ins: StandInWriter,
     pub pod_volume_restores: Writer<PodVolumeRestore>,
-    pub stand_ins_health: Health,
-    pub pod_volume_restores_health: Health,
+    pub stand_ins_health: WatchHealth,
+    pub pod_volume_restores_health: WatchHealth,
 }
 
-fn watched<K>() -> (Watched<K>, Writer<K>, Health)
+fn watched<K>() -> (WatchedStore<K>, Writer<K>, WatchHealth)
 where
     K: Resource + Clone + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
@@ -85,17 +85,17 @@ where
     let (store, writer) = reflector::store();
     let whole = Arc::new(AtomicBool::new(true));
     (
-        Watched {
+        WatchedStore {
             store,
             whole: whole.clone(),
         },
         writer,
-        Health(whole),
+        WatchHealth(whole),
     )
 }
 
 /// Empty stores and the writers that fill them.
-pub fn stores() -> (Stores, Writers) {
+pub(crate) fn stores() -> (Stores, Writers) {
     let (stand_ins, stand_in_writer, stand_ins_health) = watched();
     let (pod_volume_restores, pvr_writer, pod_volume_restores_health) = watched();
     (
@@ -114,10 +114,10 @@ pub fn stores() -> (Stores, Writers) {
 
 /// Keeps the stand-ins out of the controller's watch of all pods, which also feeds the
 /// index of mounts ([`crate::mounts`]): one watch, and only stand-ins held whole.
-pub struct StandInWriter(Writer<Pod>);
+pub(crate) struct StandInWriter(Writer<Pod>);
 
 impl StandInWriter {
-    pub fn apply(&mut self, event: &Event<Pod>) {
+    pub(crate) fn apply(&mut self, event: &Event<Pod>) {
         let kept = |pod: &Pod| observe::own_pods::is_stand_in(pod).then(|| slim(pod));
         let event = match event {
             Event::Init => Some(Event::Init),
@@ -132,7 +132,7 @@ impl StandInWriter {
     }
 }
 
-/// What a pass reads of a stand-in ([`super::volume::sight::stand_in_of`], the
+/// What a pass reads of a stand-in ([`crate::controller::volume::sight::stand_in_of`], the
 /// PodVolumeRestore's pod reference, the node it runs on, the precondition of its
 /// deletion): a restore of a thousand claims keeps a thousand of them, and the
 /// containers, volumes and affinity they were made with are most of each.
@@ -173,7 +173,7 @@ fn slim(pod: &Pod) -> Pod {
 
 /// What one pass of a restore sees of the objects it made, keyed as they are looked up.
 #[derive(Default)]
-pub struct PassView {
+pub(crate) struct PassView {
     /// Stand-in pods by `(namespace, name)`.
     pub stand_ins: BTreeMap<(String, String), Arc<Pod>>,
     /// PodVolumeRestores by name.
@@ -192,7 +192,12 @@ fn of_restore<K: kube::Resource>(object: &K, uid: &str) -> bool {
 impl Stores {
     /// The objects of the restore with this UID, once every watch has listed: from the
     /// stores, or listed from the API while a watch has a gap.
-    pub async fn view(&self, client: &Client, namespace: &str, uid: &str) -> Result<PassView> {
+    pub(crate) async fn view(
+        &self,
+        client: &Client,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<PassView> {
         self.synced().await?;
         let mine = ListParams::default().labels(&format!("{}={uid}", labels::DATA_RESTORE_UID));
         let (stand_ins, pod_volume_restores) = futures::try_join!(
@@ -229,7 +234,7 @@ impl Stores {
     }
 }
 
-impl<K> Watched<K>
+impl<K> WatchedStore<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone,

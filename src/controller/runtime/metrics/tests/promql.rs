@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 /// What one expression names.
 #[derive(Debug, Default, PartialEq)]
-pub struct Names {
+pub(super) struct Names {
     /// Series selected (`refill_restores_total`, `x_bucket`).
     pub series: BTreeSet<String>,
     /// Labels matched in `{}` or listed for grouping and matching.
@@ -119,7 +119,7 @@ fn label_names(chars: &[char]) -> BTreeSet<String> {
 }
 
 /// The series and labels `expr` names.
-pub fn names(expr: &str) -> Names {
+pub(super) fn names(expr: &str) -> Names {
     let chars: Vec<char> = expr.chars().collect();
     let mut out = Names::default();
     let mut i = 0;

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::{CopySummary, PathRestore};
-use crate::controller::stand_in::{candidate_affinity, own_pod_metadata, unscheduled};
+use crate::controller::build::stand_in::{candidate_affinity, own_pod_metadata, unscheduled};
 use crate::labels;
 
 /// The copier's container, whose termination message is read.
@@ -79,7 +79,7 @@ impl Job<'_> {
 
 /// The directory of a PVC's root where a direct restore sets its files aside: named
 /// for the restore, so that no backup holds it and no other restore's is taken for it.
-pub fn aside_dir(restore_uid: &str) -> String {
+pub(crate) fn aside_dir(restore_uid: &str) -> String {
     format!(".refill-aside-{restore_uid}")
 }
 
@@ -292,7 +292,7 @@ pub fn outcome(pod: &Pod) -> Option<Result<CopySummary, String>> {
 
 /// Whether the kubelet refused the copier `pod` before starting its container (node
 /// pressure, affinity, resources: "Pod was rejected: …"): it wrote nothing.
-pub fn rejected(pod: &Pod) -> bool {
+pub(crate) fn rejected(pod: &Pod) -> bool {
     let Some(status) = &pod.status else {
         return false;
     };
@@ -318,7 +318,7 @@ pub fn rejected(pod: &Pod) -> bool {
 
 /// Whether the copier `pod` puts set-aside files back (rather than setting them aside
 /// or removing them): read from its arguments, which refill wrote.
-pub fn puts_back(pod: &Pod) -> bool {
+pub(crate) fn puts_back(pod: &Pod) -> bool {
     pod.spec
         .iter()
         .flat_map(|s| &s.containers)

@@ -9,9 +9,9 @@ use serde_json::Value;
 use super::super::Metrics;
 use super::promql::names;
 use super::{ended, restoring};
-use crate::controller::error::Category;
+use crate::controller::runtime::error::Category;
 
-const DASHBOARD: &str = include_str!("../../../../charts/refill/dashboards/refill.json");
+const DASHBOARD: &str = include_str!("../../../../../charts/refill/dashboards/refill.json");
 
 /// Labels Prometheus puts on every series it scrapes, whatever the target exports.
 const TARGET_LABELS: &[&str] = &["instance", "job"];

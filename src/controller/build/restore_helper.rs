@@ -18,9 +18,9 @@ use crate::labels;
 
 /// The init container's name: Velero's node agent looks for a container of this name
 /// to know the pod waits for a restore.
-pub const CONTAINER_NAME: &str = "restore-wait";
+pub(crate) const CONTAINER_NAME: &str = "restore-wait";
 /// Velero's helper binary in its image, run when nothing names another.
-pub const DEFAULT_COMMAND: &str = "/velero-restore-helper";
+pub(crate) const DEFAULT_COMMAND: &str = "/velero-restore-helper";
 /// Used only when neither the DataRestore, Velero's ConfigMap nor a Velero Deployment
 /// names an image.
 pub const FALLBACK_IMAGE: &str = "velero/velero:v1.17.0";
@@ -36,7 +36,10 @@ pub struct HelperSource {
 }
 
 /// Reads the restore-helper ConfigMap and the Velero server image.
-pub async fn read_source(client: &Client, velero_namespace: &str) -> kube::Result<HelperSource> {
+pub(crate) async fn read_source(
+    client: &Client,
+    velero_namespace: &str,
+) -> kube::Result<HelperSource> {
     let selector = format!(
         "{},{}=RestoreItemAction",
         labels::PLUGIN_CONFIG,

@@ -2,7 +2,7 @@
 
 use futures::StreamExt;
 
-use super::Result;
+use crate::controller::Result;
 
 /// How many volumes or consumers one pass works on at once. Their steps are independent
 /// API calls, so running them side by side is what makes many volumes fast.
@@ -11,7 +11,7 @@ const CONCURRENCY: usize = 16;
 /// Runs `work` for every index at once (bounded), applies each result with `apply`,
 /// and reports the first error after all have been applied: the effects of the others
 /// happened, so their records must not be lost.
-pub async fn for_each_concurrently<T, F, Fut>(
+pub(crate) async fn for_each_concurrently<T, F, Fut>(
     indices: impl IntoIterator<Item = usize>,
     work: F,
     mut apply: impl FnMut(usize, T),

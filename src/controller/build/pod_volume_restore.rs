@@ -80,7 +80,7 @@ pub fn pod_volume_restore(
 }
 
 /// The VolumePluginRestore that reports one volume's restore to users.
-pub fn volume_plugin_restore(
+pub(crate) fn volume_plugin_restore(
     dr: &DataRestore,
     name: &str,
     backup_name: &str,
@@ -120,7 +120,7 @@ pub fn volume_plugin_restore(
 }
 
 /// The VolumePluginRestore status mirroring one volume's status.
-pub fn plugin_status(volume: &VolumeStatus) -> VolumePluginRestoreStatus {
+pub(crate) fn plugin_status(volume: &VolumeStatus) -> VolumePluginRestoreStatus {
     let mut specific = BTreeMap::from([(plugin_keys::PVC.to_string(), volume.pvc.clone())]);
     for (key, value) in [
         (plugin_keys::POD, &volume.stand_in_pod),

@@ -21,10 +21,10 @@ use prometheus_client::registry::Registry;
 use crate::api::{ConsumerState, DataRestoreStatus, VolumePhase};
 
 use super::error::Category;
-use super::volume::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
+use crate::controller::volume::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 
 /// The `Content-Type` of [`Metrics::encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
@@ -38,7 +38,7 @@ struct CategoryLabel {
 
 /// One thing a written pass showed happened.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Observation {
+pub(crate) enum Observation {
     /// The restore ended with this phase, after this long (start to completion).
     RestoreEnded {
         /// The final phase (Completed, PartiallyFailed, Failed or Canceled).
@@ -61,7 +61,10 @@ pub enum Observation {
 }
 
 /// What changed from `before` to `after`, two statuses of one restore.
-pub fn observations(before: &DataRestoreStatus, after: &DataRestoreStatus) -> Vec<Observation> {
+pub(crate) fn observations(
+    before: &DataRestoreStatus,
+    after: &DataRestoreStatus,
+) -> Vec<Observation> {
     let mut out = Vec::new();
     if after.phase.is_terminal() && !before.phase.is_terminal() {
         out.push(Observation::RestoreEnded {
@@ -114,7 +117,7 @@ fn between(from: Option<&Time>, to: Option<&Time>) -> Option<Duration> {
 
 /// PodVolumeRestores of one restore that no node agent has taken yet, and those of
 /// them that have waited past the grace (the restore warns about these).
-pub fn waiting_for_node_agent(status: &DataRestoreStatus) -> (i64, i64) {
+pub(crate) fn waiting_for_node_agent(status: &DataRestoreStatus) -> (i64, i64) {
     let active = status
         .volumes
         .iter()
@@ -308,7 +311,7 @@ impl Metrics {
     }
 
     /// Counts a failed reconcile pass under its category.
-    pub fn reconcile_failed(&self, category: Category) {
+    pub(crate) fn reconcile_failed(&self, category: Category) {
         self.errors
             .get_or_create(&CategoryLabel {
                 category: format!("{category:?}"),

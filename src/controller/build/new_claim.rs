@@ -13,7 +13,7 @@ use crate::labels;
 
 /// The claim `name` beside `original`, made by the restore `restore_key`
 /// (`namespace/name`) in `role` ([`labels::ROLE_NEW_CLAIM`] or [`labels::ROLE_SCRATCH`]).
-pub fn claim(
+pub(crate) fn claim(
     original: &PersistentVolumeClaim,
     name: &str,
     restore_key: &str,
@@ -73,7 +73,7 @@ pub fn claim(
 }
 
 /// Whether `existing` is the claim this restore made (found again after a restart).
-pub fn is_made_by(existing: &PersistentVolumeClaim, restore_key: &str) -> bool {
+pub(crate) fn is_made_by(existing: &PersistentVolumeClaim, restore_key: &str) -> bool {
     existing
         .metadata
         .annotations

@@ -1,0 +1,13 @@
+//! What runs the controllers rather than deciding a restore: the shared context and
+//! watch-fed stores, errors and their retries, panics kept to one object, status
+//! writes, leader election, the probe and metrics server, and work side by side.
+
+pub(crate) mod concurrent;
+pub(crate) mod context;
+pub(crate) mod error;
+pub mod health;
+pub mod leader;
+pub mod metrics;
+pub(crate) mod object_writes;
+pub(crate) mod panics;
+pub(crate) mod stores;
