@@ -2,16 +2,14 @@
 # Builds Flux's source-controller and kustomize-controller from their Go modules
 # the way their Dockerfiles do (one static binary each, from the module's
 # main.go), for the local cluster's GitOps tests: up.sh runs them as host
-# processes (flux.sh). Keeps, beside the binaries, the CRDs of both modules and
-# Argo CD's Application CRD (from its module's source; Argo CD itself is not
-# built). Cached outside the repository, keyed by the versions in versions.env;
-# a second run returns at once. Prints the bin directory first, then each
-# directory of CRDs to install.
+# processes (flux.sh). Keeps, beside the binaries, the CRDs of both modules.
+# Cached outside the repository, keyed by the versions in versions.env; a second
+# run returns at once. Prints the bin directory first, then each directory of
+# CRDs to install: Flux's two and Argo CD's (Application, AppProject), which
+# build-argocd.sh takes from Argo CD's module without building it.
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 go_build_setup flux "$cache_dir/bin/flux-source-$FLUX_SOURCE_CONTROLLER_VERSION-kustomize-$FLUX_KUSTOMIZE_CONTROLLER_VERSION"
-# Argo CD's CRD has a version of its own: a new one must not rebuild Flux.
-argocd_crds="$bin/crds/argo-cd-$ARGOCD_VERSION"
 
 # What the module proxy serves differs from what the repositories build with:
 #   - each go.mod points its api submodule at ./api, which a module's archive
@@ -47,29 +45,13 @@ build() {
   mv "$bin/$name.tmp" "$bin/$name"
 }
 
-# Only the one file is kept: the module holds all of Argo CD's source. The go
-# command refuses to download a module whose go.mod names a newer Go than its
-# own; ARGOCD_GOTOOLCHAIN is the one it then takes from the module proxy, for
-# this download alone.
-argocd_application_crd() {
-  [[ -s "$argocd_crds/application-crd.yaml" ]] && return 0
-  local src
-  src="$(cd "$work" && GOTOOLCHAIN="$ARGOCD_GOTOOLCHAIN" go mod download -json "github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION" |
-    sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')"
-  [[ -f "$src/manifests/crds/application-crd.yaml" ]] ||
-    { log "could not download github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION"; exit 1; }
-  mkdir -p "$argocd_crds"
-  cp "$src/manifests/crds/application-crd.yaml" "$argocd_crds/application-crd.yaml.tmp"
-  chmod u+w "$argocd_crds/application-crd.yaml.tmp"
-  mv "$argocd_crds/application-crd.yaml.tmp" "$argocd_crds/application-crd.yaml"
-}
-
 # up.sh and e2e/test may ask at the same time: one builds, the others wait.
 exec 9>"$bin/.lock"
 flock 9
 build github.com/fluxcd/source-controller "$FLUX_SOURCE_CONTROLLER_VERSION" source-controller
 build github.com/fluxcd/kustomize-controller "$FLUX_KUSTOMIZE_CONTROLLER_VERSION" kustomize-controller
-argocd_application_crd
+# Argo CD's CRDs have a version of their own: a new one must not rebuild Flux.
+argocd_crds="$("$here/build-argocd.sh" crds)"
 echo "$bin"
 echo "$bin/crds/source-controller"
 echo "$bin/crds/kustomize-controller"

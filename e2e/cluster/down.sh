@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops the local cluster started by up.sh: its real nodes (with their pods), the
-# control plane, kwok and the host processes beside them (the S3 server, Flux). Then checks that no process, mount, cgroup, network
+# control plane, kwok and the host processes beside them (the S3 server, Flux,
+# Argo CD). Then checks that no process, mount, cgroup, network
 # device or namespace of it is left, and fails naming what is. Certificates,
 # images and logs stay for a fast next start unless --purge is given; the etcd
 # data and the S3 store go every time: nothing needs them across runs, and the

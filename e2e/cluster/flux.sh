@@ -12,8 +12,9 @@
 #     is restarted.
 #   - source-controller serves its artifacts on the host's loopback, where
 #     kustomize-controller (also on the host) fetches them; nothing in a pod does.
-#   - Their CRDs come from their modules, with Argo CD's Application CRD beside
-#     them, so that tests can check objects of either tool against its schema.
+#   - Their CRDs come from their modules, with Argo CD's Application and
+#     AppProject CRDs beside them, so that tests can check objects of either tool
+#     against its schema whether or not Argo CD runs (argocd.sh).
 
 flux_namespace=flux-system
 # The last two digits (80-84) differ from every other port of lib.sh and nodes.sh,
@@ -30,19 +31,6 @@ kustomize_controller_ready() { healthy "http://127.0.0.1:$kustomize_controller_h
 # any HTTP answer (a 404 for /) shows it listens.
 flux_storage_serving() { curl -sS --max-time 2 -o /dev/null "http://127.0.0.1:$flux_storage_port/"; }
 
-# CRDs applied server-side: some of Flux's are too large for the annotation a
-# client-side apply keeps.
-install_flux_crds() {
-  local dir file names=()
-  for dir in "$@"; do
-    for file in "$dir"/*.yaml; do
-      "${kubectl[@]}" apply --server-side --force-conflicts -f "$file" >/dev/null
-      names+=("crd/$(sed -n 's/^  name: //p' "$file" | head -n 1)")
-    done
-  done
-  "${kubectl[@]}" wait --for condition=established --timeout=60s "${names[@]}" >/dev/null
-}
-
 start_flux() {
   local built flux_bin crd_dirs
   built="$("$here/build-flux.sh")"
@@ -50,29 +38,9 @@ start_flux() {
   mapfile -t crd_dirs < <(sed -n '2,$p' <<<"$built")
   [[ -x "$flux_bin/source-controller" && -x "$flux_bin/kustomize-controller" ]] ||
     { say "build-flux.sh gave no usable bin dir ('$flux_bin')"; exit 1; }
-  install_flux_crds "${crd_dirs[@]}"
+  apply_crds "${crd_dirs[@]}"
 
-  issue flux "/O=refill:flux/CN=refill-flux" clientAuth
-  kubeconfig flux flux
-  "${kubectl[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: $flux_namespace
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: refill-flux
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: cluster-admin
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: refill:flux
-EOF
+  tool_identity flux "$flux_namespace"
 
   local storage="$cluster_dir/flux/artifacts"
   mkdir -p "$storage"

@@ -53,7 +53,7 @@ go_build_setup() {
 
 # Start order; down.sh stops them in reverse.
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok local-path-provisioner gofakes3
-  source-controller kustomize-controller)
+  source-controller kustomize-controller redis-stand-in git-daemon argocd-repo-server argocd-application-controller)
 
 # Ports away from the usual 2379/6443/10257/10259 so that a real cluster or
 # another tool on the same machine is never disturbed. A second cluster (its

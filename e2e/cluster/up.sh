@@ -283,6 +283,50 @@ ensure() {
   echo "$want" >"$cluster_dir/run/$name.fingerprint"
 }
 
+# apply_crds <dir>...: every CRD of the directories, applied server-side (some
+# of Flux's are too large for the annotation a client-side apply keeps), and
+# waited for until established. For flux.sh and argocd.sh.
+apply_crds() {
+  local dir file names=()
+  for dir in "$@"; do
+    for file in "$dir"/*.yaml; do
+      "${kubectl[@]}" apply --server-side --force-conflicts -f "$file" >/dev/null
+      names+=("crd/$(sed -n 's/^  name: //p' "$file" | head -n 1)")
+    done
+  done
+  "${kubectl[@]}" wait --for condition=established --timeout=60s "${names[@]}" >/dev/null
+}
+
+# tool_identity <name> <namespace>: a tool of the cluster that acts on any
+# object (Flux's and Argo CD's controllers on the host) gets its own client
+# certificate and $cluster_dir/<name>.kubeconfig, as user refill-<name> in group
+# refill:<name>, which is bound to cluster-admin (as those tools' own installs
+# bind theirs), and its namespace.
+tool_identity() {
+  local name="$1" namespace="$2"
+  issue "$name" "/O=refill:$name/CN=refill-$name" clientAuth
+  kubeconfig "$name" "$name"
+  "${kubectl[@]}" apply --server-side --force-conflicts -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $namespace
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: refill-$name
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cluster-admin
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: refill:$name
+EOF
+}
+
 start_etcd() {
   # No fsync: the data is disposable, and fsync dominates etcd's latency on
   # ordinary disks.

@@ -12,7 +12,7 @@ hash="$(cd "$here" && find . -type f \( -name '*.go' -o -name go.mod -o -name go
 bin="$cache/bin/images-$hash"
 images="$cache/images/$hash"
 
-programs=(host-relay imagebuild pause testbox)
+programs=(host-relay imagebuild pause redis-stand-in testbox)
 missing=false
 for p in "${programs[@]}"; do [[ -x "$bin/$p" ]] || missing=true; done
 if $missing; then
