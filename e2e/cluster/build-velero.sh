@@ -84,6 +84,10 @@ fi
 velero_image="velero/velero:$VELERO_VERSION"
 aws_plugin_image="velero/velero-plugin-for-aws:$VELERO_AWS_PLUGIN_VERSION"
 
+# e2e/test builds one release beside the tests while a cluster may ask for it:
+# one builds, the others wait.
+exec 9>"$bin/.lock"
+flock 9
 build_gofakes3
 build_aws_plugin
 build_velero
