@@ -58,7 +58,7 @@ pub(super) async fn progress_check(
         let _kubelet = refill_e2e::kubelet::spawn(admin.clone(), None);
         let cursor = audit::Cursor::now(cluster)?;
         let (ctl, credential) = start_idle_controller(cluster, options, &scene, "bench").await?;
-        let spec = restore_spec(&scene, Some(n as u32));
+        let spec = restore_spec(&scene, Some(n as u32), options.extra_files);
         let from = SystemTime::now();
         let t0 = Instant::now();
         fixture::data_restore(admin, &scene.velero_ns, "bench", spec).await?;
