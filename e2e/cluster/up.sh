@@ -24,6 +24,9 @@
 #                       source-controller and kustomize-controller on the host,
 #                       with their CRDs and Argo CD's Application CRD; 0 to leave
 #                       them out (and stop them). See flux.sh.
+#   REFILL_ARGOCD       1: Argo CD's application-controller and repo-server on the
+#                       host too, with a Git server for test apps (default 0: no
+#                       test uses them yet; they are stopped). See argocd.sh.
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=SCRIPTDIR/nodes.sh
@@ -32,6 +35,8 @@ source "$here/nodes.sh"
 source "$here/velero.sh"
 # shellcheck source=SCRIPTDIR/flux.sh
 source "$here/flux.sh"
+# shellcheck source=SCRIPTDIR/argocd.sh
+source "$here/argocd.sh"
 
 node_count="${REFILL_NODES:-3}"
 if ! [[ "$node_count" =~ ^[0-9]+$ ]] || ((node_count < 1 || node_count > 26)); then
@@ -47,6 +52,8 @@ if ((real_node_count)) && [[ "${REFILL_VELERO:-1}" != 0 ]]; then with_velero=tru
 # Flux's tests serve their sources from Velero's S3 server.
 with_flux=false
 if $with_velero && [[ "${REFILL_FLUX:-1}" != 0 ]]; then with_flux=true; fi
+with_argocd=false
+if [[ "${REFILL_ARGOCD:-0}" == 1 ]]; then with_argocd=true; fi
 if ((real_node_count)) && ((EUID != 0)); then
   say "real nodes need root (namespaces, cgroups, mounts); run as root or with REFILL_REAL_NODES=0"
   exit 2
@@ -562,6 +569,7 @@ start_real_nodes() {
   start_local_path_provisioner
   if $with_velero; then install_velero; fi
   if $with_flux; then start_flux; fi
+  if $with_argocd; then start_argocd; fi
 }
 
 # local-path-provisioner runs on the host (it only talks to the API server) and
@@ -643,6 +651,7 @@ wait_until 90 kwok "$node_count Ready nodes with leases and without taints" node
 wait_until 60 kube-controller-manager "the default ServiceAccount" default_service_account
 install_velero_crds
 $with_flux || stop_flux
+$with_argocd || stop_argocd
 start_real_nodes
 
 elapsed_ms=$((($(date +%s%N) - started_at) / 1000000))
