@@ -2,8 +2,8 @@
 //! kustomize-controller the local cluster runs (`e2e/cluster/flux.sh`): the app's
 //! Deployment comes from a Bucket in the cluster's S3 server through a Kustomization,
 //! and Flux puts it back as the Bucket has it whenever it reconciles, unless the
-//! Kustomization is suspended. Argo CD is not run here (see README, "The local
-//! cluster"); its Application is checked against its own CRD.
+//! Kustomization is suspended. Here an Argo CD Application is only checked against
+//! its CRD; `e2e/tests/gitops_argocd.rs` restores apps the real Argo CD syncs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -105,20 +105,6 @@ fn annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// Waits until the restore records its GitOps object in `state`.
-async fn wait_gitops(s: &Scene, restore: &str, state: GitOpsState) -> Result<DataRestore> {
-    wait_for(
-        format!("{restore} to record its GitOps object {state:?}"),
-        s.timeout,
-        || async {
-            let dr = fixture::get_whole(&s.client, &s.ns, restore).await?;
-            let status = dr.status.clone().unwrap_or_default();
-            Ok((status.git_ops.first().map(|g| g.state) == Some(state)).then_some(dr))
-        },
-    )
-    .await
-}
-
 /// Asks Flux to reconcile now and waits until it handled the request; returns the
 /// request's token.
 async fn reconcile(s: &Scene) -> Result<String> {
@@ -147,7 +133,7 @@ async fn flux_is_paused_through_a_controller_restart_and_reconciles_the_app_afte
         // No node agent yet: the restore holds the app stopped in Restoring.
         let controller = s.controller().await?;
         s.restore("r1", s.spec("b1", &["web"])).await?;
-        let dr = wait_gitops(&s, "r1", GitOpsState::Paused).await?;
+        let dr = s.wait_gitops_saying("r1", GitOpsState::Paused, "").await?;
         let record = dr.status.unwrap().git_ops.remove(0);
         ensure!(
             record.kind == GitOpsKind::Kustomization
@@ -275,8 +261,10 @@ async fn two_restores_sharing_a_kustomization_never_unpause_it_under_each_other(
         let _controller = s.controller().await?;
         s.restore("r-web", s.spec("b1", &["web"])).await?;
         s.restore("r-db", s.spec("b1", &["db"])).await?;
-        wait_gitops(&s, "r-web", GitOpsState::Paused).await?;
-        wait_gitops(&s, "r-db", GitOpsState::Paused).await?;
+        s.wait_gitops_saying("r-web", GitOpsState::Paused, "")
+            .await?;
+        s.wait_gitops_saying("r-db", GitOpsState::Paused, "")
+            .await?;
         let holders = |k: &DynamicObject| {
             let mut h: Vec<String> = annotation(k, PAUSED_BY)
                 .unwrap_or_default()
@@ -417,7 +405,7 @@ async fn an_argo_cd_application_is_paused_by_annotation_and_refuse_touches_nothi
 
         let _agent = s.node_agent();
         s.restore("r1", s.spec("b1", &["web"])).await?;
-        wait_gitops(&s, "r1", GitOpsState::Paused).await?;
+        s.wait_gitops_saying("r1", GitOpsState::Paused, "").await?;
         let paused = applications(&s).get(APP).await?;
         ensure!(
             annotation(&paused, ARGO_CD_SKIP_RECONCILE) == Some("true"),
@@ -628,7 +616,7 @@ async fn a_cancel_or_a_delete_while_paused_puts_the_kustomization_back() -> Resu
                 ..s.spec("b1", &["web"])
             };
             s.restore(name, keep).await?;
-            wait_gitops(&s, name, GitOpsState::Paused).await?;
+            s.wait_gitops_saying(name, GitOpsState::Paused, "").await?;
             s.wait_volume(name, VolumePhase::Restoring).await?;
             ensure!(kustomization(&s).await?.data["spec"]["suspend"] == true);
             if how == "cancel" {

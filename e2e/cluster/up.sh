@@ -25,8 +25,10 @@
 #                       with their CRDs and Argo CD's Application CRD; 0 to leave
 #                       them out (and stop them). See flux.sh.
 #   REFILL_ARGOCD       1: Argo CD's application-controller and repo-server on the
-#                       host too, with a Git server for test apps (default 0: no
-#                       test uses them yet; they are stopped). See argocd.sh.
+#                       host too (with real nodes), with a Git server for test apps;
+#                       0: they are stopped; unset: left as they are, so that a
+#                       later up.sh (a test restarting a node) keeps them. The
+#                       Argo CD tests start them themselves. See argocd.sh.
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=SCRIPTDIR/nodes.sh
@@ -53,7 +55,7 @@ if ((real_node_count)) && [[ "${REFILL_VELERO:-1}" != 0 ]]; then with_velero=tru
 with_flux=false
 if $with_velero && [[ "${REFILL_FLUX:-1}" != 0 ]]; then with_flux=true; fi
 with_argocd=false
-if [[ "${REFILL_ARGOCD:-0}" == 1 ]]; then with_argocd=true; fi
+if [[ "${REFILL_ARGOCD:-}" == 1 ]]; then with_argocd=true; fi
 if ((real_node_count)) && ((EUID != 0)); then
   say "real nodes need root (namespaces, cgroups, mounts); run as root or with REFILL_REAL_NODES=0"
   exit 2
@@ -651,7 +653,7 @@ wait_until 90 kwok "$node_count Ready nodes with leases and without taints" node
 wait_until 60 kube-controller-manager "the default ServiceAccount" default_service_account
 install_velero_crds
 $with_flux || stop_flux
-$with_argocd || stop_argocd
+if [[ "${REFILL_ARGOCD:-}" == 0 ]]; then stop_argocd; fi
 start_real_nodes
 
 elapsed_ms=$((($(date +%s%N) - started_at) / 1000000))

@@ -46,6 +46,7 @@
 // whole or not at all, hence the allow here rather than in Cargo.toml.
 #![allow(missing_docs)]
 
+pub mod argocd;
 pub mod audit;
 pub mod cluster;
 pub mod controller_process;

@@ -111,10 +111,12 @@ pub enum GitOpsState {
     #[default]
     Found,
     /// Recorded before the pause is applied: from then on the end of the restore looks
-    /// at the object and puts it back if refill's mark is on it. It stays Pausing until
-    /// Flux shows it saw the suspension (status.observedGeneration), as a reconcile
-    /// already under way goes on applying; its consumers are stopped only then (or
-    /// after 30 s, with a message).
+    /// at the object and puts it back if refill's mark is on it. It stays Pausing while
+    /// the tool may still apply what it began before the pause (`message` says what):
+    /// until Flux shows it saw the suspension (status.observedGeneration), at most
+    /// 30 s; while an Argo CD sync runs (status.operationState) and for 35 s after it
+    /// ends, as Argo CD still runs a sync requested then, at most 10 min. Its consumers
+    /// are stopped only then (past the limit, with a warning).
     Pausing,
     /// Suspended by this restore (and maybe others: see the `refill.dev/paused-by`
     /// annotation on it); its consumers may be stopped.

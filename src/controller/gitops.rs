@@ -7,7 +7,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 
-use crate::api::{ConsumerState, DataRestore, DataRestoreStatus, GitOpsRecord, GitOpsState};
+use crate::api::{
+    ConsumerState, DataRestore, DataRestoreStatus, GitOpsKind, GitOpsRecord, GitOpsState,
+};
 use crate::gitops::pause::{self, Pause, Release};
 
 use super::status::now;
@@ -15,8 +17,16 @@ use super::{Context, Result, reasons};
 use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::runtime::error::{Category, category_of, is_not_found};
 
-/// How long consumers wait for a GitOps tool to show it saw its pause.
-const CONFIRM_LIMIT: Duration = Duration::from_secs(30);
+/// How long consumers wait for a paused GitOps tool to end what it began before the
+/// pause ([`pause::still_applying`]). Flux shows within seconds that it saw a
+/// suspension; an Argo CD sync goes through its waves and hooks to the end, which
+/// may take minutes.
+fn confirm_limit(kind: GitOpsKind) -> Duration {
+    match kind {
+        GitOpsKind::Kustomization | GitOpsKind::HelmRelease => Duration::from_secs(30),
+        GitOpsKind::Application => Duration::from_secs(600),
+    }
+}
 
 /// A dynamic object as one JSON value, metadata included, as [`pause`] reads it.
 fn object_json(object: DynamicObject) -> serde_json::Value {
@@ -145,23 +155,27 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
     };
     record.original = Some(original);
     let asked = record.paused_at.get_or_insert_with(now).0;
-    if pause::in_force(record.kind, &object) {
+    let now = Timestamp::now();
+    let waited = Duration::from_secs((now.as_second() - asked.as_second()).max(0) as u64);
+    let Some(what_for) = pause::still_applying(record.kind, &object, asked, now) else {
         record.state = GitOpsState::Paused;
         record.message = None;
         return Ok(Some((false, format!("paused {what} for the restore"))));
-    }
-    // Its consumers wait (they stay Stopping) until the tool has seen the pause, for a
-    // bounded while: past it, a reconcile that scales one back up fails its volume.
-    let waited = Timestamp::now().as_second() - asked.as_second();
-    if waited >= CONFIRM_LIMIT.as_secs() as i64 {
+    };
+    // Its consumers wait (they stay Stopping) until the tool has ended what it began,
+    // for a bounded while: past it, one it scales back up fails its volume unwritten.
+    let limit = confirm_limit(record.kind);
+    if waited >= limit {
         record.state = GitOpsState::Paused;
         let why = format!(
-            "{what} is suspended but did not show within {CONFIRM_LIMIT:?} that it saw the suspension (status.observedGeneration); going on"
+            "{what} is paused, but after {limit:?} refill was still waiting for it {what_for}; stopping its workloads anyway"
         );
         record.message = Some(why.clone());
         return Ok(Some((true, why)));
     }
-    record.message = Some(format!("waiting for {what} to take the suspension in"));
+    record.message = Some(format!(
+        "waiting for {what} {what_for} before its workloads are stopped"
+    ));
     Ok(None)
 }
 

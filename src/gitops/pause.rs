@@ -7,6 +7,9 @@
 //! back, so no restore unpauses it under another. Every patch carries the
 //! resourceVersion read: two restores writing at once cannot lose each other's mark.
 
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::api::GitOpsKind;
@@ -91,24 +94,78 @@ fn paused(kind: GitOpsKind, object: &Value) -> bool {
     }
 }
 
-/// Whether the tool has taken the pause in: setting `spec.suspend` does not stop a
-/// reconciliation Flux is in the middle of, which may still apply the replica count
-/// the restore just took away. Flux handles one object at a time and, suspended,
-/// records the generation it saw: once `status.observedGeneration` reaches the
-/// generation of the suspended spec, nothing started before the pause is running.
-/// Argo CD gives no such sign: its pause counts at once.
-pub(crate) fn in_force(kind: GitOpsKind, object: &Value) -> bool {
+/// How long after its pause an Argo CD sync requested before it (`operation` set,
+/// not yet begun) may still begin: the application controller takes operations
+/// from a queue filled before the pause, and runs them whatever the annotation says.
+pub(crate) const ARGO_CD_QUEUED_GRACE: Duration = Duration::from_secs(10);
+
+/// How long after a sync ends Argo CD still runs a sync someone requests, paused or
+/// not: its application controller looks at an Application's operation again 30 s
+/// after each sync it handled (v3.6's `appOperationMaxRequeueInterval`), from a
+/// queue the annotation does not filter. 5 s on top for clocks and queue delays.
+pub(crate) const ARGO_CD_AFTER_SYNC: Duration = Duration::from_secs(35);
+
+/// What a paused object may still be applying, which the restore's consumers must
+/// wait for before they are stopped; `None` once nothing begun or queued before the
+/// pause can write their replica counts again. `paused_at` is when the pause was
+/// written.
+///
+/// - Flux: setting `spec.suspend` does not stop a reconciliation in the middle of its
+///   work. Flux handles one object at a time and, suspended, records the generation it
+///   saw: once `status.observedGeneration` reaches the generation of the suspended
+///   spec, nothing started before the pause is running.
+/// - Argo CD: `skip-reconcile` stops refreshes and automatic syncs, but a sync
+///   operation already running goes on to its end, wave after wave, and may apply the
+///   replica count the restore just took away. Argo CD's own sign is
+///   `status.operationState`: phase Running or Terminating while a sync goes on, then
+///   Succeeded, Failed or Error with its `finishedAt`; for [`ARGO_CD_AFTER_SYNC`]
+///   after that, a sync someone asks for would still run. A sync requested just
+///   before the pause (`operation` set, not begun) may still begin during
+///   [`ARGO_CD_QUEUED_GRACE`]; past both it waits, unstarted, for the pause to end.
+pub(crate) fn still_applying(
+    kind: GitOpsKind,
+    object: &Value,
+    paused_at: Timestamp,
+    now: Timestamp,
+) -> Option<String> {
     if !paused(kind, object) {
-        return false;
+        return Some("to take the suspension in".into());
     }
     match kind {
         GitOpsKind::Kustomization | GitOpsKind::HelmRelease => {
             let seen = object["status"]["observedGeneration"].as_i64();
             let generation = object["metadata"]["generation"].as_i64();
-            matches!((seen, generation), (Some(seen), Some(generation)) if seen >= generation)
+            let taken_in =
+                matches!((seen, generation), (Some(seen), Some(generation)) if seen >= generation);
+            (!taken_in).then(|| "to take the suspension in".into())
         }
-        GitOpsKind::Application => true,
+        GitOpsKind::Application => {
+            let state = &object["status"]["operationState"];
+            let phase = state["phase"].as_str().unwrap_or_default();
+            if matches!(phase, "Running" | "Terminating") {
+                let started = state["startedAt"].as_str().unwrap_or("at an unknown time");
+                return Some(format!("to end the sync it began {started}"));
+            }
+            let finished = state["finishedAt"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok());
+            if let Some(finished) = finished
+                && elapsed(finished, now) < ARGO_CD_AFTER_SYNC
+            {
+                return Some(format!(
+                    "to stop taking sync requests after the sync it ended {finished} (it runs any asked for within 30 s of its last, paused or not)"
+                ));
+            }
+            let requested = !object["operation"].is_null();
+            (requested && elapsed(paused_at, now) < ARGO_CD_QUEUED_GRACE)
+                .then(|| "to start or drop the sync requested before the pause".into())
+        }
     }
+}
+
+/// The time from `since` to `now`, zero if `now` is earlier.
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::from_secs(now.as_second().saturating_sub(since.as_second()).max(0) as u64)
 }
 
 /// A merge patch that sets the setting to `value` (null removes it), with these
@@ -316,25 +373,99 @@ mod tests {
         assert_eq!(merged(object, &patch)["spec"]["suspend"], true);
     }
 
+    /// A time, `secs` seconds after 2026-12-04T19:00:00Z.
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_796_410_800 + secs).unwrap()
+    }
+
+    /// [`still_applying`] right after the pause.
+    fn applying(kind: GitOpsKind, object: &Value) -> bool {
+        still_applying(kind, object, at(0), at(0)).is_some()
+    }
+
     #[test]
     fn a_suspension_counts_once_flux_has_seen_its_generation() {
         let mut object = kustomization(Some(true), json!({}));
         object["metadata"]["generation"] = json!(4);
         assert!(
-            !in_force(GitOpsKind::Kustomization, &object),
+            applying(GitOpsKind::Kustomization, &object),
             "never reconciled"
         );
         object["status"]["observedGeneration"] = json!(3);
         assert!(
-            !in_force(GitOpsKind::Kustomization, &object),
+            applying(GitOpsKind::Kustomization, &object),
             "a reconcile of the spec before the pause may still apply"
         );
         object["status"]["observedGeneration"] = json!(4);
-        assert!(in_force(GitOpsKind::Kustomization, &object));
+        assert!(!applying(GitOpsKind::Kustomization, &object));
         object["spec"]["suspend"] = json!(false);
         assert!(
-            !in_force(GitOpsKind::Kustomization, &object),
+            applying(GitOpsKind::Kustomization, &object),
             "not suspended"
+        );
+    }
+
+    #[test]
+    fn an_application_is_waited_for_while_argo_cd_shows_a_sync_running() {
+        let skip = json!({ ARGO_CD_SKIP_RECONCILE: "true" });
+        let mut app = json!({ "metadata": { "annotations": skip } });
+        assert!(!applying(GitOpsKind::Application, &app), "no sync ever");
+        app["status"]["operationState"] =
+            json!({ "phase": "Running", "startedAt": "2026-12-04T18:00:00Z" });
+        let why = still_applying(GitOpsKind::Application, &app, at(0), at(600));
+        assert_eq!(
+            why.as_deref(),
+            Some("to end the sync it began 2026-12-04T18:00:00Z"),
+            "a running sync is waited for however long it takes"
+        );
+        app["status"]["operationState"]["phase"] = json!("Terminating");
+        assert!(applying(GitOpsKind::Application, &app));
+        for ended in ["Succeeded", "Failed", "Error"] {
+            app["status"]["operationState"]["phase"] = json!(ended);
+            assert!(!applying(GitOpsKind::Application, &app), "{ended}");
+        }
+        app["metadata"]["annotations"] = json!({});
+        assert!(applying(GitOpsKind::Application, &app), "not paused");
+    }
+
+    #[test]
+    fn an_application_is_waited_for_while_argo_cd_still_takes_sync_requests() {
+        let skip = json!({ ARGO_CD_SKIP_RECONCILE: "true" });
+        let app = json!({
+            "metadata": { "annotations": skip },
+            "status": { "operationState": {
+                "phase": "Succeeded", "finishedAt": "2026-12-04T19:00:00Z",
+            } },
+        });
+        let waits = |secs| still_applying(GitOpsKind::Application, &app, at(0), at(secs));
+        assert!(waits(0).is_some_and(|why| why.contains("2026-12-04T19:00:00Z")));
+        assert!(waits(34).is_some(), "a sync asked for now would still run");
+        assert_eq!(waits(35), None);
+        assert!(
+            waits(-5).is_some(),
+            "a clock behind Argo CD's counts as no time gone"
+        );
+    }
+
+    #[test]
+    fn a_sync_requested_before_the_pause_is_waited_for_only_until_it_could_have_started() {
+        let skip = json!({ ARGO_CD_SKIP_RECONCILE: "true" });
+        let app = json!({
+            "metadata": { "annotations": skip },
+            "operation": { "sync": { "revision": "HEAD" } },
+            "status": { "operationState": {
+                "phase": "Succeeded", "finishedAt": "2026-12-04T18:00:00Z",
+            } },
+        });
+        let waits = |secs| still_applying(GitOpsKind::Application, &app, at(0), at(secs));
+        assert!(
+            waits(0).is_some() && waits(9).is_some(),
+            "it may still be queued"
+        );
+        assert_eq!(
+            waits(10),
+            None,
+            "past the grace it waits for the pause to end, unstarted"
         );
     }
 
