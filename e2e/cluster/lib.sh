@@ -77,7 +77,12 @@ component_pid() {
   pid="$(cat "$(pid_file "$name")" 2>/dev/null)" || return 1
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   running "$pid" || return 1
-  [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == */"$name" ]] || return 1
+  # A binary rebuilt or replaced under a running process reads "<path> (deleted)":
+  # still this component, and still holding its ports (a second copy would die on
+  # "address in use").
+  local exe
+  exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" || return 1
+  [[ "${exe% (deleted)}" == */"$name" ]] || return 1
   echo "$pid"
 }
 
