@@ -16,6 +16,7 @@ use crate::labels;
 use crate::observe::reads::{Known, Reads};
 
 use super::metrics::Metrics;
+use super::pacer::Pacer;
 use super::stores::Stores;
 use crate::controller::ledger::Ledger;
 
@@ -130,6 +131,8 @@ pub(crate) struct Context {
     last_write: Mutex<HashMap<String, Instant>>,
     /// resourceVersion of refill's last status write per restore UID.
     last_version: Mutex<HashMap<String, String>>,
+    /// When each paced read (see [`Context::paced_read`]) was last let through.
+    paced: Mutex<Pacer>,
     /// Each restore's volumes and consumers as last written (see [`crate::controller::ledger`]).
     pub ledger: Ledger,
     /// Backoff of each restore whose passes fail.
@@ -154,10 +157,18 @@ impl Context {
             claims: Mutex::default(),
             last_write: Mutex::default(),
             last_version: Mutex::default(),
+            paced: Mutex::default(),
             ledger: Ledger::default(),
             backoffs: Default::default(),
             stores,
         }
+    }
+
+    /// Whether a read that need not happen on every pass may happen now (see
+    /// [`Pacer`]).
+    pub(crate) fn paced_read(&self, key: &str) -> bool {
+        let mut paced = self.paced.lock().unwrap_or_else(|e| e.into_inner());
+        paced.allow(key, Instant::now())
     }
 
     /// The controller's reads: its watches first, then the API.

@@ -1,6 +1,7 @@
 //! What runs the controllers rather than deciding a restore: the shared context and
 //! watch-fed stores, errors and their retries, panics kept to one object, status
-//! writes, leader election, the probe and metrics server, and work side by side.
+//! writes, reads paced, leader election, the probe and metrics server, and work side
+//! by side.
 
 pub(crate) mod concurrent;
 pub(crate) mod context;
@@ -9,5 +10,6 @@ pub mod health;
 pub mod leader;
 pub mod metrics;
 pub(crate) mod object_writes;
+pub(crate) mod pacer;
 pub(crate) mod panics;
 pub(crate) mod stores;

@@ -453,10 +453,13 @@ async fn restarted<'a>(
         return Ok(None);
     }
     let now = Timestamp::now();
-    for record in
-        records.filter(|c| worth_reading(c.stopped_at.as_ref().map(|t| t.0), live_since, now))
-    {
-        if let Some(problem) = consumer::interference(&ctx.client, uid, record).await? {
+    for record in records {
+        let read = match worth_reading(record.stopped_at.as_ref().map(|t| t.0), live_since, now) {
+            Reading::Skip => false,
+            Reading::Now => true,
+            Reading::Paced => ctx.paced_read(&format!("{uid}/{}", consumer::describe(record))),
+        };
+        if read && let Some(problem) = consumer::interference(&ctx.client, uid, record).await? {
             return Ok(Some(problem));
         }
     }
@@ -471,27 +474,52 @@ const CLOCK_SKEW: SignedDuration = SignedDuration::from_secs(2);
 /// control plane here took 25 s to delete their pods.
 const STOP_SETTLES: SignedDuration = SignedDuration::from_secs(30);
 
+/// Whether a stopped consumer is read for a restart, given when it was stopped and when
+/// each pod mounting its claim that is not being deleted was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Nothing a read could tell.
+    Skip,
+    /// Read now: a pod made after the stop (or nothing known of the stop).
+    Now,
+    /// Read, but not on every pass ([`Context::paced_read`]): pods made before the
+    /// stop still live after it had time to settle.
+    Paced,
+}
+
 /// Whether a stopped consumer must be read for a restart, from when it was stopped and
 /// when each pod mounting its claim that is not being deleted was made. Pure.
 ///
 /// Reading it is what tells a restart (someone scaled it back) from a stop still
 /// under way, and costs a request per consumer per pass. Right after a stop its own
 /// pods linger, not yet deleted by its controller: they were made before the stop and
-/// mean nothing yet. A pod made after the stop does, and so does any live pod once the
-/// stop has had time to settle. Skipping a read never lets anything write: the volume
-/// waits while any pod mounts its claim.
+/// mean nothing yet. A pod made after the stop does, at once. Live pods made before it
+/// mean something once the stop has had time to settle, but a slow control plane
+/// (a thousand workloads stopped at once) keeps them for a while, and reading the
+/// workload on every pass meanwhile costs a request each time: those reads are paced.
+/// Skipping a read never lets anything write: the volume waits while any pod mounts
+/// its claim.
 pub(crate) fn worth_reading(
     stopped_at: Option<Timestamp>,
     live_since: &[Option<Timestamp>],
     now: Timestamp,
-) -> bool {
+) -> Reading {
+    if live_since.is_empty() {
+        return Reading::Skip;
+    }
     let Some(stopped) = stopped_at else {
-        return !live_since.is_empty();
+        return Reading::Now;
     };
-    let settled = now.duration_since(stopped) >= STOP_SETTLES;
-    live_since
+    if live_since
         .iter()
-        .any(|made| settled || made.is_none_or(|m| m >= stopped - CLOCK_SKEW))
+        .any(|made| made.is_none_or(|m| m >= stopped - CLOCK_SKEW))
+    {
+        Reading::Now
+    } else if now.duration_since(stopped) >= STOP_SETTLES {
+        Reading::Paced
+    } else {
+        Reading::Skip
+    }
 }
 
 /// Whether `pod` is the restore's own stand-in or copier for `volume`: by its labels,
@@ -577,20 +605,21 @@ mod tests {
         let at = |second: i64| Timestamp::from_second(second).unwrap();
         let stop = Some(at(100));
         // (stopped at, live pods made at, now, read?)
-        type Row<'a> = (Option<Timestamp>, &'a [Option<Timestamp>], i64, bool);
-        let rows: [Row; 8] = [
-            (stop, &[], 101, false),
-            (stop, &[], 900, false),
+        type Row<'a> = (Option<Timestamp>, &'a [Option<Timestamp>], i64, Reading);
+        let rows: [Row; 9] = [
+            (stop, &[], 101, Reading::Skip),
+            (stop, &[], 900, Reading::Skip),
+            (None, &[], 101, Reading::Skip),
             // Its own pods, made before the stop, not yet deleted by its controller.
-            (stop, &[Some(at(40))], 101, false),
-            (stop, &[Some(at(40)), Some(at(60))], 129, false),
+            (stop, &[Some(at(40))], 101, Reading::Skip),
+            (stop, &[Some(at(40)), Some(at(60))], 129, Reading::Skip),
             // A pod made after the stop (or within the clock skew before it).
-            (stop, &[Some(at(40)), Some(at(101))], 101, true),
-            (stop, &[Some(at(99))], 101, true),
-            // The stop had time to settle and a pod still lives.
-            (stop, &[Some(at(40))], 130, true),
+            (stop, &[Some(at(40)), Some(at(101))], 101, Reading::Now),
+            (stop, &[Some(at(99))], 900, Reading::Now),
+            // The stop had time to settle and a pod made before it still lives.
+            (stop, &[Some(at(40))], 130, Reading::Paced),
             // Nothing known: read.
-            (None, &[Some(at(40))], 101, true),
+            (None, &[Some(at(40))], 101, Reading::Now),
         ];
         for (stopped, live, now, want) in rows {
             assert_eq!(
