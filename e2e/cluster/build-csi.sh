@@ -9,7 +9,7 @@
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 driver_src="$repo/e2e/csi"
-driver_hash="$(cd "$driver_src" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 |
+driver_hash="$(cd "$driver_src" && find . -type f \( -name '*.go' ! -name '*_test.go' -o -name go.mod -o -name go.sum \) -print0 |
   sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)"
 go_build_setup csi "$cache_dir/bin/csi-provisioner-$CSI_PROVISIONER_VERSION"
 driver="$bin/csi-hostpath-$driver_hash"
