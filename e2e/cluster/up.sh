@@ -29,6 +29,10 @@
 #                       0: they are stopped; unset: left as they are, so that a
 #                       later up.sh (a test restarting a node) keeps them. The
 #                       Argo CD tests start them themselves. See argocd.sh.
+#   REFILL_CSI          1 (default with real nodes): a CSI driver on the real nodes
+#                       (directory volumes, the CSI external-provisioner on each
+#                       node) and its StorageClass csi-hostpath; 0 to leave it out
+#                       (and remove it). See csi.sh.
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=SCRIPTDIR/nodes.sh
@@ -39,6 +43,8 @@ source "$here/velero.sh"
 source "$here/flux.sh"
 # shellcheck source=SCRIPTDIR/argocd.sh
 source "$here/argocd.sh"
+# shellcheck source=SCRIPTDIR/csi.sh
+source "$here/csi.sh"
 
 node_count="${REFILL_NODES:-3}"
 if ! [[ "$node_count" =~ ^[0-9]+$ ]] || ((node_count < 1 || node_count > 26)); then
@@ -56,6 +62,8 @@ with_flux=false
 if $with_velero && [[ "${REFILL_FLUX:-1}" != 0 ]]; then with_flux=true; fi
 with_argocd=false
 if [[ "${REFILL_ARGOCD:-}" == 1 ]]; then with_argocd=true; fi
+with_csi=false
+if ((real_node_count)) && [[ "${REFILL_CSI:-1}" != 0 ]]; then with_csi=true; fi
 if ((real_node_count)) && ((EUID != 0)); then
   say "real nodes need root (namespaces, cgroups, mounts); run as root or with REFILL_REAL_NODES=0"
   exit 2
@@ -544,6 +552,12 @@ start_real_nodes() {
     image_archives+=("$(sed -n 2p <<<"$built")"/*.tar)
     start_s3
   fi
+  local csi_image=""
+  if $with_csi; then
+    built="$("$here/build-csi.sh")"
+    image_archives+=("$(sed -n 2p <<<"$built")"/*.tar)
+    csi_image="$(sed -n 3p <<<"$built")"
+  fi
   local started=$SECONDS
   local restart="${REFILL_RESTART_NODE:-}"
   if [[ -n "$restart" ]]; then
@@ -569,6 +583,7 @@ start_real_nodes() {
   # agent of a node that is down (another test's) not Ready, and install it anew.
   [[ -z "$restart" ]] || return 0
   start_local_path_provisioner
+  if $with_csi; then start_csi "$csi_image"; else stop_csi; fi
   if $with_velero; then install_velero; fi
   if $with_flux; then start_flux; fi
   if $with_argocd; then start_argocd; fi

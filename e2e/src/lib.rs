@@ -50,6 +50,7 @@ pub mod argocd;
 pub mod audit;
 pub mod cluster;
 pub mod controller_process;
+pub mod csi;
 pub mod fixture;
 pub mod flux;
 pub mod in_cluster;
