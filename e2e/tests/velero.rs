@@ -70,7 +70,10 @@ async fn the_oldest_velero_tested_restores_a_deployments_claim_in_place() -> Res
         OwnCluster::new(&format!("cluster-velero-{want}-{offset}"), offset)
             .with("REFILL_VELERO_VERSION", &want)
             .with("REFILL_REAL_NODES", "1")
-            .with("REFILL_NODES", "1"),
+            .with("REFILL_NODES", "1")
+            // Its test needs neither the CSI driver nor Flux: less to start.
+            .with("REFILL_CSI", "0")
+            .with("REFILL_FLUX", "0"),
     ));
     let cluster: &'static Cluster = Box::leak(Box::new(own.start().await.with_context(|| {
         format!(
