@@ -203,6 +203,13 @@ pub fn prime_name(claim_uid: &str) -> String {
     derived_name("refill-prime", &[claim_uid, ROLE_PRIME])
 }
 
+/// The PodVolumeRestore of the fill of the claim with `claim_uid`: not the prime
+/// pod's name, since Velero's node agent makes a pod named after the PodVolumeRestore
+/// in its namespace to move the data.
+pub fn prime_restore_name(claim_uid: &str) -> String {
+    derived_name("refill-fill", &[claim_uid, "restore"])
+}
+
 /// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.
 pub(crate) fn pod_volume_restore_name(
     restore_name: &str,

@@ -180,7 +180,7 @@ pub(super) async fn hand_over(
 /// claim (whose PV goes with it by its reclaim policy, unless it was handed over).
 pub(super) async fn clean_up(ctx: &Context, read: &Read) -> Result<()> {
     delete_pod(ctx, read).await?;
-    let name = labels::prime_name(&read.seen.claim.uid);
+    let name = labels::prime_restore_name(&read.seen.claim.uid);
     delete(&velero_api::<PodVolumeRestore>(ctx), &name, None).await?;
     delete_prime(ctx, read).await
 }

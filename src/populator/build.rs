@@ -121,7 +121,7 @@ pub(crate) fn restore(
     let mut owner: OwnerReference = prime.controller_owner_ref(&()).unwrap_or_default();
     owner.block_owner_deletion = None;
     let mut meta = metadata(
-        &prime.name_any(),
+        &labels::prime_restore_name(&claim.uid().unwrap_or_default()),
         &prime.namespace().unwrap_or_default(),
         labels::ROLE_PRIME,
         claim,

@@ -130,11 +130,12 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
         }
         Step::CreateRestore => {
             act::create_restore(&ctx, &claim, &read).await?;
+            let restore = labels::prime_restore_name(&read.seen.claim.uid);
             event(
                 false,
                 reasons::RESTORING,
                 format!(
-                    "Velero's node agent writes the backup's files: PodVolumeRestore {velero}/{prime}"
+                    "Velero's node agent writes the backup's files: PodVolumeRestore {velero}/{restore}"
                 ),
             );
             decide::POLL

@@ -51,7 +51,7 @@ pub(super) async fn observe(
         .await?
         .filter(|p| fills(p, &uid));
     let restore = Api::<PodVolumeRestore>::namespaced(ctx.client.clone(), velero)
-        .get_opt(&name)
+        .get_opt(&labels::prime_restore_name(&uid))
         .await?
         .filter(|p| fills(p, &uid) && p.metadata.deletion_timestamp.is_none());
     let spec = claim.spec.clone().unwrap_or_default();

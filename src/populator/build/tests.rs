@@ -102,5 +102,7 @@ fn the_restore_is_owned_by_the_prime_claim_alone() {
     assert_eq!(pvr.labels()[labels::RESTORE_UID], "prime-uid");
     assert_eq!(pvr.labels()[labels::POD_UID], "pod-uid");
     assert_eq!(pvr.spec.volume, "data");
+    // Velero's node agent names a pod of its own after the PodVolumeRestore.
+    assert_ne!(pvr.name_any(), p.name_any());
     assert_eq!(pvr.spec.source_namespace, "shop");
 }
