@@ -4,7 +4,9 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::api::{DataRestore, DataRestoreRequest, DataRestoreSchedule, VolumePluginRestore};
+use crate::api::{
+    BackupVolume, DataRestore, DataRestoreRequest, DataRestoreSchedule, VolumePluginRestore,
+};
 
 /// refill's own kinds: what `manifests/crds.yaml` holds.
 pub fn refill_crds() -> Vec<CustomResourceDefinition> {
@@ -13,6 +15,7 @@ pub fn refill_crds() -> Vec<CustomResourceDefinition> {
         DataRestoreRequest::crd(),
         DataRestoreSchedule::crd(),
         VolumePluginRestore::crd(),
+        BackupVolume::crd(),
     ]
 }
 
@@ -104,8 +107,8 @@ mod tests {
         );
     }
 
-    /// A team with `edit` writes DataRestoreRequests: each of its strings has a
-    /// length or a fixed set of values.
+    /// A team with `edit` writes DataRestoreRequests and BackupVolumes: each of their
+    /// strings has a length or a fixed set of values.
     #[test]
     fn every_string_a_team_writes_is_bounded() {
         fn strings(schema: &Value, at: &str, out: &mut Vec<String>) {
@@ -126,13 +129,16 @@ mod tests {
                 }
             }
         }
-        let (_, schema) = schemas()
-            .into_iter()
-            .find(|(kind, _)| kind == "DataRestoreRequest")
-            .unwrap();
-        let mut found = Vec::new();
-        strings(&schema["properties"]["spec"], "spec", &mut found);
-        assert!(found.is_empty(), "without maxLength: {found:?}");
+        // Teams write BackupVolumes too, as the data sources of their claims.
+        for written in ["DataRestoreRequest", "BackupVolume"] {
+            let (_, schema) = schemas()
+                .into_iter()
+                .find(|(kind, _)| kind == written)
+                .unwrap();
+            let mut found = Vec::new();
+            strings(&schema["properties"]["spec"], "spec", &mut found);
+            assert!(found.is_empty(), "{written} without maxLength: {found:?}");
+        }
     }
 
     #[test]

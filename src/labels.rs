@@ -92,6 +92,26 @@ pub(crate) const REQUEST_ANNOTATION: &str = "refill.dev/request";
 /// refill's finalizer on DataRestores and DataRestoreRequests: deleting one waits until
 /// the consumers it stopped are back.
 pub const FINALIZER: &str = "refill.dev/finalizer";
+/// refill's finalizer on a claim it fills as a volume populator: deleting the claim
+/// mid-fill waits until what the fill made is gone.
+pub const POPULATOR_FINALIZER: &str = "refill.dev/populator";
+/// Label of what a fill makes in Velero's namespace (the prime claim, its pod, the
+/// PodVolumeRestore): the UID of the claim it fills.
+pub const POPULATES_UID: &str = "refill.dev/populates-uid";
+/// Annotation beside [`POPULATES_UID`]: `namespace/name` of the claim it fills.
+pub const POPULATES: &str = "refill.dev/populates";
+/// [`ROLE`] of a fill's prime claim and of the pod that holds it for the node agent.
+pub const ROLE_PRIME: &str = "prime";
+/// Annotation on a claim refill fills: how many fills failed so far.
+pub(crate) const FILL_FAILURES: &str = "refill.dev/fill-failures";
+/// Annotation on a claim refill fills: when the last fill failed (RFC 3339).
+pub(crate) const LAST_FILL_FAILURE: &str = "refill.dev/last-fill-failure";
+/// Annotation on a claim refill fills: the PV it handed the claim, written before the
+/// PV's `claimRef` is.
+pub const HANDED_VOLUME: &str = "refill.dev/handed-volume";
+/// The scheduler's choice of node for a WaitForFirstConsumer claim.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
 /// refill's field manager in server-side apply, and how its own changes are told
 /// from others' in `managedFields`.
 pub const FIELD_MANAGER: &str = "refill";
@@ -175,6 +195,19 @@ pub(crate) fn scratch_claim_name(claim: &str, restore_name: &str) -> String {
 pub fn copier_pod_name(pvc_key: &str) -> String {
     let claim = pvc_key.rsplit('/').next().unwrap_or(pvc_key);
     derived_name(&format!("refill-copy-{claim}"), &[pvc_key, ROLE_COPIER])
+}
+
+/// The prime claim, its pod and its PodVolumeRestore of the fill of the claim with
+/// `claim_uid`, in Velero's namespace: one fill per claim at a time.
+pub fn prime_name(claim_uid: &str) -> String {
+    derived_name("refill-prime", &[claim_uid, ROLE_PRIME])
+}
+
+/// The PodVolumeRestore of the fill of the claim with `claim_uid`: not the prime
+/// pod's name, since Velero's node agent makes a pod named after the PodVolumeRestore
+/// in its namespace to move the data.
+pub fn prime_restore_name(claim_uid: &str) -> String {
+    derived_name("refill-fill", &[claim_uid, "restore"])
 }
 
 /// The PodVolumeRestore (and VolumePluginRestore) for one PVC of one DataRestore.

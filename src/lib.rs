@@ -20,5 +20,6 @@ mod mounts;
 mod nodes;
 mod observe;
 mod plan;
+mod populator;
 mod validate;
 mod watched;

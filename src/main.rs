@@ -47,6 +47,10 @@ enum Command {
         /// controller per cluster should).
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "REFILL_REQUESTS")]
         requests: bool,
+        /// Also fill claims whose `spec.dataSourceRef` names a BackupVolume, in every
+        /// namespace (refill as a volume populator; one controller per cluster should).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "REFILL_POPULATOR")]
+        populator: bool,
         /// The image of refill's copier pods (a direct restore's clearing, a staged or
         /// path restore's copy): refill's own, which runs `refill copy`. Give the
         /// controller's image.
@@ -170,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
             probe_addr,
             log_format,
             requests,
+            populator,
             copier_image,
             concurrency,
             requests_per_namespace,
@@ -187,6 +192,7 @@ async fn main() -> anyhow::Result<()> {
             let config = refill::controller::Config {
                 namespace: cli.global.namespace.clone(),
                 requests,
+                populator,
                 copier_image,
                 concurrency,
                 requests_per_namespace,

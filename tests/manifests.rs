@@ -96,3 +96,30 @@ fn the_replicas_may_keep_their_leader_lease_in_veleros_namespace() {
         &deployment["spec"]["template"]["metadata"]["labels"]
     ));
 }
+
+/// The VolumePopulator names the kind refill fills claims from, as its CRD is
+/// served, and its own CRD (for clusters without it) is of the version it uses.
+#[test]
+fn the_volume_populator_registers_refills_backup_volume() {
+    let backup_volume = objects("crds.yaml")
+        .into_iter()
+        .find(|crd| crd["spec"]["names"]["kind"] == "BackupVolume")
+        .expect("crds.yaml holds BackupVolume");
+    let populator = one("populator.yaml", "VolumePopulator");
+    assert_eq!(
+        populator["sourceKind"]["group"],
+        backup_volume["spec"]["group"]
+    );
+    assert_eq!(populator["sourceKind"]["kind"], "BackupVolume");
+    let crd = one("populator.yaml", "CustomResourceDefinition");
+    let version = populator["apiVersion"].as_str().unwrap();
+    assert_eq!(
+        format!(
+            "{}/{}",
+            crd["spec"]["group"].as_str().unwrap(),
+            crd["spec"]["versions"][0]["name"].as_str().unwrap()
+        ),
+        version
+    );
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+}

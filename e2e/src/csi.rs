@@ -55,6 +55,43 @@ fn mount_points(mountinfo: &str) -> Vec<String> {
         .collect()
 }
 
+/// The one container of a test app on a real node: it sleeps with its volume `data`
+/// at /data, and is Ready only while its probe finds exactly `text` in `path` (the
+/// app itself reads the volume's bytes).
+pub fn checking_container(path: &str, text: &str) -> serde_json::Value {
+    use sha2::Digest;
+    let sha = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    serde_json::json!({
+        "name": "app", "image": crate::TESTBOX_IMAGE, "imagePullPolicy": "Never",
+        "args": ["sleep"], "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
+        "readinessProbe": {
+            "exec": { "command": ["/testbox", "check", path, sha] },
+            "periodSeconds": 1,
+        },
+    })
+}
+
+/// The spec of a test app's pod on a real node: `init` containers, then
+/// [`checking_container`] with `claim` at /data, as root (Velero's restore helper
+/// must be root to remove its done files, and the volume's root is root's), with
+/// `selector` as its node selector.
+pub fn app_pod_spec(
+    selector: serde_json::Value,
+    init: serde_json::Value,
+    claim: &str,
+    (path, text): (&str, &str),
+) -> serde_json::Value {
+    serde_json::json!({
+        "nodeSelector": selector,
+        "tolerations": [{ "key": crate::REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule" }],
+        "initContainers": init,
+        "containers": [checking_container(path, text)],
+        "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }],
+        "securityContext": { "runAsUser": 0, "runAsGroup": 0 },
+        "terminationGracePeriodSeconds": 1,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

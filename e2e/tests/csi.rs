@@ -12,16 +12,15 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use refill::api::PodVolumePhase;
 use refill_e2e::csi::{
-    CSI_CLASS, CSI_DRIVER, CSI_TOPOLOGY_KEY, kubelet_mount_path, node_mount_points, volume_dir,
+    CSI_CLASS, CSI_DRIVER, CSI_TOPOLOGY_KEY, app_pod_spec, kubelet_mount_path, node_mount_points,
+    volume_dir,
 };
 use refill_e2e::velero::{self, VELERO_NAMESPACE};
 use refill_e2e::velero_app::on_real_nodes;
 use refill_e2e::{
-    REAL_NODE_LABEL, REAL_NODE_TAINT, REAL_NODES, TESTBOX_IMAGE, TestEnv, fixture, run_test,
-    wait_for,
+    REAL_NODE_LABEL, REAL_NODES, TESTBOX_IMAGE, TestEnv, fixture, run_test, wait_for,
 };
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 /// Pods on a real node start in seconds, on a busy two-core machine in much more.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -76,28 +75,8 @@ fn pod(name: &str, claim: &str, node: Option<&str>, does: &Does) -> Value {
     }
     json!({
         "metadata": { "name": name, "labels": { "app": name } },
-        "spec": {
-            "nodeSelector": selector,
-            "tolerations": [{ "key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule" }],
-            "initContainers": init,
-            "containers": [{
-                "name": "app", "image": TESTBOX_IMAGE, "imagePullPolicy": "Never",
-                "args": ["sleep"], "volumeMounts": mounts,
-                "readinessProbe": {
-                    "exec": { "command": ["/testbox", "check", path, sha256(text)] },
-                    "periodSeconds": 1,
-                },
-            }],
-            "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }],
-            // Root, as Velero's restore helper must be to remove its done files.
-            "securityContext": { "runAsUser": 0, "runAsGroup": 0 },
-            "terminationGracePeriodSeconds": 1,
-        }
+        "spec": app_pod_spec(json!(selector), init, claim, (&path, text)),
     })
-}
-
-fn sha256(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// The pod (labelled `app: <name>` by [`pod`]) once Ready.

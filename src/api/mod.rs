@@ -1,6 +1,7 @@
 //! The objects refill reads and writes: its own `refill.dev` kinds and the `velero.io/v1`
 //! kinds of a Velero installation.
 
+pub(crate) mod backup_volume;
 pub mod bounds;
 pub mod data_restore;
 pub(crate) mod data_restore_request;
@@ -10,6 +11,7 @@ pub mod paths;
 pub mod velero;
 pub(crate) mod volume_plugin_restore;
 
+pub use backup_volume::*;
 pub use data_restore::*;
 pub use data_restore_request::*;
 pub use data_restore_schedule::*;

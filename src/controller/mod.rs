@@ -133,6 +133,15 @@ pub async fn run_with_readiness(
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
     let schedules = schedule::run(ctx.clone());
+    let populator_ctx = ctx.clone();
+    let populator = async move {
+        if populator_ctx.config.populator {
+            crate::populator::run(populator_ctx).await;
+        }
+    };
+    let schedules = async {
+        futures::join!(schedules, populator);
+    };
     let restores = Controller::new(restores, watcher::Config::default())
         .with_config(ctx.config.runtime())
         .owns_stream(pvr_events)

@@ -32,7 +32,7 @@ pub(crate) use placement::{beside_original, beside_running_consumers, placement}
 pub(crate) use selector::{label_selector, parse_pvc_key};
 pub(crate) use spec::{duration, spec_errors};
 pub(crate) use switch::{Labelled, switches};
-pub(crate) use volumes::{select_volumes, selection_field};
+pub(crate) use volumes::{completed_by_pvc, select_volumes, selection_field};
 pub(crate) use workload::{Listed, Workload};
 
 /// Everything validation needs, read from the cluster beforehand.

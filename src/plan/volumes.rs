@@ -23,7 +23,7 @@ pub(super) fn pvc_of(pvb: &PodVolumeBackup) -> Option<String> {
 
 /// Picks, for every PVC in the backup, the PodVolumeBackup to restore from: a Completed
 /// one, the newest when several pods mounted the claim.
-fn completed_by_pvc(pvbs: &[PodVolumeBackup]) -> BTreeMap<String, &PodVolumeBackup> {
+pub(crate) fn completed_by_pvc(pvbs: &[PodVolumeBackup]) -> BTreeMap<String, &PodVolumeBackup> {
     let mut best: BTreeMap<String, &PodVolumeBackup> = BTreeMap::new();
     for pvb in pvbs {
         if pvb.phase() != Some(PodVolumePhase::Completed) {

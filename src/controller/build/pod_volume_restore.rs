@@ -34,28 +34,49 @@ pub fn pod_volume_restore(
     pod: &Pod,
 ) -> PodVolumeRestore {
     let uid = dr.uid().unwrap_or_default();
-    let pod_uid = pod.uid().unwrap_or_default();
     let mut pvr_labels = BTreeMap::from([
         (
             labels::RESTORE_NAME.to_string(),
             label_value(&dr.name_any()),
         ),
         (labels::RESTORE_UID.to_string(), uid.clone()),
-        (labels::POD_UID.to_string(), pod_uid.clone()),
         (labels::DATA_RESTORE_UID.to_string(), uid),
     ]);
     if let Some(pvc_uid) = &volume.pvc_uid {
         pvr_labels.insert(labels::PVC_UID.to_string(), pvc_uid.clone());
     }
-    let status = pvb.status.clone().unwrap_or_default();
-    PodVolumeRestore {
-        metadata: ObjectMeta {
+    owned_by(
+        owner(dr),
+        ObjectMeta {
             name: Some(name.to_string()),
             namespace: dr.namespace(),
             labels: Some(pvr_labels),
-            owner_references: Some(vec![owner(dr)]),
             ..Default::default()
         },
+        &volume.volume,
+        pvb,
+        pod,
+    )
+}
+
+/// The PodVolumeRestore of `meta` writing `pvb`'s snapshot into the volume `volume` of
+/// `pod`, with `owner` its first and only owner: the node agent names its done file
+/// after that owner's UID, which `restore-wait` in the pod waits for.
+pub(crate) fn owned_by(
+    owner: OwnerReference,
+    mut meta: ObjectMeta,
+    volume: &str,
+    pvb: &PodVolumeBackup,
+    pod: &Pod,
+) -> PodVolumeRestore {
+    let pod_uid = pod.uid().unwrap_or_default();
+    meta.labels
+        .get_or_insert_with(Default::default)
+        .insert(labels::POD_UID.to_string(), pod_uid.clone());
+    meta.owner_references = Some(vec![owner]);
+    let status = pvb.status.clone().unwrap_or_default();
+    PodVolumeRestore {
+        metadata: meta,
         spec: PodVolumeRestoreSpec {
             pod: ObjectReference {
                 kind: Some("Pod".into()),
@@ -65,7 +86,7 @@ pub fn pod_volume_restore(
                 uid: Some(pod_uid),
                 ..Default::default()
             },
-            volume: volume.volume.clone(),
+            volume: volume.to_string(),
             backup_storage_location: pvb.spec.backup_storage_location.clone(),
             repo_identifier: pvb.spec.repo_identifier.clone(),
             uploader_type: pvb.spec.uploader_type.clone(),

@@ -68,6 +68,11 @@ pub struct Config {
     /// of every namespace, so that tests running controllers side by side each keep
     /// to their own. `refill controller` serves every namespace.
     pub requests_namespace: Option<String>,
+    /// Also fill the claims of every namespace whose `dataSourceRef` names a
+    /// BackupVolume (refill as a volume populator). One controller per cluster should:
+    /// `refill controller` does unless `--populator=false`; off by default here, as
+    /// [`Config::requests`] is.
+    pub populator: bool,
 }
 
 /// [`Config::node_grace`] when nothing else is said.
@@ -110,6 +115,7 @@ impl Default for Config {
             concurrency: DEFAULT_CONCURRENCY,
             requests_per_namespace: DEFAULT_REQUESTS_PER_NAMESPACE,
             requests_namespace: None,
+            populator: false,
             request_git_ops: crate::controller::RequestGitOps::default(),
         }
     }

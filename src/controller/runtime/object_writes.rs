@@ -20,10 +20,23 @@ pub(crate) async fn set_finalizer<K>(api: &Api<K>, object: &K, hold: bool) -> ku
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    set_named_finalizer(api, object, FINALIZER, hold).await
+}
+
+/// Like [`set_finalizer`], for the finalizer `name` (the populator's on claims).
+pub(crate) async fn set_named_finalizer<K>(
+    api: &Api<K>,
+    object: &K,
+    name: &str,
+    hold: bool,
+) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
     api.patch(
         &object.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(finalizer_patch(object, hold)),
+        &Patch::Merge(finalizer_patch(object, name, hold)),
     )
     .await
     .map(drop)
@@ -54,15 +67,15 @@ pub(crate) fn holds_finalizer(object: &impl Resource) -> bool {
 
 /// The merge patch that leaves `object`'s finalizers as they are but for refill's,
 /// present (last) when `hold`.
-fn finalizer_patch(object: &impl Resource, hold: bool) -> Value {
+fn finalizer_patch(object: &impl Resource, name: &str, hold: bool) -> Value {
     let mut finalizers: Vec<&str> = object
         .finalizers()
         .iter()
         .map(String::as_str)
-        .filter(|f| *f != FINALIZER)
+        .filter(|f| *f != name)
         .collect();
     if hold {
-        finalizers.push(FINALIZER);
+        finalizers.push(name);
     }
     json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}})
 }
@@ -154,16 +167,16 @@ mod tests {
     fn a_finalizer_patch_keeps_the_others_and_puts_refills_last() {
         let dr = restore(&["theirs"], Some("7"));
         assert_eq!(
-            finalizer_patch(&dr, true),
+            finalizer_patch(&dr, FINALIZER, true),
             json!({"metadata": {"finalizers": ["theirs", FINALIZER], "resourceVersion": "7"}})
         );
         let held = restore(&[FINALIZER, "theirs"], Some("8"));
         assert_eq!(
-            finalizer_patch(&held, false),
+            finalizer_patch(&held, FINALIZER, false),
             json!({"metadata": {"finalizers": ["theirs"], "resourceVersion": "8"}})
         );
         assert_eq!(
-            finalizer_patch(&held, true)["metadata"]["finalizers"],
+            finalizer_patch(&held, FINALIZER, true)["metadata"]["finalizers"],
             json!(["theirs", FINALIZER])
         );
         assert!(holds_finalizer(&held) && !holds_finalizer(&dr));
