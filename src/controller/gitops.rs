@@ -156,7 +156,7 @@ async fn pause_one(client: &Client, uid: &str, record: &mut GitOpsRecord) -> Res
     record.original = Some(original);
     let asked = record.paused_at.get_or_insert_with(now).0;
     let now = Timestamp::now();
-    let waited = Duration::from_secs((now.as_second() - asked.as_second()).max(0) as u64);
+    let waited = pause::elapsed(asked, now);
     let Some(what_for) = pause::still_applying(record.kind, &object, asked, now) else {
         record.state = GitOpsState::Paused;
         record.message = None;

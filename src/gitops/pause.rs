@@ -164,7 +164,7 @@ pub(crate) fn still_applying(
 }
 
 /// The time from `since` to `now`, zero if `now` is earlier.
-fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+pub(crate) fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     Duration::from_secs(now.as_second().saturating_sub(since.as_second()).max(0) as u64)
 }
 
