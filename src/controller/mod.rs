@@ -198,6 +198,6 @@ pub async fn run_with_readiness(
 /// reads it (a workload's managers are read fresh, when a restart needs explaining), and
 /// it is often the largest part of a pod's metadata, kept for every pod that mounts a
 /// claim.
-fn forget_managed_fields<K: kube::Resource>(object: &mut K) {
+pub(crate) fn forget_managed_fields<K: kube::Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }

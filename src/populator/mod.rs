@@ -22,12 +22,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::PodVolumeRestore;
+use crate::controller::forget_managed_fields;
 use crate::controller::runtime::error::retry_later;
 use crate::controller::runtime::panics;
 use crate::controller::{Context, Error, Result};
@@ -59,7 +60,15 @@ pub(crate) async fn run(ctx: Arc<Context>) {
         Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let made = watcher::Config::default().labels(labels::POPULATES_UID);
     info!("volume populator started for {GROUP}/{KIND}");
-    Controller::new(claims, watcher::Config::default())
+    // Every claim of the cluster is held, as the other watches hold theirs: without
+    // their managed fields, often most of their bytes.
+    let (reader, writer) = reflector::store();
+    let claims = watcher(claims, watcher::Config::default())
+        .default_backoff()
+        .modify(forget_managed_fields)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(claims, reader)
         .with_config(ctx.config.runtime())
         // The node agent's progress wakes the claim it fills.
         .watches(restores, made, |pvr: PodVolumeRestore| filled_claim(&pvr))
