@@ -120,6 +120,17 @@ async fn bound(env: &TestEnv, name: &str) -> Result<PersistentVolumeClaim> {
     .await
 }
 
+/// refill's condition on a claim: its status, reason and message.
+fn populated(pvc: &PersistentVolumeClaim) -> Option<(String, String, String)> {
+    let conditions = pvc.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions.iter().find(|c| c.type_ == "Populated")?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
 /// The Events on a claim, by reason.
 async fn events(env: &TestEnv, claim: &str) -> Result<Vec<(String, String, String)>> {
     let selector = format!("involvedObject.kind=PersistentVolumeClaim,involvedObject.name={claim}");
@@ -253,6 +264,11 @@ async fn claims_naming_a_backup_volume_come_up_with_the_backups_files() -> Resul
             said.iter().any(|(t, r, _)| t == "Normal" && r == "Populated"),
             "(a) no Populated Event: {said:?}"
         );
+        let condition = populated(&claims.get("db").await?);
+        ensure!(
+            matches!(&condition, Some((s, r, _)) if s == "True" && r == "Populated"),
+            "(a) the claim's Populated condition: {condition:?}"
+        );
 
         // (b) The schedule's newest Completed backup.
         env.create::<BackupVolume>(backup_volume("db-nightly", ("schedule", &schedule), "db"))
@@ -280,6 +296,11 @@ async fn claims_naming_a_backup_volume_come_up_with_the_backups_files() -> Resul
             warning.2
         );
         let pending = claims.get("missing").await?;
+        let condition = populated(&pending);
+        ensure!(
+            matches!(&condition, Some((s, r, m)) if s == "False" && r == "BackupVolumeMissing" && m.contains("not-there")),
+            "(c) the claim's Populated condition: {condition:?}"
+        );
         let phase = pending.status.and_then(|s| s.phase).unwrap_or_default();
         ensure!(phase == "Pending", "(c) the claim is {phase}");
 

@@ -16,7 +16,7 @@ mod schedule;
 mod status;
 #[cfg(test)]
 mod testing;
-mod volume;
+pub(crate) mod volume;
 
 use std::sync::Arc;
 

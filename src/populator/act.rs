@@ -2,7 +2,9 @@
 //! [`super::build`]. What was already done (a 409 on create, a 404 on delete) counts
 //! as done, so a step repeated after a lost answer or a restart is harmless.
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimCondition, Pod,
+};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -65,6 +67,28 @@ pub(super) async fn finalizer(
     {
         Ok(()) => Ok(()),
         Err(e) if !hold && is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes refill's condition on the claim's status (merged by its type, so other
+/// conditions stay); a claim gone already is fine.
+pub(super) async fn write_condition(
+    claims: &Api<PersistentVolumeClaim>,
+    claim: &PersistentVolumeClaim,
+    condition: PersistentVolumeClaimCondition,
+) -> Result<()> {
+    let patch = json!({ "status": { "conditions": [condition] } });
+    match claims
+        .patch_status(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

@@ -19,6 +19,14 @@ use crate::api::PodVolumePhase;
 pub(crate) const MAX_ATTEMPTS: u32 = 5;
 /// The wait after the first failed fill; doubled after each next one.
 const FIRST_RETRY: Duration = Duration::from_secs(30);
+/// How long the fill's pod may stay unscheduled or not running, and its
+/// PodVolumeRestore untaken by any node agent, before the fill counts as failed.
+/// Neither moves data, and past this both mean something a person must fix (no node
+/// agent on the node, an image that cannot be pulled, a node gone).
+pub(crate) const STALL_LIMIT: Duration = Duration::from_secs(600);
+/// How long a whole fill may take, from its prime claim's creation: Velero's own
+/// default for one pod volume operation.
+pub(crate) const FILL_LIMIT: Duration = Duration::from_secs(4 * 3600);
 
 /// What a pass saw.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -63,6 +71,8 @@ pub(crate) struct PrimeSeen {
     /// The PV it is bound to.
     pub volume: Option<String>,
     pub deleting: bool,
+    /// When it was made: when this fill began.
+    pub created: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -70,8 +80,13 @@ pub(crate) struct PodSeen {
     /// `restore-wait` ended well: the node agent's done file was seen and removed.
     pub restore_wait_done: bool,
     pub deleting: bool,
-    /// Why it is not scheduled, when the scheduler says.
-    pub unscheduled: Option<String>,
+    /// Why it is not running yet (not scheduled, an image not pulled), when it says.
+    pub waiting: Option<String>,
+    /// Why it cannot serve: it failed, or `restore-wait` ended badly.
+    pub failed: Option<String>,
+    /// Its node, once scheduled.
+    pub node: Option<String>,
+    pub created: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +95,7 @@ pub(crate) struct RestoreSeen {
     pub message: Option<String>,
     pub bytes_done: i64,
     pub total_bytes: i64,
+    pub created: Option<Timestamp>,
 }
 
 impl Default for RestoreSeen {
@@ -89,6 +105,7 @@ impl Default for RestoreSeen {
             message: None,
             bytes_done: 0,
             total_bytes: 0,
+            created: None,
         }
     }
 }
@@ -154,6 +171,14 @@ pub(crate) fn decide(seen: &Seen) -> Step {
     }
     if let Some(handed) = &seen.handed {
         return after_hand_over(seen, handed);
+    }
+    if let Some(why) = overdue(seen) {
+        // Counted once: the objects of a fill that failed are then only cleaned up.
+        return if recently_failed(seen) {
+            Step::CleanUp
+        } else {
+            Step::Failed(why)
+        };
     }
     if let Some(restore) = &seen.restore {
         return with_restore(seen, restore);
@@ -235,8 +260,8 @@ fn with_restore(seen: &Seen, restore: &RestoreSeen) -> Step {
             restore.message.as_deref().unwrap_or("no message")
         )),
         _ => {
-            if let Some(why) = seen.pod.as_ref().and_then(|p| p.unscheduled.clone()) {
-                return Step::Wait(format!("the fill's pod to be scheduled: {why}"), POLL);
+            if let Some(why) = seen.pod.as_ref().and_then(|p| p.waiting.clone()) {
+                return Step::Wait(format!("the fill's pod to run: {why}"), POLL);
             }
             Step::Wait(
                 format!(
@@ -247,6 +272,51 @@ fn with_restore(seen: &Seen, restore: &RestoreSeen) -> Step {
             )
         }
     }
+}
+
+/// Why the fill under way has waited too long, when it has: a stage that moves no
+/// data past [`STALL_LIMIT`], a pod that cannot serve, or the whole fill past
+/// [`FILL_LIMIT`].
+fn overdue(seen: &Seen) -> Option<String> {
+    let now = seen.now;
+    let past = |since: Option<Timestamp>, limit: Duration| since.is_some_and(|t| now > t + limit);
+    let done = seen
+        .restore
+        .as_ref()
+        .is_some_and(|r| r.phase == PodVolumePhase::Completed);
+    if let Some(pod) = seen.pod.as_ref().filter(|p| !p.deleting) {
+        if let Some(why) = pod.failed.as_ref().filter(|_| !done) {
+            return Some(format!("the fill's pod cannot serve: {why}"));
+        }
+        if let Some(why) = pod
+            .waiting
+            .as_ref()
+            .filter(|_| past(pod.created, STALL_LIMIT))
+        {
+            return Some(format!(
+                "the fill's pod did not run within {}s: {why}",
+                STALL_LIMIT.as_secs()
+            ));
+        }
+    }
+    if let Some(restore) = &seen.restore
+        && restore.phase == PodVolumePhase::New
+        && past(restore.created, STALL_LIMIT)
+    {
+        let node = seen.pod.as_ref().and_then(|p| p.node.as_deref());
+        return Some(format!(
+            "no node agent took the fill's PodVolumeRestore within {}s; is Velero's node agent running on node {}?",
+            STALL_LIMIT.as_secs(),
+            node.unwrap_or("of the fill's pod")
+        ));
+    }
+    let began = seen.prime.as_ref().and_then(|p| p.created);
+    past(began, FILL_LIMIT).then(|| {
+        format!(
+            "the fill did not end within {}h of its start",
+            FILL_LIMIT.as_secs() / 3600
+        )
+    })
 }
 
 fn recently_failed(seen: &Seen) -> bool {

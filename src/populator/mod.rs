@@ -12,6 +12,7 @@
 
 mod act;
 mod build;
+mod condition;
 mod decide;
 mod observe;
 mod source;
@@ -60,11 +61,12 @@ pub(crate) async fn run(ctx: Arc<Context>) {
         Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let made = watcher::Config::default().labels(labels::POPULATES_UID);
     info!("volume populator started for {GROUP}/{KIND}");
-    // Every claim of the cluster is held, as the other watches hold theirs: without
-    // their managed fields, often most of their bytes.
+    // Only claims naming a BackupVolume are held (their `dataSourceRef` never changes),
+    // and without their managed fields: a cluster's other claims cost nothing here.
     let (reader, writer) = reflector::store();
     let claims = watcher(claims, watcher::Config::default())
         .default_backoff()
+        .filter(|event| std::future::ready(names_backup_volume(event)))
         .modify(forget_managed_fields)
         .reflect(writer)
         .applied_objects();
@@ -86,6 +88,21 @@ pub(crate) async fn run(ctx: Arc<Context>) {
         .await;
 }
 
+/// Whether a watch event is about a claim the populator fills (errors and the list's
+/// bounds pass, so that the watch still restarts and its store still resets).
+fn names_backup_volume(
+    event: &Result<watcher::Event<PersistentVolumeClaim>, watcher::Error>,
+) -> bool {
+    match event {
+        Ok(
+            watcher::Event::Apply(claim)
+            | watcher::Event::InitApply(claim)
+            | watcher::Event::Delete(claim),
+        ) => source::data_source(claim).is_some(),
+        _ => true,
+    }
+}
+
 /// The claim an object made by a fill fills, from its annotation.
 fn filled_claim(object: &impl Resource) -> Option<ObjectRef<PersistentVolumeClaim>> {
     let key = object.annotations().get(labels::POPULATES)?;
@@ -104,6 +121,12 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
     let event = |warning: bool, reason: &str, note: String| {
         ctx.event_on(claim.object_ref(&()), warning, reason, note);
     };
+    if !read.seen.claim.deleting
+        && let Some(wanted) = condition::after(&step, read.seen.claim.failures)
+        && let Some(change) = condition::change(&claim, &wanted, read.seen.now)
+    {
+        act::write_condition(&claims, &claim, change).await?;
+    }
     let prime = labels::prime_name(&read.seen.claim.uid);
     let velero = &ctx.config.namespace;
     let next = match &step {
@@ -168,19 +191,11 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
         }
         Step::Failed(why) => {
             act::clean_up(&ctx, &read).await?;
-            let failures = read.seen.claim.failures.saturating_add(1);
-            act::count_failure(&claims, &claim, failures, read.seen.now).await?;
-            let wait = decide::retry_after(failures);
-            event(
-                true,
-                reasons::FAILED,
-                format!(
-                    "fill {failures} of {} failed: {why}; the next starts in {}s",
-                    decide::MAX_ATTEMPTS,
-                    wait.as_secs()
-                ),
-            );
-            wait
+            let failures = read.seen.claim.failures;
+            act::count_failure(&claims, &claim, failures + 1, read.seen.now).await?;
+            let note = condition::failure_note(failures, why);
+            event(true, reasons::FAILED, note);
+            decide::retry_after(failures + 1)
         }
         Step::GiveUp(why) => {
             event(true, reasons::GAVE_UP, why.clone());

@@ -9,6 +9,8 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::api::{Backup, BackupVolume, PodVolumeBackup, PodVolumeRestore};
+use crate::controller::volume::decide::StandInSeen;
+use crate::controller::volume::sight::stand_in_of;
 use crate::controller::{Context, Result};
 use crate::labels;
 use crate::observe::paging;
@@ -111,6 +113,7 @@ pub(super) async fn observe(
                 .and_then(|s| s.volume_name.clone())
                 .filter(|v| !v.is_empty()),
             deleting: p.metadata.deletion_timestamp.is_some(),
+            created: created(p),
         }),
         pod: pod.as_ref().map(pod_seen),
         restore: restore.as_ref().map(|r| {
@@ -121,6 +124,7 @@ pub(super) async fn observe(
                 message: status.message,
                 bytes_done: progress.bytes_done,
                 total_bytes: progress.total_bytes,
+                created: created(r),
             }
         }),
         handed,
@@ -135,19 +139,29 @@ pub(super) async fn observe(
 }
 
 fn pod_seen(pod: &Pod) -> PodSeen {
-    let status = pod.status.clone().unwrap_or_default();
-    let restore_wait_done = status.init_container_statuses.iter().flatten().any(|c| {
-        c.name == crate::controller::build::restore_helper::CONTAINER_NAME
-            && c.state
-                .as_ref()
-                .and_then(|s| s.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
-    });
+    // The fill's pod is a stand-in as the restores' are: read the same way.
+    let StandInSeen::Ours {
+        terminating,
+        failed,
+        restore_wait_done,
+        waiting,
+        ..
+    } = stand_in_of(pod)
+    else {
+        unreachable!("a pod read as a stand-in is always our own");
+    };
     PodSeen {
         restore_wait_done,
-        deleting: pod.metadata.deletion_timestamp.is_some(),
-        unscheduled: crate::controller::build::stand_in::unscheduled(&status),
+        deleting: terminating,
+        waiting,
+        failed,
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        created: created(pod),
     }
+}
+
+fn created(object: &impl kube::Resource) -> Option<Timestamp> {
+    object.meta().creation_timestamp.as_ref().map(|t| t.0)
 }
 
 /// The PodVolumeBackup the claim's BackupVolume names, or why there is none.

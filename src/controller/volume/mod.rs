@@ -3,10 +3,10 @@
 //! the change to its record ([`apply`]).
 
 pub(super) mod apply;
-pub(super) mod decide;
+pub(crate) mod decide;
 pub(super) mod execute;
 pub(super) mod paths;
-pub(super) mod sight;
+pub(crate) mod sight;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;

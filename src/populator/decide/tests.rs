@@ -24,7 +24,7 @@ fn restore(phase: PodVolumePhase) -> Option<RestoreSeen> {
 fn prime(volume: Option<&str>) -> Option<PrimeSeen> {
     Some(PrimeSeen {
         volume: volume.map(String::from),
-        deleting: false,
+        ..Default::default()
     })
 }
 
@@ -150,4 +150,78 @@ fn a_lost_claim_ref_patch_is_written_again() {
         claim_ref_uid: None,
     });
     assert!(matches!(decide(&seen), Step::Failed(_)));
+}
+
+#[test]
+fn a_pod_that_does_not_run_fails_the_fill_after_the_stall_limit() {
+    let mut seen = filling();
+    seen.prime = prime(Some("pv-1"));
+    seen.pod = Some(PodSeen {
+        waiting: Some("0/3 nodes are available".into()),
+        created: Some(seen.now),
+        ..Default::default()
+    });
+    seen.restore = restore(PodVolumePhase::New);
+    assert!(matches!(decide(&seen), Step::Wait(w, _) if w.contains("0/3 nodes")));
+    seen.now += STALL_LIMIT + Duration::from_secs(1);
+    assert!(
+        matches!(decide(&seen), Step::Failed(m) if m.contains("did not run within 600s: 0/3 nodes"))
+    );
+    // Counted once: then its objects are only cleaned up.
+    seen.claim.failures = 1;
+    seen.claim.last_failure = Some(seen.now);
+    assert_eq!(decide(&seen), Step::CleanUp);
+}
+
+#[test]
+fn a_restore_no_node_agent_takes_fails_the_fill_naming_the_node() {
+    let mut seen = filling();
+    seen.prime = prime(Some("pv-1"));
+    seen.pod = Some(PodSeen {
+        node: Some("real-b".into()),
+        ..Default::default()
+    });
+    seen.restore = Some(RestoreSeen {
+        created: Some(seen.now),
+        ..Default::default()
+    });
+    assert!(matches!(decide(&seen), Step::Wait(w, _) if w.contains("node agent")));
+    seen.now += STALL_LIMIT;
+    assert!(matches!(decide(&seen), Step::Wait(..)));
+    seen.now += Duration::from_secs(1);
+    assert!(matches!(decide(&seen), Step::Failed(m) if m.contains("running on node real-b?")));
+    // Once taken, the node agent's own pace is bounded by the whole fill's limit only.
+    seen.restore.as_mut().unwrap().phase = PodVolumePhase::InProgress;
+    assert!(matches!(decide(&seen), Step::Wait(..)));
+}
+
+#[test]
+fn a_pod_that_cannot_serve_fails_the_fill_at_once() {
+    let mut seen = filling();
+    seen.prime = prime(Some("pv-1"));
+    seen.pod = Some(PodSeen {
+        failed: Some("restore-wait exited with code 1".into()),
+        ..Default::default()
+    });
+    seen.restore = restore(PodVolumePhase::InProgress);
+    assert!(matches!(decide(&seen), Step::Failed(m) if m.contains("exited with code 1")));
+    // After the node agent is done, restore-wait's end is what is waited for.
+    seen.restore = restore(PodVolumePhase::Completed);
+    assert!(matches!(decide(&seen), Step::Wait(..)));
+}
+
+#[test]
+fn a_fill_that_takes_too_long_fails() {
+    let mut seen = filling();
+    seen.prime = Some(PrimeSeen {
+        volume: Some("pv-1".into()),
+        created: Some(seen.now),
+        ..Default::default()
+    });
+    seen.pod = pod(false);
+    seen.restore = restore(PodVolumePhase::InProgress);
+    seen.now += FILL_LIMIT;
+    assert!(matches!(decide(&seen), Step::Wait(..)));
+    seen.now += Duration::from_secs(1);
+    assert!(matches!(decide(&seen), Step::Failed(m) if m.contains("within 4h")));
 }
