@@ -516,27 +516,31 @@ pub enum VolumePhase {
     /// Its consumers are being stopped; waiting until no pod mounts the PVC. A staged
     /// or path restore comes here only once its scratch claim is filled.
     Quiescing,
-    /// Direct, with spec.extraFiles Delete: refill's copier pod moves what the PVC
-    /// holds (Velero's `.velero` folder aside) into a directory of its root,
-    /// `.refill-aside-<DataRestore UID>`, so that the backup goes into an empty volume;
-    /// a restore that does not complete puts those files back.
+    /// Direct, with spec.extraFiles Delete: the stand-in pod is made, and its first
+    /// init container (`set-aside`) moves what the PVC holds (Velero's `.velero`
+    /// folder aside) into a directory of its root, `.refill-aside-<DataRestore UID>`,
+    /// so that the backup goes into an empty volume; a restore that does not complete
+    /// puts those files back. Its PodVolumeRestore is made once that is done.
     Clearing,
     /// The stand-in pod and its PodVolumeRestore are created; waiting for `restore-wait`
     /// to run, which is when the node agent can start.
     StartingStandIn,
     /// `restore-wait` runs; the node agent moves the data.
     Restoring,
-    /// The data is in: `restore-wait` cleans up and the stand-in pod is removed. The
-    /// volume no longer counts against spec.parallel (unless paths are copied next),
-    /// but its consumers stay stopped until the stand-in is gone.
+    /// The data is in: `restore-wait` cleans up and the stand-in pod is removed (one
+    /// that tidies goes on to Tidying once `restore-wait` exited). The volume no
+    /// longer counts against spec.parallel (unless paths are copied next), but its
+    /// consumers stay stopped until the stand-in is gone.
     RemovingStandIn,
     /// Staged, or with paths: the snapshot is in the scratch claim, the stand-in gone
     /// and the consumers stopped; refill's copier pod makes the PVC equal to the
     /// scratch claim (or copies the chosen paths into it).
     Copying,
-    /// Direct, with spec.extraFiles Delete: the backup is in and the stand-in gone;
-    /// refill's copier pod removes the files set aside in Clearing. The consumers stay
-    /// stopped until it is done. A stop here no longer puts anything back.
+    /// Direct, with spec.extraFiles Delete: the backup is in and `restore-wait` has
+    /// exited; the stand-in's main container (`tidy`) removes the files set aside in
+    /// Clearing, and the stand-in is deleted once it is done (a copier pod tidies
+    /// instead when the stand-in went first). The consumers stay stopped until then.
+    /// A stop here no longer puts anything back.
     Tidying,
     /// With switchWorkloads: the new claim holds the backup; the workloads to switch
     /// are stopped and waited for until none of their pods mounts the PVC. They come

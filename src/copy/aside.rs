@@ -37,6 +37,15 @@ fn putting_back(aside: &OsStr) -> OsString {
     name
 }
 
+/// The directory a tidy removes the set-aside entries from: renamed so first, in one
+/// step, so that its existence says a tidy began. A put-back never runs after that: the
+/// backup is in, and some of what was set aside may already be gone.
+fn tidying(aside: &OsStr) -> OsString {
+    let mut name = aside.to_os_string();
+    name.push(".tidy");
+    name
+}
+
 /// Moves every entry of `dest`'s root but `aside` itself and what `keep` excludes into
 /// the directory `aside` there (made if missing); `deleted` counts the entries moved
 /// (from the volume's view, they are gone).
@@ -44,13 +53,17 @@ pub(crate) fn set_aside(dest: &Path, aside: &OsStr, keep: &Matcher) -> Result<Su
     // Only the root's entries move: an exclude below it would move with its parent.
     let root = Dir::root(dest)?;
     let back = putting_back(aside);
-    if root.stat_if_any(&back)?.is_some() {
-        return Err(refused(
-            &root,
-            &back,
-            "a put-back of the set-aside files is under way",
-        ));
-    }
+    refuse_if_there(
+        &root,
+        &back,
+        "a put-back of the set-aside files is under way",
+    )?;
+    // The backup is in beside what a tidy removes: setting it aside now would lose it.
+    refuse_if_there(
+        &root,
+        &tidying(aside),
+        "a tidy of the set-aside files began: the backup is in",
+    )?;
     // The moves change the root's times: the directory keeps them for a put-back.
     let made = match root.stat_if_any(aside)? {
         Some(_) => None,
@@ -89,11 +102,17 @@ fn times(dir: &Dir) -> Result<(FileTime, FileTime), CopyError> {
 }
 
 /// Removes the directory `aside` of `dest`'s root with everything in it, if it is there.
+/// Renamed first, so that a put-back run after a tidy began refuses instead of deleting
+/// the backup for a part of the old files.
 pub(crate) fn tidy(dest: &Path, aside: &OsStr) -> Result<Summary, CopyError> {
     let root = Dir::root(dest)?;
+    let gone = tidying(aside);
     let mut summary = Summary::default();
     if root.stat_if_any(aside)?.is_some() {
-        summary.counts.deleted = root.remove_all(aside)?;
+        root.rename(aside, &gone)?;
+    }
+    if root.stat_if_any(&gone)?.is_some() {
+        summary.counts.deleted = root.remove_all(&gone)?;
     }
     Ok(summary)
 }
@@ -111,6 +130,11 @@ pub(crate) fn put_back(
     let root = Dir::root(dest)?;
     let back = putting_back(OsStr::new(aside));
     let aside = OsStr::new(aside);
+    refuse_if_there(
+        &root,
+        &tidying(aside),
+        "a tidy of the set-aside files began: the backup is in, and is left as it is",
+    )?;
     let mut summary = Summary::default();
     if root.stat_if_any(aside)?.is_some()
         && let Some(exclude) = delete_written
@@ -144,6 +168,15 @@ pub(crate) fn put_back(
     root.remove_dir(&back)?;
     keep_times(&root)?;
     Ok(summary)
+}
+
+/// Refuses with `why` when the root holds `name`: a step that another one began rules
+/// out.
+fn refuse_if_there(root: &Dir, name: &OsStr, why: &str) -> Result<(), CopyError> {
+    match root.stat_if_any(name)? {
+        Some(_) => Err(refused(root, name, why)),
+        None => Ok(()),
+    }
 }
 
 fn refused(root: &Dir, name: &OsStr, why: &str) -> CopyError {

@@ -51,6 +51,15 @@ pub struct CopyArgs {
     #[arg(long, value_name = "NAME",
           conflicts_with_all = ["from", "include", "whole", "mirror", "compare", "tidy", "put_back"])]
     pub set_aside: Option<String>,
+    /// With --set-aside: a file outside the volume (its pod's own emptyDir) where a
+    /// set-aside that completed records its report. When the file is there, nothing
+    /// is moved and that report is given again.
+    ///
+    /// A pod whose sandbox is made anew (a node or runtime restart) runs its init
+    /// containers again: one that ran after the backup was written beside the
+    /// set-aside directory would set the backup aside too.
+    #[arg(long, value_name = "FILE", requires = "set_aside", conflicts_with_all = ["tidy", "put_back"])]
+    pub once: Option<PathBuf>,
     /// Copy nothing: remove the directory NAME of --to's root, set aside before.
     #[arg(long, value_name = "NAME",
           conflicts_with_all = ["from", "include", "whole", "mirror", "compare", "put_back"])]
@@ -103,9 +112,22 @@ pub fn run(args: &CopyArgs) -> i32 {
             eprintln!("refill copy: cannot write {}: {e}", path.display());
         }
     };
+    if let Some(report) = args.once.as_deref().and_then(done_before) {
+        println!("{report}");
+        log(&report);
+        return 0;
+    }
     let (message, code) = match execute(args) {
         Ok(summary) => {
             let report = report(&summary);
+            if let Some(path) = &args.once
+                && let Err(e) = record_done(path, &report)
+            {
+                let message = format!("cannot record the set-aside in {}: {e}", path.display());
+                eprintln!("refill copy: {message}");
+                log(&error_report(&message));
+                return 1;
+            }
             println!("{report}");
             log(&report);
             return 0;
@@ -116,6 +138,29 @@ pub fn run(args: &CopyArgs) -> i32 {
     eprintln!("refill copy: {message}");
     log(&error_report(&message));
     code
+}
+
+/// The report a set-aside recorded in `path` when it completed, if it did.
+fn done_before(path: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(path).ok().filter(|r| !r.is_empty())
+}
+
+/// Records `report` in `path` for good: written beside it, synced, then renamed, so
+/// that a kill midway leaves no half record that would stop the set-aside from
+/// running again.
+fn record_done(path: &std::path::Path, report: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut partial = path.as_os_str().to_os_string();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let mut file = std::fs::File::create(&partial)?;
+    file.write_all(report.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&partial, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 fn execute(args: &CopyArgs) -> Result<Summary, Failure> {
@@ -292,5 +337,29 @@ mod tests {
                 .unwrap_err()
                 .starts_with("--include \"/etc\"")
         );
+    }
+
+    #[test]
+    fn a_set_aside_run_again_after_it_completed_moves_nothing() {
+        let (volume, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let done = state.path().join("set-aside");
+        let line = format!(
+            "--to {} --set-aside .a --exclude .velero --once {}",
+            volume.path().display(),
+            done.display()
+        );
+        std::fs::write(volume.path().join("old"), "old").unwrap();
+        assert_eq!(run(&parse(&line).unwrap()), 0);
+        assert!(volume.path().join(".a/old").exists());
+        let first = std::fs::read_to_string(&done).unwrap();
+        assert!(first.contains("\"deleted\":1"), "{first}");
+        // The node agent writes the backup beside the set-aside directory; a second
+        // run (a sandbox made anew) leaves it where it is and reports the first run.
+        std::fs::write(volume.path().join("restored"), "new").unwrap();
+        assert_eq!(run(&parse(&line).unwrap()), 0);
+        assert!(volume.path().join("restored").exists());
+        assert!(!volume.path().join(".a/restored").exists());
+        assert_eq!(std::fs::read_to_string(&done).unwrap(), first);
+        assert!(parse("--to d --tidy .a --once f").is_err());
     }
 }

@@ -1164,3 +1164,37 @@ fn tidy_removes_only_the_set_aside_directory_never_following_a_symlink() {
     assert!(tidy(l, ".x".as_ref()).is_err());
     assert_eq!(state(outside.path()), outside_before);
 }
+
+#[test]
+fn a_put_back_after_a_tidy_began_refuses_and_leaves_the_backup() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    write(l, "old", b"old");
+    let keep = Matcher::whole(&[".velero".into()]).unwrap();
+    set_aside(l, ".x".as_ref(), &keep).unwrap();
+    write(l, "restored", b"the backup's");
+    // A tidy killed after its first step: the directory renamed, not yet removed.
+    fs::rename(l.join(".x"), l.join(".x.tidy")).unwrap();
+    let refused = put_back(l, ".x", Some(&[".velero".to_string()])).unwrap_err();
+    assert!(refused.to_string().contains("tidy"), "{refused}");
+    assert_eq!(read(l, "restored"), b"the backup's");
+    // A tidy run again goes on where it was.
+    assert_eq!(tidy(l, ".x".as_ref()).unwrap().counts.deleted, 2);
+    let left: Vec<_> = fs::read_dir(l)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["restored"]);
+}
+
+#[test]
+fn a_set_aside_after_a_tidy_began_refuses_and_moves_nothing() {
+    let live = tempfile::tempdir().unwrap();
+    let l = live.path();
+    write(l, "restored", b"the backup's");
+    fs::create_dir(l.join(".x.tidy")).unwrap();
+    let keep = Matcher::whole(&[".velero".into()]).unwrap();
+    assert!(set_aside(l, ".x".as_ref(), &keep).is_err());
+    assert_eq!(read(l, "restored"), b"the backup's");
+    assert!(!l.join(".x").exists());
+}

@@ -105,6 +105,7 @@ pub(crate) fn pod(
         tolerations: &tolerations,
         image,
         restore_wait,
+        set_aside_and_tidy: None,
     });
     pod.metadata = metadata(&prime.name_any(), &namespace, labels::ROLE_PRIME, claim);
     pod

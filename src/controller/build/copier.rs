@@ -4,8 +4,8 @@
 //! snapshot, mounted read-only); or, before a direct restore, it empties the PVC.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, ResourceRequirements,
-    SecurityContext, Toleration, Volume, VolumeMount,
+    Capabilities, Container, ContainerStateTerminated, PersistentVolumeClaimVolumeSource, Pod,
+    PodSpec, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -187,6 +187,74 @@ fn resources() -> ResourceRequirements {
     }
 }
 
+/// Root with only the capabilities that owners, modes and times of other users' files
+/// need (CAPABILITIES says why each): the files get the owners the backup recorded,
+/// whoever they are.
+fn security() -> SecurityContext {
+    SecurityContext {
+        run_as_user: Some(0),
+        run_as_group: Some(0),
+        run_as_non_root: Some(false),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: Some(CAPABILITIES.map(String::from).to_vec()),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A container running `refill copy` with `args`, as root with only its capabilities.
+fn container(name: &str, image: &str, args: Vec<String>, mounts: Vec<VolumeMount>) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(image.to_string()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        args: Some(args),
+        resources: Some(resources()),
+        volume_mounts: Some(mounts),
+        security_context: Some(security()),
+        ..Default::default()
+    }
+}
+
+/// The stand-in's init container that sets the volume's files aside before
+/// `restore-wait`, in a whole-volume restore that deletes extra files.
+pub const SET_ASIDE_CONTAINER: &str = "set-aside";
+/// The stand-in's container that removes them once `restore-wait` has exited.
+pub const TIDY_CONTAINER: &str = "tidy";
+/// The stand-in's own emptyDir, where the set-aside records that it completed.
+pub(crate) const STATE_VOLUME: &str = "refill-state";
+const STATE: &str = "/refill-state";
+
+/// The set-aside and tidy containers of a stand-in that mounts the claim as the pod
+/// volume `volume`: the first runs once (its record in the pod's emptyDir, which a
+/// sandbox made anew keeps), so that it never sets the backup aside.
+pub fn in_stand_in(image: &str, volume: &str, aside: &str) -> (Container, Container) {
+    let target = VolumeMount {
+        name: volume.into(),
+        mount_path: TARGET.into(),
+        ..Default::default()
+    };
+    let state = VolumeMount {
+        name: STATE_VOLUME.into(),
+        mount_path: STATE.into(),
+        ..Default::default()
+    };
+    let mut set_aside = args(Job::SetAside(aside));
+    set_aside.extend(["--once".to_string(), format!("{STATE}/set-aside")]);
+    (
+        container(
+            SET_ASIDE_CONTAINER,
+            image,
+            set_aside,
+            vec![target.clone(), state],
+        ),
+        container(TIDY_CONTAINER, image, args(Job::Tidy(aside)), vec![target]),
+    )
+}
+
 /// The copier pod: root with only the capabilities its job needs, on the nodes given.
 pub fn pod(c: Copier<'_>) -> Pod {
     let mut mounts = vec![VolumeMount {
@@ -204,21 +272,6 @@ pub fn pod(c: Copier<'_>) -> Pod {
         });
         volumes.push(claim_volume("source", source, true));
     }
-    // Root with only the capabilities that owners, modes and times of other users'
-    // files need (CAPABILITIES says why each): the files get the owners the backup
-    // recorded, whoever they are.
-    let security = SecurityContext {
-        run_as_user: Some(0),
-        run_as_group: Some(0),
-        run_as_non_root: Some(false),
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            add: Some(CAPABILITIES.map(String::from).to_vec()),
-        }),
-        ..Default::default()
-    };
     Pod {
         metadata: own_pod_metadata(
             c.name,
@@ -228,16 +281,7 @@ pub fn pod(c: Copier<'_>) -> Pod {
             c.restore_key,
         ),
         spec: Some(PodSpec {
-            containers: vec![Container {
-                name: CONTAINER.into(),
-                image: Some(c.image.to_string()),
-                image_pull_policy: Some("IfNotPresent".into()),
-                args: Some(args(c.job)),
-                resources: Some(resources()),
-                volume_mounts: Some(mounts),
-                security_context: Some(security),
-                ..Default::default()
-            }],
+            containers: vec![container(CONTAINER, c.image, args(c.job), mounts)],
             volumes: Some(volumes),
             affinity: candidate_affinity(c.nodes),
             tolerations: (!c.tolerations.is_empty()).then(|| c.tolerations.to_vec()),
@@ -270,12 +314,15 @@ pub fn outcome(pod: &Pod) -> Option<Result<CopySummary, String>> {
                 .unwrap_or_else(|| "the pod failed".into()))
         });
     };
+    Some(ended(terminated))
+}
+
+/// A `refill copy` container's end: its summary, or why it failed in its own words.
+pub fn ended(terminated: &ContainerStateTerminated) -> Result<CopySummary, String> {
     let message = terminated.message.as_deref().unwrap_or_default();
     if terminated.exit_code == 0 {
-        return Some(
-            serde_json::from_str(message)
-                .map_err(|e| format!("its report could not be read ({e}): {message:?}")),
-        );
+        return serde_json::from_str(message)
+            .map_err(|e| format!("its report could not be read ({e}): {message:?}"));
     }
     #[derive(serde::Deserialize)]
     struct Report {
@@ -287,7 +334,7 @@ pub fn outcome(pod: &Pod) -> Option<Result<CopySummary, String>> {
             Some(reason) => format!("exit code {} ({reason}) {message}", terminated.exit_code),
             None => format!("exit code {} {message}", terminated.exit_code),
         });
-    Some(Err(why.trim().to_string()))
+    Err(why.trim().to_string())
 }
 
 /// Whether the kubelet refused the copier `pod` before starting its container (node

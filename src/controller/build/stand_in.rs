@@ -1,15 +1,20 @@
 //! The stand-in pod: it mounts the PVC in place of the stopped consumers so the node
-//! agent can reach the volume, and does nothing else.
+//! agent can reach the volume. In a whole-volume restore that deletes extra files it
+//! also sets the volume's files aside before `restore-wait` and removes them after,
+//! so that one pod serves the volume.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Toleration, Volume,
+    Affinity, Container, EmptyDirVolumeSource, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Toleration,
+    Volume,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::ConsumerSecurity;
+use crate::controller::build::copier;
 use crate::labels;
 
 /// The idle container's image when the DataRestore names none: it only has to run.
@@ -41,6 +46,10 @@ pub struct StandIn<'a> {
     pub image: &'a str,
     /// Velero's restore-wait init container.
     pub restore_wait: Container,
+    /// A whole-volume restore that deletes extra files: refill's set-aside init
+    /// container, run before `restore-wait`, and its tidy container, run after it in
+    /// place of the idle one.
+    pub set_aside_and_tidy: Option<(Container, Container)>,
 }
 
 /// Never `nodeName`: that bypasses the scheduler, and an unbound WaitForFirstConsumer
@@ -104,6 +113,42 @@ pub fn unscheduled(status: &PodStatus) -> Option<String> {
 /// The stand-in pod of `s`.
 pub fn pod(s: StandIn<'_>) -> Pod {
     let container_security = s.security.and_then(|c| c.container.clone());
+    let idle = Container {
+        name: IDLE_CONTAINER.into(),
+        image: Some(s.image.to_string()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        // The helper's requests and limits (Velero's settings): a namespace whose
+        // quota asks every container for them admits the stand-in.
+        resources: s.restore_wait.resources.clone(),
+        security_context: container_security.or(s.restore_wait.security_context.clone()),
+        ..Default::default()
+    };
+    let mut volumes = vec![Volume {
+        name: s.volume.to_string(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: s.claim.to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    // Velero's node agent finds restore-wait by its name wherever it is among the init
+    // containers, and starts once it runs (pod_volume_restore_controller.go,
+    // getInitContainerIndex and isInitContainerRunning, alike in v1.14.0 and v1.18.1):
+    // the set-aside may come before it. Once it exited, the data is in and the tidy runs.
+    let (init_containers, containers) = match s.set_aside_and_tidy {
+        Some((set_aside, tidy)) => {
+            volumes.push(Volume {
+                name: copier::STATE_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: Some(Quantity("1Mi".into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            (vec![set_aside, s.restore_wait], vec![tidy])
+        }
+        None => (vec![s.restore_wait], vec![idle]),
+    };
     Pod {
         metadata: own_pod_metadata(
             s.name,
@@ -113,26 +158,9 @@ pub fn pod(s: StandIn<'_>) -> Pod {
             s.restore_key,
         ),
         spec: Some(PodSpec {
-            // Velero expects restore-wait first among the init containers.
-            init_containers: Some(vec![s.restore_wait.clone()]),
-            containers: vec![Container {
-                name: IDLE_CONTAINER.into(),
-                image: Some(s.image.to_string()),
-                image_pull_policy: Some("IfNotPresent".into()),
-                // The helper's requests and limits (Velero's settings): a namespace whose
-                // quota asks every container for them admits the stand-in.
-                resources: s.restore_wait.resources.clone(),
-                security_context: container_security.or(s.restore_wait.security_context),
-                ..Default::default()
-            }],
-            volumes: Some(vec![Volume {
-                name: s.volume.to_string(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: s.claim.to_string(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
+            init_containers: Some(init_containers),
+            containers,
+            volumes: Some(volumes),
             security_context: s.security.and_then(|c| c.pod.clone()),
             affinity: candidate_affinity(s.candidate_nodes),
             tolerations: (!s.tolerations.is_empty()).then(|| s.tolerations.to_vec()),
@@ -170,6 +198,7 @@ mod tests {
                 }),
                 ..Default::default()
             },
+            set_aside_and_tidy: None,
         }
     }
 

@@ -92,9 +92,26 @@ pub(crate) fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -
             volume.warning = warning;
         }
         Change::Advance(phase) => {
+            // A stand-in that tidies goes from the node agent's end straight to its tidy.
+            if phase == VolumePhase::Tidying {
+                volume.bytes_done = volume.total_bytes.max(volume.bytes_done);
+            }
             volume.phase = phase;
             volume.message = None;
             volume.warning = None;
+        }
+        Change::Cleared(summary) => {
+            volume.phase = VolumePhase::StartingStandIn;
+            volume.message = Some(format!(
+                "emptied ({} set aside); waiting for restore-wait",
+                entries(summary.deleted)
+            ));
+            volume.warning = None;
+            volume.cleared = Some(summary.deleted);
+        }
+        Change::Tidied(summary) => {
+            volume.tidied = Some(summary.deleted);
+            return apply(volume, Change::Completed, now);
         }
         Change::DataIn { message } => {
             volume.phase = VolumePhase::RemovingStandIn;

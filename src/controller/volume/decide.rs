@@ -1,8 +1,10 @@
 //! The life of one volume as a pure function: from what the pass saw, what happens next.
 //!
 //! ```text
-//! Direct:  Pending ─▶ Quiescing ─▶ [Clearing] ─▶ StartingStandIn ─▶ Restoring ─▶ RemovingStandIn ─┬─▶ Completed
-//!                                                                                  (switchWorkloads) └─▶ Switching ─▶ Completed
+//! Direct:  Pending ─▶ Quiescing ─▶ StartingStandIn ─▶ Restoring ─▶ RemovingStandIn ─┬─▶ Completed
+//!                                                                 (switchWorkloads) └─▶ Switching ─▶ Completed
+//! Direct, extra files deleted (one pod, [`in_pod`]):
+//!          Pending ─▶ Quiescing ─▶ Clearing ─▶ StartingStandIn ─▶ Restoring ─▶ Tidying ─▶ Completed
 //! Staged, paths:
 //!          Pending ─▶ StartingStandIn ─▶ Restoring ─▶ RemovingStandIn ─▶ Quiescing ─▶ Copying ─▶ Completed
 //!
@@ -14,9 +16,11 @@
 //! stand-in goes; the volume's slot of spec.parallel is free by then, but its
 //! consumers wait until the stand-in is gone.
 //!
-//! Direct with extra files deleted (the default) empties the PVC first (Clearing,
-//! refill's copier pod, once the consumers are stopped), so that the node agent,
-//! which only writes what the snapshot holds, leaves the volume exactly as the backup.
+//! Direct with extra files deleted (the default) empties the PVC first (Clearing, the
+//! stand-in's first init container, once the consumers are stopped), so that the node
+//! agent, which only writes what the snapshot holds, leaves the volume exactly as the
+//! backup; the stand-in's main container removes what was set aside (Tidying). A
+//! volume that a refill before this began with a copier pod goes on with copier pods.
 //!
 //! A staged or path restore's node agent fills a scratch claim, not the PVC, while the
 //! consumers still run: nothing writes the PVC until they are stopped (Quiescing, after
@@ -41,6 +45,7 @@ use crate::api::{CopySummary, PodVolumePhase, VolumePhase, VolumeStatus};
 
 use super::{NO_NODE_AGENT, WAITING_FOR_NODE_AGENT};
 
+mod in_pod;
 pub(crate) mod node;
 pub(crate) use node::{NodeDown, OnNode};
 
@@ -146,6 +151,9 @@ pub(crate) enum StandInSeen {
         restore_wait_done: bool,
         /// Why it is not running yet (unschedulable, image pull), when the pod says.
         waiting: Option<String>,
+        /// Its set-aside and tidy, when it has them (a whole-volume restore that
+        /// deletes extra files).
+        in_pod: Option<InPodSeen>,
     },
     /// Another restore's stand-in holds the claim (stand-in names derive from the claim).
     Other {
@@ -157,6 +165,14 @@ pub(crate) enum StandInSeen {
     /// making (no recorded UID, and no PodVolumeRestore names it): a team's, or refill's
     /// own from a pass whose status write was lost.
     Unrecorded { name: String, terminating: bool },
+}
+
+/// How the set-aside init container and the tidy container of a stand-in ended: None
+/// while one has not.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct InPodSeen {
+    pub set_aside: Option<Result<CopySummary, String>>,
+    pub tidy: Option<Result<CopySummary, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +262,10 @@ pub(crate) enum Change {
     },
     /// The copier reported what it did; its pod is removed next.
     Copied(CopySummary),
+    /// The stand-in's set-aside reported what it moved: on to StartingStandIn.
+    Cleared(CopySummary),
+    /// The stand-in's tidy reported what it removed: the volume is restored.
+    Tidied(CopySummary),
     Completed,
     /// Something went wrong, or a stop was asked, while a writer may exist.
     Abort {
@@ -374,6 +394,11 @@ fn by_phase(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timest
             }
             quiescing(volume, seen, rules)
         }
+        VolumePhase::StartingStandIn | VolumePhase::Restoring | VolumePhase::RemovingStandIn
+            if in_pod::tidy_may_run(seen) =>
+        {
+            in_pod::data_in()
+        }
         VolumePhase::StartingStandIn | VolumePhase::Restoring => {
             if let Some(stop) = stop {
                 return abort(stop.outcome, stop.why);
@@ -429,7 +454,10 @@ fn by_phase(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timest
             if let Some(why) = node::cannot_start(seen, rules, now) {
                 return failed(why);
             }
-            copying(volume, seen, rules)
+            match volume.phase == VolumePhase::Clearing && clears_in_stand_in(volume, seen) {
+                true => in_pod::clearing(volume, seen, rules),
+                false => copying(volume, seen, rules),
+            }
         }
         VolumePhase::Tidying => {
             let stop = stop.or_else(|| {
@@ -438,9 +466,10 @@ fn by_phase(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules, now: Timest
                     why,
                 })
             });
-            match stop {
-                Some(stop) => tidy_stopped(volume, seen, stop),
-                None => copying(volume, seen, rules),
+            match (stop, in_pod::of(seen).is_some()) {
+                (Some(stop), _) => tidy_stopped(volume, seen, stop),
+                (None, true) => in_pod::tidying(volume, seen, rules),
+                (None, false) => copying(volume, seen, rules),
             }
         }
         VolumePhase::Aborting => aborting(volume, seen, rules, now),
@@ -521,15 +550,13 @@ fn quiescing(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules) -> Step {
         }
         return stay(format!("waiting for pods to release the volume: {users}"));
     }
-    // Nothing else mounts the PVC now. The next writer is a copier pod (Clearing,
-    // Copying) when there is one, else the stand-in.
-    let next = if volume.fills_scratch_first() {
-        Some(VolumePhase::Copying)
-    } else if volume.clears_first() {
-        Some(VolumePhase::Clearing)
-    } else {
-        None
-    };
+    // Nothing else mounts the PVC now. The next writer is a copier pod (Copying) when
+    // there is one, else the stand-in, which sets the files aside first (Clearing) in a
+    // whole-volume restore that deletes extra files.
+    if volume.clears_first() {
+        return start_stand_in(pvc, seen, VolumePhase::Clearing);
+    }
+    let next = volume.fills_scratch_first().then_some(VolumePhase::Copying);
     if let Some(next) = next {
         return match &seen.stand_in {
             StandInSeen::Absent => Step {
@@ -547,22 +574,20 @@ fn quiescing(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules) -> Step {
             ),
         };
     }
-    start_stand_in(pvc, seen)
+    start_stand_in(pvc, seen, VolumePhase::StartingStandIn)
 }
 
-/// Nothing else writes the PVC: the stand-in is made (with its PodVolumeRestore), or
-/// one a pass made before its status write was lost is followed.
-fn start_stand_in(pvc: &str, seen: &VolumeSeen) -> Step {
+/// Nothing else writes the PVC: the stand-in is made (with its PodVolumeRestore, unless
+/// it sets the files aside first), or one a pass made before its status write was lost
+/// is followed; the volume goes on to `next`.
+fn start_stand_in(pvc: &str, seen: &VolumeSeen, next: VolumePhase) -> Step {
     match &seen.stand_in {
-        StandInSeen::Absent => doing(
-            Effect::CreateStandIn,
-            Change::Advance(VolumePhase::StartingStandIn),
-        ),
+        StandInSeen::Absent => doing(Effect::CreateStandIn, Change::Advance(next)),
         StandInSeen::Ours {
             terminating: false, ..
         } => Step {
             effect: None,
-            change: Change::Advance(VolumePhase::StartingStandIn),
+            change: Change::Advance(next),
         },
         StandInSeen::Ours { name, .. } => {
             stay(format!("waiting for the old stand-in pod {name} to go"))
@@ -807,7 +832,9 @@ fn copying(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules) -> Step {
     }
     match &seen.copier {
         // Emptied: the stand-in comes next, and with it the node agent.
-        CopierSeen::Absent if done && clearing => start_stand_in(pvc, seen),
+        CopierSeen::Absent if done && clearing => {
+            start_stand_in(pvc, seen, VolumePhase::StartingStandIn)
+        }
         CopierSeen::Absent if done => Step {
             effect: None,
             change: Change::Completed,
@@ -893,8 +920,17 @@ fn copying(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules) -> Step {
     }
 }
 
+/// Whether a Clearing volume sets its files aside in its stand-in. A copier seen, or a
+/// set-aside recorded with no stand-in that sets aside, is one a refill before that
+/// shape began: it is followed to its end, and the stand-in made after it.
+fn clears_in_stand_in(volume: &VolumeStatus, seen: &VolumeSeen) -> bool {
+    let copier_began = !matches!(seen.copier, CopierSeen::Absent)
+        || (volume.cleared.is_some() && in_pod::of(seen).is_none());
+    !copier_began
+}
+
 /// What a volume whose set-aside files were not removed or put back holds.
-fn left_aside(volume: &VolumeStatus, backup_in: bool) -> String {
+pub(super) fn left_aside(volume: &VolumeStatus, backup_in: bool) -> String {
     let now = if backup_in {
         "the backup's files are in"
     } else {
@@ -909,6 +945,9 @@ fn left_aside(volume: &VolumeStatus, backup_in: bool) -> String {
 /// The restore stops while the files set aside are removed: the backup is in, so
 /// nothing is put back; the copier goes, and the volume ends saying what it holds.
 fn tidy_stopped(volume: &VolumeStatus, seen: &VolumeSeen, stop: RestoreStop) -> Step {
+    if let Some(step) = in_pod::stopped(seen, &stop) {
+        return step;
+    }
     match &seen.copier {
         CopierSeen::Present {
             terminating: false, ..

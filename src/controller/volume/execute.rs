@@ -15,10 +15,10 @@ use tracing::info;
 use crate::api::{
     DataRestore, DataRestoreStatus, PodVolumeBackup, PodVolumeRestore, VolumePhase, VolumeStatus,
 };
-use crate::controller::build::new_claim;
 use crate::controller::build::pod_volume_restore as pvr;
 use crate::controller::build::restore_helper::{self, HelperSource};
 use crate::controller::build::stand_in::{self, StandIn};
+use crate::controller::build::{copier, new_claim};
 use crate::controller::runtime::error::{Category, Error, is_conflict, is_not_found};
 use crate::controller::{Context, Result};
 use crate::labels;
@@ -240,12 +240,30 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
             .as_deref()
             .unwrap_or(stand_in::DEFAULT_IMAGE),
         restore_wait: container,
+        // The set-aside and the tidy run in the stand-in itself: one pod for the volume.
+        set_aside_and_tidy: volume.clears_first().then(|| {
+            copier::in_stand_in(
+                &act.ctx.config.copier_image,
+                &volume.volume,
+                &copier::aside_dir(act.uid),
+            )
+        }),
     });
     // The PodVolumeBackup is read while the pod is made: the PodVolumeRestore that
     // follows needs both, and neither waits on the other.
     let pods = Api::<Pod>::namespaced(act.ctx.client.clone(), ns);
     let params = PostParams::default();
-    let (created, pvb) = futures::join!(pods.create(&params, &pod), pod_volume_backup(act, volume));
+    // A stand-in that sets the files aside first gets its PodVolumeRestore once that
+    // is recorded (Clearing), so that one exists only when the node agent may have
+    // written, as the put-back's deletion of what was written relies on.
+    let sets_aside = volume.clears_first();
+    let pvb = async {
+        match sets_aside {
+            true => None,
+            false => Some(pod_volume_backup(act, volume).await),
+        }
+    };
+    let (created, pvb) = futures::join!(pods.create(&params, &pod), pvb);
     let created = match created {
         Ok(created) => created,
         // Ours from before a restart (the next pass looks), or another restore's.
@@ -283,6 +301,9 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
     // Recorded from the API's answer, not from what is found later under the name: a
     // pod of that name refill did not make is never taken for its own.
     volume.stand_in_uid = created.uid();
+    let Some(pvb) = pvb else {
+        return Ok(None);
+    };
     // The node agent itself waits for restore-wait to run before it starts, as it does
     // for Velero's own restores, so the PodVolumeRestore goes out with the stand-in.
     refused_as(

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, ResourceExt};
 
@@ -21,7 +21,7 @@ use crate::labels;
 use crate::observe::{consumers, own_pods};
 
 use super::decide::{
-    ClaimSeen, ConsumersSeen, CopierSeen, OnNode, PvrSeen, StandInSeen, VolumeSeen,
+    ClaimSeen, ConsumersSeen, CopierSeen, InPodSeen, OnNode, PvrSeen, StandInSeen, VolumeSeen,
 };
 
 mod nodes;
@@ -56,9 +56,13 @@ pub(crate) fn confirm(
 ) -> Confirm {
     // From StartingStandIn on, the stand-in was made: its absence fails the volume
     // (Restoring), lets its consumers come back (RemovingStandIn) or ends it (Aborting).
+    // A whole-volume restore that deletes extra files makes it as it starts Clearing,
+    // and it tidies in it.
     let stand_in_expected = matches!(
         phase,
-        VolumePhase::StartingStandIn
+        VolumePhase::Clearing
+            | VolumePhase::Tidying
+            | VolumePhase::StartingStandIn
             | VolumePhase::Restoring
             | VolumePhase::RemovingStandIn
             | VolumePhase::Aborting
@@ -116,7 +120,7 @@ pub(crate) async fn found(
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
     let copier_name = labels::copier_pod_name(&volume.pvc);
     let copier = async {
-        match copier_may_exist(volume) {
+        match copier_may_exist(volume, stand_in.is_some()) {
             true => pods.get_opt(&copier_name).await,
             false => Ok(None),
         }
@@ -141,8 +145,16 @@ pub(crate) async fn found(
 /// is not read. An ended volume saw its copier gone, or exited and deleted by the pass
 /// that ended it, so it is not read either: a large restore's ended volumes would cost
 /// a read each on every pass.
-fn copier_may_exist(volume: &VolumeStatus) -> bool {
-    let has_copier = volume.fills_scratch_first() || volume.clears_first();
+///
+/// A whole-volume restore sets aside and tidies in its stand-in: in Clearing and
+/// Tidying a copier exists only when one was made (by a refill before this shape, or
+/// for a tidy whose stand-in went before it began), and its absence is cheap to see.
+fn copier_may_exist(volume: &VolumeStatus, stand_in: bool) -> bool {
+    let in_stand_in = volume.clears_first()
+        && matches!(volume.phase, VolumePhase::Clearing | VolumePhase::Tidying)
+        && stand_in
+        && volume.copier_uid.is_none();
+    let has_copier = (volume.fills_scratch_first() || volume.clears_first()) && !in_stand_in;
     has_copier
         && matches!(
             volume.phase,
@@ -266,6 +278,7 @@ pub(crate) fn stand_in_of(pod: &Pod) -> StandInSeen {
     let restore_wait_done = wait_state
         .and_then(|s| s.terminated.as_ref())
         .is_some_and(|t| t.exit_code == 0);
+    let in_pod = in_pod_of(pod, &status);
     StandInSeen::Ours {
         name: pod.name_any(),
         terminating: pod.metadata.deletion_timestamp.is_some(),
@@ -273,7 +286,40 @@ pub(crate) fn stand_in_of(pod: &Pod) -> StandInSeen {
         restore_wait_since,
         restore_wait_done,
         waiting: unscheduled.or(container_waiting),
+        in_pod,
     }
+}
+
+/// What the set-aside and tidy containers of a stand-in that has them did, from their
+/// termination messages: what a restarted controller reads to go on.
+fn in_pod_of(pod: &Pod, status: &PodStatus) -> Option<InPodSeen> {
+    let spec = pod.spec.as_ref()?;
+    if !spec
+        .init_containers
+        .iter()
+        .flatten()
+        .any(|c| c.name == copier::SET_ASIDE_CONTAINER)
+    {
+        return None;
+    }
+    let end = |statuses: &Option<Vec<ContainerStatus>>, name: &str| {
+        let terminated = statuses
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)?
+            .state
+            .as_ref()?
+            .terminated
+            .as_ref()?;
+        // Its report is what the volume records; a status that says it ended before
+        // carrying one is looked at again.
+        (terminated.exit_code != 0 || terminated.message.is_some())
+            .then(|| copier::ended(terminated))
+    };
+    Some(InPodSeen {
+        set_aside: end(&status.init_container_statuses, copier::SET_ASIDE_CONTAINER),
+        tidy: end(&status.container_statuses, copier::TIDY_CONTAINER),
+    })
 }
 
 fn pvr_of(found: &PodVolumeRestore) -> PvrSeen {
@@ -559,7 +605,7 @@ pub(crate) fn follow(volume: &mut VolumeStatus, found: &MadeSeen, uid: &str) {
     // The record is of the copier there is: once none is, the next one refill makes
     // (a copy or clearing done again, after a restart lost what the last one did) is
     // recorded anew when it is made.
-    if found.copier.is_none() && copier_may_exist(volume) {
+    if found.copier.is_none() && copier_may_exist(volume, found.stand_in.is_some()) {
         volume.copier_uid = None;
     }
     if let Some(pod) = &found.stand_in {
@@ -944,6 +990,11 @@ mod tests {
             (VolumePhase::Aborting, false, Some(&done), c(true, false)),
             (VolumePhase::Completed, false, None, c(false, false)),
             (VolumePhase::Failed, false, None, c(false, false)),
+            // The stand-in sets aside and tidies: a store behind it must not fail the
+            // volume.
+            (VolumePhase::Clearing, false, None, c(true, false)),
+            (VolumePhase::Tidying, false, Some(&done), c(true, false)),
+            (VolumePhase::Clearing, true, None, c(false, false)),
         ];
         for (phase, stand_in, pvr, want) in rows {
             assert_eq!(
@@ -1036,5 +1087,80 @@ mod tests {
             panic!("ours")
         };
         assert_eq!(failed.as_deref(), Some("Evicted"));
+    }
+
+    /// A refill restarted midway reads where a stand-in that sets aside and tidies
+    /// stands from its status alone.
+    #[test]
+    fn a_stand_in_that_sets_aside_and_tidies_is_read_from_its_containers() {
+        let shape = |status: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "refill-data-1"},
+                "spec": {
+                    "initContainers": [{"name": "set-aside"}, {"name": "restore-wait"}],
+                    "containers": [{"name": "tidy"}],
+                },
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let in_pod = |pod: &Pod| match stand_in_of(pod) {
+            StandInSeen::Ours {
+                in_pod,
+                restore_wait_done,
+                ..
+            } => (in_pod, restore_wait_done),
+            other => panic!("ours, not {other:?}"),
+        };
+        let ended = |code: i32, message: Option<&str>| serde_json::json!({"terminated": {"exitCode": code, "message": message}});
+        let report = r#"{"deleted":3}"#;
+
+        let setting_aside = shape(serde_json::json!({"initContainerStatuses": [
+            {"name": "set-aside", "state": {"running": {}}},
+        ]}));
+        assert_eq!(in_pod(&setting_aside), (Some(InPodSeen::default()), false));
+
+        // A status that shows it ended with no report yet (as a simulated kubelet
+        // may write it before the report) is looked at again.
+        let no_report = shape(serde_json::json!({"initContainerStatuses": [
+            {"name": "set-aside", "state": ended(0, None)},
+        ]}));
+        assert_eq!(in_pod(&no_report).0.unwrap().set_aside, None);
+
+        let waiting = shape(serde_json::json!({"initContainerStatuses": [
+            {"name": "set-aside", "state": ended(0, Some(report))},
+            {"name": "restore-wait", "state": {"running": {}}},
+        ]}));
+        let (seen, done) = in_pod(&waiting);
+        let seen = seen.unwrap();
+        assert_eq!(seen.set_aside.unwrap().unwrap().deleted, 3);
+        assert_eq!((seen.tidy, done), (None, false));
+
+        let tidied = shape(serde_json::json!({
+            "phase": "Succeeded",
+            "initContainerStatuses": [
+                {"name": "set-aside", "state": ended(0, Some(report))},
+                {"name": "restore-wait", "state": ended(0, None)},
+            ],
+            "containerStatuses": [{"name": "tidy", "state": ended(0, Some(r#"{"deleted":5}"#))}],
+        }));
+        let (seen, done) = in_pod(&tidied);
+        assert!(done);
+        assert_eq!(seen.unwrap().tidy.unwrap().unwrap().deleted, 5);
+
+        let refused = shape(serde_json::json!({
+            "phase": "Failed",
+            "initContainerStatuses": [
+                {"name": "set-aside", "state": ended(1, Some(r#"{"error":"rename x: Permission denied"}"#))},
+            ],
+        }));
+        let seen = in_pod(&refused).0.unwrap();
+        assert_eq!(
+            seen.set_aside,
+            Some(Err("rename x: Permission denied".to_string()))
+        );
+
+        // A stand-in that only holds the volume has none of this.
+        assert_eq!(in_pod(&pod(PodStatus::default())).0, None);
     }
 }

@@ -396,6 +396,9 @@ async fn send(
                 tolerations: &[],
                 image: stand_in::DEFAULT_IMAGE,
                 restore_wait: ready.restore_wait.clone(),
+                // The floor is what any restore through the node agent needs: no
+                // set-aside nor tidy of refill's own.
+                set_aside_and_tidy: None,
             });
             pod.labels_mut()
                 .insert(RUN_LABEL.to_string(), run_id.to_string());

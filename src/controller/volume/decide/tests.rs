@@ -109,6 +109,7 @@ fn ours() -> StandInSeen {
         restore_wait_since: None,
         restore_wait_done: false,
         waiting: None,
+        in_pod: None,
     }
 }
 
@@ -120,6 +121,7 @@ fn waiting_for(why: &str) -> StandInSeen {
         restore_wait_since: None,
         restore_wait_done: false,
         waiting: Some(why.into()),
+        in_pod: None,
     }
 }
 
@@ -131,6 +133,7 @@ fn running_since(second: i64) -> StandInSeen {
         restore_wait_since: Some(at(second)),
         restore_wait_done: false,
         waiting: None,
+        in_pod: None,
     }
 }
 
@@ -142,6 +145,7 @@ fn terminating() -> StandInSeen {
         restore_wait_since: None,
         restore_wait_done: false,
         waiting: None,
+        in_pod: None,
     }
 }
 
@@ -153,6 +157,7 @@ fn broken() -> StandInSeen {
         restore_wait_since: None,
         restore_wait_done: false,
         waiting: None,
+        in_pod: None,
     }
 }
 
@@ -164,6 +169,7 @@ fn cleaned_up() -> StandInSeen {
         restore_wait_since: None,
         restore_wait_done: true,
         waiting: None,
+        in_pod: None,
     }
 }
 
@@ -284,6 +290,10 @@ fn with_scratch(mut s: VolumeSeen) -> VolumeSeen {
 enum Want {
     /// The copier's summary recorded, with this effect.
     Copied(Option<Effect>),
+    /// The stand-in's set-aside recorded, with this effect.
+    Cleared(Option<Effect>),
+    /// The stand-in's tidy recorded, with this effect: the volume completes.
+    Tidied(Option<Effect>),
     Stay(Option<Effect>, Option<&'static str>),
     StayWarning(&'static str),
     /// Stays, doing this, with a warning holding the words.
@@ -322,6 +332,12 @@ fn check(name: &str, step: &Step, want: &Want) {
             step.effect == *effect && message.as_deref().is_some_and(|m| m.contains(fragment))
         }
         (Want::Completed, Change::Completed) => step.effect.is_none(),
+        (Want::Cleared(effect), Change::Cleared(summary)) => {
+            step.effect == *effect && summary.deleted == 3
+        }
+        (Want::Tidied(effect), Change::Tidied(summary)) => {
+            step.effect == *effect && summary.deleted == 3
+        }
         (Want::CompletedDoing(effect), Change::Completed) => step.effect == Some(*effect),
         (Want::Copied(effect), Change::Copied(summary)) => {
             // The copier's summary as it reported it: a copy's, or a clearing's.
@@ -1244,6 +1260,7 @@ fn every_switching_transition() {
     }
 }
 
+mod in_pod;
 mod node;
 mod staged;
 

@@ -13,9 +13,11 @@ const PODS: &str = "/api/v1/namespaces/shop/pods";
 const BACKUP: &str = "/apis/velero.io/v1/namespaces/velero/podvolumebackups/nightly-data";
 const PVRS: &str = "/apis/velero.io/v1/namespaces/velero/podvolumerestores";
 
-/// Volume `data` of the consumers of `shop/data`, about to get its stand-in.
+/// Volume `data` of the consumers of `shop/data`, about to get its stand-in: a
+/// direct restore that keeps extra files, whose stand-in only holds the volume.
 fn volume() -> VolumeStatus {
     VolumeStatus {
+        keep_extra_files: true,
         pvc: "shop/data".into(),
         phase: VolumePhase::StartingStandIn,
         pvc_uid: Some("pvc-uid-1".into()),
@@ -101,6 +103,17 @@ async fn perform_against(
     found: &MadeSeen,
     effect: Effect,
 ) -> (Result<Option<Change>>, VolumeStatus) {
+    perform_on(volume(), mock, client, found, effect).await
+}
+
+/// [`perform_against`] on `volume`.
+async fn perform_on(
+    mut volume: VolumeStatus,
+    mock: ApiMock,
+    client: kube::Client,
+    found: &MadeSeen,
+    effect: Effect,
+) -> (Result<Option<Change>>, VolumeStatus) {
     let (dr, ctx) = (data_restore(), context(client));
     let status = DataRestoreStatus::default();
     let pass = PassView::default();
@@ -113,7 +126,6 @@ async fn perform_against(
         pass: &pass,
         helper: Some(&helper),
     };
-    let mut volume = volume();
     let change = mock.run(perform(&act, found, &mut volume, effect)).await;
     (change, volume)
 }
@@ -133,8 +145,8 @@ async fn a_stand_in_is_made_with_velero_s_restore_wait_and_its_pod_volume_restor
                 "/metadata/annotations",
                 json!({labels::DATA_RESTORE_ANNOTATION: "velero/fix"}),
             )
-            // Velero's node agent writes only into a pod whose first init container is
-            // restore-wait, waiting for this restore's UID.
+            // Velero's node agent writes only into a pod whose init container
+            // restore-wait runs, waiting for this restore's UID.
             .body("/spec/initContainers/0/name", json!("restore-wait"))
             .body("/spec/initContainers/0/args", json!([UID]))
             .body(
@@ -162,6 +174,85 @@ async fn a_stand_in_is_made_with_velero_s_restore_wait_and_its_pod_volume_restor
         "recorded from the API's answer"
     );
     assert!(volume.pod_volume_restore.is_some());
+}
+
+#[tokio::test]
+async fn a_stand_in_that_sets_aside_and_tidies_is_made_alone_with_restore_wait_second() {
+    let name = labels::stand_in_pod_name("shop/data");
+    let aside = ".refill-aside-uid-1";
+    let (client, mock) = ApiMock::new([
+        // No PodVolumeBackup read and no PodVolumeRestore yet: that follows once the
+        // set-aside is recorded.
+        post(PODS)
+            .body("/metadata/name", json!(name))
+            .body("/spec/initContainers/0/name", json!("set-aside"))
+            .body(
+                "/spec/initContainers/0/args",
+                json!([
+                    "copy",
+                    "--set-aside",
+                    aside,
+                    "--to",
+                    "/target",
+                    "--exclude",
+                    ".velero",
+                    "--termination-log",
+                    "/dev/termination-log",
+                    "--once",
+                    "/refill-state/set-aside"
+                ]),
+            )
+            .body(
+                "/spec/initContainers/0/volumeMounts",
+                json!([
+                    {"name": "data", "mountPath": "/target"},
+                    {"name": "refill-state", "mountPath": "/refill-state"},
+                ]),
+            )
+            .body("/spec/initContainers/0/securityContext/runAsUser", json!(0))
+            .body("/spec/initContainers/1/name", json!("restore-wait"))
+            .body("/spec/initContainers/1/args", json!([UID]))
+            .body_lacks("/spec/initContainers/2")
+            .body("/spec/containers/0/name", json!("tidy"))
+            .body(
+                "/spec/containers/0/args",
+                json!([
+                    "copy",
+                    "--tidy",
+                    aside,
+                    "--to",
+                    "/target",
+                    "--termination-log",
+                    "/dev/termination-log"
+                ]),
+            )
+            .body_lacks("/spec/containers/1")
+            .body(
+                "/spec/volumes",
+                json!([
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "refill-state", "emptyDir": {"sizeLimit": "1Mi"}},
+                ]),
+            )
+            .body("/spec/restartPolicy", json!("Never"))
+            .answer_with(201, stand_in),
+    ]);
+    let exact = VolumeStatus {
+        keep_extra_files: false,
+        phase: VolumePhase::Clearing,
+        ..volume()
+    };
+    let (change, volume) = perform_on(
+        exact,
+        mock,
+        client,
+        &MadeSeen::default(),
+        Effect::CreateStandIn,
+    )
+    .await;
+    assert!(change.unwrap().is_none(), "the decided change stands");
+    assert_eq!(volume.stand_in_uid.as_deref(), Some("pod-uid-1"));
+    assert!(volume.pod_volume_restore.is_none());
 }
 
 #[tokio::test]

@@ -24,11 +24,11 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
     use VolumePhase::*;
     let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
         (
-            "quiesced: clear before the stand-in",
+            "quiesced: the stand-in that sets the files aside first",
             exact(volume(Quiescing)),
             seen(StandInSeen::Absent, None),
             rules(),
-            Want::Advance(None, Clearing),
+            Want::Advance(Some(Effect::CreateStandIn), Clearing),
         ),
         (
             "quiescing still waits for the consumers' pods",
@@ -38,15 +38,13 @@ fn a_direct_exact_restore_empties_the_volume_between_the_stop_and_the_stand_in()
             Want::Stay(None, Some("waiting for pods to release")),
         ),
         (
-            "clearing starts the copier",
+            "clearing with no stand-in made yet makes it (never a copier)",
             exact(volume(Clearing)),
             seen(StandInSeen::Absent, None),
             rules(),
-            Want::Stay(
-                Some(Effect::CreateCopier),
-                Some("setting aside what the volume holds"),
-            ),
+            Want::Stay(Some(Effect::CreateStandIn), None),
         ),
+        // A copier that a refill before the stand-in set files aside began is followed.
         (
             "clearing waits for the copier",
             exact(volume(Clearing)),
