@@ -1178,8 +1178,13 @@ async fn cancel_and_delete_roll_back_through_the_same_finish() -> Result<()> {
         let spec = stand_in.spec.unwrap();
         ensure!(spec.node_name.as_deref() == Some("node-a"), "the scheduler places the stand-in by the PV");
         ensure!(spec.security_context.and_then(|c| c.fs_group) == Some(1001), "the consumer's fsGroup is kept");
-        let wait = &spec.init_containers.unwrap()[0];
-        ensure!(wait.name == "restore-wait", "restore-wait must come first");
+        // An exact restore sets the files aside first, in the same pod; Velero's node
+        // agent finds restore-wait by its name.
+        let init = spec.init_containers.unwrap();
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        ensure!(names == ["set-aside", "restore-wait"], "{names:?}");
+        ensure!(spec.containers[0].name == "tidy", "the stand-in tidies after restore-wait");
+        let wait = &init[1];
         ensure!(wait.image.as_deref() == Some("registry.local/velero:v1.17.1"), "{:?}", wait.image);
         ensure!(wait.command == Some(vec!["/velero-restore-helper".to_string()]));
         ensure!(wait.args == Some(vec![r1.metadata.uid.clone().unwrap()]), "the argument is the owner's UID");

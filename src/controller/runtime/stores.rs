@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, Store, store::Writer};
@@ -23,7 +23,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::api::PodVolumeRestore;
-use crate::controller::build::restore_helper;
+use crate::controller::build::{copier, restore_helper};
 use crate::labels;
 use crate::observe;
 
@@ -146,7 +146,18 @@ fn slim(pod: &Pod) -> Pod {
         init_container_statuses: status.init_container_statuses.as_ref().map(|statuses| {
             statuses
                 .iter()
-                .filter(|c| c.name == restore_helper::CONTAINER_NAME)
+                .filter(|c| {
+                    c.name == restore_helper::CONTAINER_NAME
+                        || c.name == copier::SET_ASIDE_CONTAINER
+                })
+                .cloned()
+                .collect()
+        }),
+        // The tidy's end and report; an idle container's tell nothing.
+        container_statuses: status.container_statuses.as_ref().map(|statuses| {
+            statuses
+                .iter()
+                .filter(|c| c.name == copier::TIDY_CONTAINER)
                 .cloned()
                 .collect()
         }),
@@ -165,6 +176,16 @@ fn slim(pod: &Pod) -> Pod {
         },
         spec: pod.spec.as_ref().map(|spec| PodSpec {
             node_name: spec.node_name.clone(),
+            // Their names alone: whether the stand-in sets aside and tidies.
+            init_containers: spec.init_containers.as_ref().map(|containers| {
+                containers
+                    .iter()
+                    .map(|c| Container {
+                        name: c.name.clone(),
+                        ..Container::default()
+                    })
+                    .collect()
+            }),
             ..PodSpec::default()
         }),
         status,
@@ -315,8 +336,8 @@ mod tests {
     fn a_slim_stand_in_reads_as_the_whole_one() {
         use crate::controller::volume::sight::stand_in_of;
         use k8s_openapi::api::core::v1::{
-            Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-            ContainerStatus, PodCondition,
+            ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
+            PodCondition,
         };
         let mut whole = pod("refill-data", Some("one"));
         whole.metadata.uid = Some("pod-uid".into());
@@ -367,6 +388,59 @@ mod tests {
             assert_eq!(kept.spec.unwrap().node_name.as_deref(), Some("node-a"));
             assert!(kept.metadata.annotations.is_none());
         }
+        // A stand-in that sets aside and tidies: its steps' ends and reports are kept.
+        let named = |name: &str| Container {
+            name: name.into(),
+            args: Some(vec!["copy".into(); 8]),
+            ..Default::default()
+        };
+        let spec = whole.spec.as_mut().unwrap();
+        spec.init_containers = Some(vec![
+            named(copier::SET_ASIDE_CONTAINER),
+            named(restore_helper::CONTAINER_NAME),
+        ]);
+        spec.containers = vec![named(copier::TIDY_CONTAINER)];
+        let report = |message: &str| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                message: Some(message.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut tidied = status(ended(0));
+        tidied.phase = Some("Succeeded".into());
+        tidied
+            .init_container_statuses
+            .as_mut()
+            .unwrap()
+            .push(ContainerStatus {
+                name: copier::SET_ASIDE_CONTAINER.into(),
+                state: Some(report(r#"{"deleted":3}"#)),
+                ..Default::default()
+            });
+        tidied.container_statuses = Some(vec![ContainerStatus {
+            name: copier::TIDY_CONTAINER.into(),
+            state: Some(report(r#"{"deleted":4}"#)),
+            ..Default::default()
+        }]);
+        whole.status = Some(tidied);
+        let kept = slim(&whole);
+        assert_eq!(stand_in_of(&kept), stand_in_of(&whole));
+        assert!(matches!(
+            stand_in_of(&kept),
+            crate::controller::volume::decide::StandInSeen::Ours {
+                in_pod: Some(_),
+                ..
+            }
+        ));
+        let spec = kept.spec.unwrap();
+        assert!(
+            spec.init_containers
+                .unwrap()
+                .iter()
+                .all(|c| c.args.is_none())
+        );
     }
 
     #[tokio::test]
