@@ -501,7 +501,9 @@ pub(super) async fn work(
     // Only a volume about to get its stand-in needs the helper's settings; they are
     // read while consumers are stopped (or a scratch claim's fill starts).
     let needs_helper = status.volumes.iter().any(|v| match v.phase {
-        VolumePhase::Quiescing | VolumePhase::Clearing => !v.fills_scratch_first(),
+        VolumePhase::Quiescing => !v.fills_scratch_first(),
+        // Made as Clearing starts, unless that pass's create met a pod of its name.
+        VolumePhase::Clearing => v.stand_in_uid.is_none(),
         VolumePhase::StartingStandIn => v.stand_in_pod.is_none(),
         _ => false,
     });

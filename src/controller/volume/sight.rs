@@ -434,8 +434,25 @@ pub(crate) async fn seen(
         .as_ref()
         .map_or(CopierSeen::Absent, |pod| copier_of(pod, uid, volume));
     let stand_in_node = match (&stand_in, &found.stand_in) {
-        (StandInSeen::Ours { name, .. }, Some(pod)) => {
+        (
+            StandInSeen::Ours {
+                name,
+                in_pod,
+                restore_wait_done,
+                ..
+            },
+            Some(pod),
+        ) => {
             on_nodes.push((node_of(pod), OnNode::StandIn(name.clone())));
+            // Its set-aside, or its tidy once restore-wait exited, may run there unheard
+            // of until it is known to have ended. (Between the two, the node agent is
+            // the writer, and only once it took the PodVolumeRestore.)
+            let steps_may_run = in_pod.as_ref().is_some_and(|steps| {
+                steps.set_aside.is_none() || (*restore_wait_done && steps.tidy.is_none())
+            });
+            if steps_may_run {
+                on_nodes.push((node_of(pod), OnNode::StandInSteps(name.clone())));
+            }
             Some(node_of(pod))
         }
         _ => None,

@@ -10,7 +10,8 @@
 //! - a stand-in or copier refill is removing is removed without the kubelet's word
 //!   (grace period 0) after the same grace, when nothing on that node may write: no
 //!   node agent took the PodVolumeRestore (a node agent records that in the API
-//!   before it writes; the stand-in itself writes nothing), no copier is bound there
+//!   before it writes; the stand-in itself writes nothing but its set-aside and tidy,
+//!   counted like a copier until known ended), no copier is bound there
 //!   (a frozen kubelet's containers run on, unreported), no consumer pod is left there.
 //!   The kubelet, if it comes back, stops what is left of a pod the API no longer has;
 //! - a node agent or copier that may be writing is waited for: the words say so, and
@@ -26,6 +27,9 @@ use super::{CopierSeen, Effect, Rules, StandInSeen, VolumeSeen, expired};
 pub(crate) enum OnNode {
     /// This restore's stand-in pod.
     StandIn(String),
+    /// The set-aside or the tidy of this stand-in, which write to the volume, bound
+    /// there and not known to have ended.
+    StandInSteps(String),
     /// This restore's copier pod, bound there: unless it is known to have ended, its
     /// container may have started without the API hearing of it (a kubelet that stops
     /// reporting does not stop its containers), so it may be writing.
@@ -59,6 +63,9 @@ impl OnNode {
             OnNode::Copier { name, ended: false } => Some(format!(
                 "copier pod {name} may have started there and may still be writing"
             )),
+            OnNode::StandInSteps(name) => Some(format!(
+                "stand-in pod {name} may be setting the volume's files aside or removing them there"
+            )),
             OnNode::Pod(name) => Some(format!(
                 "pod {name}, which mounts the claim, may still be running there and writing"
             )),
@@ -77,7 +84,8 @@ impl OnNode {
             OnNode::Copier { name, .. } => Some(format!("copier pod {name}")),
             OnNode::Agent { pvr, .. } => Some(format!("the node agent's PodVolumeRestore {pvr}")),
             OnNode::Pod(name) => Some(format!("pod {name}")),
-            OnNode::Volume => None,
+            // Named by its stand-in's entry.
+            OnNode::StandInSteps(_) | OnNode::Volume => None,
         }
     }
 }

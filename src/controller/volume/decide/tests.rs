@@ -173,6 +173,23 @@ fn cleaned_up() -> StandInSeen {
     }
 }
 
+/// The stand-in that sets aside and tidies, as its containers stand.
+fn one_pod(
+    set_aside: Option<Result<CopySummary, String>>,
+    restore_wait_done: bool,
+    tidy: Option<Result<CopySummary, String>>,
+) -> StandInSeen {
+    StandInSeen::Ours {
+        name: "refill-data-1".into(),
+        terminating: false,
+        failed: None,
+        restore_wait_since: None,
+        restore_wait_done,
+        waiting: None,
+        in_pod: Some(InPodSeen { set_aside, tidy }),
+    }
+}
+
 fn others(terminating: bool) -> StandInSeen {
     StandInSeen::Other {
         name: "refill-data-1".into(),

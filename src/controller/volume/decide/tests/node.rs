@@ -294,3 +294,43 @@ fn the_note_of_a_down_node_is_replaced_each_pass_and_goes_when_it_is_back() {
     assert_eq!(message.as_deref(), Some("why"));
     assert_eq!(warning, None);
 }
+
+/// A stand-in whose set-aside may run on a node that stopped answering is a writer, as
+/// a copier is: waited for until the node answers or its Node object is deleted.
+#[test]
+fn a_stand_in_setting_aside_on_a_node_that_stopped_answering_is_waited_for() {
+    use VolumePhase::*;
+    let setting_aside = || one_pod(None, false, None);
+    let steps = || OnNode::StandInSteps("refill-data-1".into());
+    let exact_clearing = || VolumeStatus {
+        keep_extra_files: false,
+        stand_in_uid: Some("pod-uid-1".into()),
+        ..volume(Clearing)
+    };
+    let rows: Vec<(&str, VolumeStatus, VolumeSeen, Rules, Want)> = vec![
+        (
+            "down past the grace: not given up, the set-aside may still be moving files",
+            exact_clearing(),
+            with_down(
+                seen(setting_aside(), None),
+                down(200, false, vec![stand_in_there(), steps()]),
+            ),
+            rules(),
+            Want::StayWarning("may be setting the volume's files aside or removing them there"),
+        ),
+        (
+            "its Node object deleted: nothing there runs any more, the files are put back",
+            exact_clearing(),
+            with_down(
+                seen(setting_aside(), None),
+                down(0, true, vec![stand_in_there(), steps()]),
+            ),
+            rules(),
+            Want::Abort(Failed, "what ran there may have written part of the volume"),
+        ),
+    ];
+    let now = at(NOW);
+    for (name, volume, seen, rules, want) in &rows {
+        check(name, &decide(volume, seen, rules, now), want);
+    }
+}
