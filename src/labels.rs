@@ -50,6 +50,8 @@ pub(crate) const ROLE_NEW_CLAIM: &str = "new-claim";
 pub const ROLE_SCRATCH: &str = "scratch";
 /// The role of the pod that copies a path restore's paths into the PVC.
 pub const ROLE_COPIER: &str = "copier";
+/// How every copier pod's name begins (see [`copier_pod_name`]).
+pub const COPIER_POD_PREFIX: &str = "refill-copy-";
 /// On a claim made for `target: NewClaim`: `namespace/name` of the claim it copies.
 pub const RESTORED_FROM_ANNOTATION: &str = "refill.dev/restored-from";
 /// On a stopped consumer: the UID of the DataRestore that stopped it. Written with the
@@ -194,7 +196,10 @@ pub(crate) fn scratch_claim_name(claim: &str, restore_name: &str) -> String {
 /// derives from the claim alone.
 pub fn copier_pod_name(pvc_key: &str) -> String {
     let claim = pvc_key.rsplit('/').next().unwrap_or(pvc_key);
-    derived_name(&format!("refill-copy-{claim}"), &[pvc_key, ROLE_COPIER])
+    derived_name(
+        &format!("{COPIER_POD_PREFIX}{claim}"),
+        &[pvc_key, ROLE_COPIER],
+    )
 }
 
 /// The prime claim, its pod and its PodVolumeRestore of the fill of the claim with

@@ -566,7 +566,21 @@ start_real_nodes() {
   fi
   for name in $(real_node_names); do start_real_node "$name"; done
   local deadline=$((SECONDS + 120))
+  local -A relaunched=()
   until real_nodes_ready "$restart"; do
+    # A kubelet has been seen to die while starting (a Go runtime fatal error,
+    # "concurrent map iteration and map write"): a node whose kubelet exited is
+    # started again, twice at most, rather than waited for until the deadline.
+    for name in $(real_node_names); do
+      node_vars "$name"
+      node_component_pid kubelet >/dev/null && continue
+      ((${relaunched[$name]:-0} < 2)) || continue
+      relaunched[$name]=$((${relaunched[$name]:-0} + 1))
+      say "the kubelet of $name exited while starting; starting $name again. Its last words:"
+      tail -n 5 "$n_dir/logs/kubelet.log" >&2
+      start_real_node "$name"
+      deadline=$((SECONDS + 120))
+    done
     if ((SECONDS >= deadline)); then
       say "timed out after 120s waiting for $real_node_count Ready real nodes"
       for name in $(real_node_names); do

@@ -95,6 +95,16 @@ pub(crate) async fn consumers_in(
         own_uid,
         git_ops,
     } = found;
+    // Workloads whose pod template mounts a claim are consumers too (below); listed
+    // first, they also give the replica counts of the owners of the pods found.
+    let read;
+    let listed = match reads.workloads.and_then(|w| w.of(namespace)) {
+        Some(listed) => listed,
+        None => {
+            read = workloads(reads.client, namespace, git_ops).await?;
+            &read
+        }
+    };
     let mut owner_cache = OwnersMet::new();
     let mut replica_cache: BTreeMap<(ConsumerKind, String), Option<i32>> = BTreeMap::new();
     let mut out: BTreeMap<String, Vec<ConsumerRef>> = BTreeMap::new();
@@ -126,7 +136,10 @@ pub(crate) async fn consumers_in(
             Owner::Known(kind, name) if kind.is_scalable() && read_replicas == Replicas::Read => {
                 let key = (*kind, name.clone());
                 if !replica_cache.contains_key(&key) {
-                    let replicas = replicas_of(reads.client, namespace, *kind, name).await?;
+                    let replicas = match listed_replicas(listed, *kind, name) {
+                        Some(known) => known,
+                        None => replicas_of(reads.client, namespace, *kind, name).await?,
+                    };
                     replica_cache.insert(key.clone(), replicas);
                 }
                 replica_cache[&key]
@@ -146,20 +159,23 @@ pub(crate) async fn consumers_in(
         };
         push_refs(&mut out, namespace, pod, &mounted, found);
     }
-    // Workloads whose pod template mounts a claim are consumers too, with no pod running
-    // now (at 0 replicas, a CronJob between runs): started mid-restore, they would write.
-    let read;
-    let listed = match reads.workloads.and_then(|w| w.of(namespace)) {
-        Some(listed) => listed,
-        None => {
-            read = workloads(reads.client, namespace, git_ops).await?;
-            &read
-        }
-    };
+    // With no pod running now (at 0 replicas, a CronJob between runs): started
+    // mid-restore, they would write.
     for workload in listed {
         add_workload(&mut out, namespace, claims, workload);
     }
     Ok(out)
+}
+
+/// The replica count of the workload `kind`/`name` as the list just read holds it:
+/// `Some(count)` when it was listed (the count None for a kind that does not scale),
+/// None when it was not (a workload whose template no longer mounts the claim its
+/// pods still do), to be read then. Pure.
+fn listed_replicas(listed: &[Workload], kind: ConsumerKind, name: &str) -> Option<Option<i32>> {
+    listed
+        .iter()
+        .find(|w| w.kind == kind && w.name == name)
+        .map(|w| w.replicas)
 }
 
 /// Files a workload found by its pod template: its GitOps managers onto its pods
@@ -302,4 +318,52 @@ async fn owners_of(
         k.owners.put(&owner.uid, refs.clone());
     }
     Ok(refs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Listed;
+
+    fn listed(kind: ConsumerKind, name: &str, spec: serde_json::Value) -> Workload {
+        let object = serde_json::json!({"metadata": {"name": name}, "spec": spec});
+        serde_json::from_value::<Listed>(object)
+            .unwrap()
+            .into_workload(kind, &GitOpsSpec::default())
+    }
+
+    #[test]
+    fn a_listed_owner_gives_its_replicas_without_a_read() {
+        let found = [
+            listed(
+                ConsumerKind::Deployment,
+                "web",
+                serde_json::json!({"replicas": 3}),
+            ),
+            listed(ConsumerKind::StatefulSet, "db", serde_json::json!({})),
+            listed(ConsumerKind::DaemonSet, "agent", serde_json::json!({})),
+        ];
+        let of = |kind, name| listed_replicas(&found, kind, name);
+        assert_eq!(of(ConsumerKind::Deployment, "web"), Some(Some(3)));
+        assert_eq!(
+            of(ConsumerKind::StatefulSet, "db"),
+            Some(Some(1)),
+            "the default"
+        );
+        assert_eq!(
+            of(ConsumerKind::DaemonSet, "agent"),
+            Some(None),
+            "it does not scale"
+        );
+        assert_eq!(
+            of(ConsumerKind::StatefulSet, "web"),
+            None,
+            "another kind: read it"
+        );
+        assert_eq!(
+            of(ConsumerKind::Deployment, "api"),
+            None,
+            "not listed: read it"
+        );
+    }
 }

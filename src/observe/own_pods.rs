@@ -14,6 +14,17 @@ pub(crate) fn is_own_stand_in(pod: &Pod, own_uid: &str) -> bool {
     is_stand_in(pod) && is_own(pod, own_uid)
 }
 
+/// Whether the pod is a copier of any restore, or has a copier's name: what a read of
+/// a copier by its name could find.
+pub(crate) fn may_be_copier(pod: &Pod) -> bool {
+    label(pod, labels::ROLE) == Some(labels::ROLE_COPIER)
+        || pod
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with(labels::COPIER_POD_PREFIX))
+}
+
 /// A path restore's copier pod of the restore `own_uid`.
 pub(crate) fn is_own_copier(pod: &Pod, own_uid: &str) -> bool {
     label(pod, labels::ROLE) == Some(labels::ROLE_COPIER) && is_own(pod, own_uid)

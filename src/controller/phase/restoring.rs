@@ -19,7 +19,6 @@ use crate::api::{
     ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
     Phase, VolumePhase, VolumeStatus,
 };
-use crate::controller::build::restore_helper;
 use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
 use crate::controller::gitops;
 use crate::controller::reasons;
@@ -509,9 +508,7 @@ pub(super) async fn work(
     });
     let helper = async {
         if needs_helper {
-            restore_helper::read_source(&ctx.client, &ctx.config.namespace)
-                .await
-                .map(Some)
+            ctx.helper_source().await.map(Some)
         } else {
             Ok(None)
         }

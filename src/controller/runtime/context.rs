@@ -17,7 +17,9 @@ use crate::observe::reads::{Known, Reads};
 
 use super::metrics::Metrics;
 use super::pacer::Pacer;
+use super::recent::Recent;
 use super::stores::Stores;
+use crate::controller::build::restore_helper::{self, HelperSource};
 use crate::controller::ledger::Ledger;
 
 /// How the controller runs: the namespace it serves, its timings and its metrics.
@@ -139,6 +141,9 @@ pub(crate) struct Context {
     last_version: Mutex<HashMap<String, String>>,
     /// When each paced read (see [`Context::paced_read`]) was last let through.
     paced: Mutex<Pacer>,
+    /// What Velero's namespace last said about the restore helper (see
+    /// [`Context::helper_source`]).
+    helper: Mutex<Recent<HelperSource>>,
     /// Each restore's volumes and consumers as last written (see [`crate::controller::ledger`]).
     pub ledger: Ledger,
     /// Backoff of each restore whose passes fail.
@@ -164,17 +169,40 @@ impl Context {
             last_write: Mutex::default(),
             last_version: Mutex::default(),
             paced: Mutex::default(),
+            helper: Mutex::default(),
             ledger: Ledger::default(),
             backoffs: Default::default(),
             stores,
         }
     }
 
-    /// Whether a read that need not happen on every pass may happen now (see
-    /// [`Pacer`]).
-    pub(crate) fn paced_read(&self, key: &str) -> bool {
+    /// Whether a read that need not happen on every pass may happen now, at most once
+    /// per `pace` (see [`Pacer`]).
+    pub(crate) fn paced_read(&self, key: &str, pace: Duration) -> bool {
         let mut paced = self.paced.lock().unwrap_or_else(|e| e.into_inner());
-        paced.allow(key, Instant::now())
+        paced.allow(key, Instant::now(), pace)
+    }
+
+    /// What Velero's namespace says about the restore helper (its ConfigMap, the
+    /// server's image), read again once what was read is [`Recent::AGE`] old. Every pass
+    /// that may make a stand-in needs it, and with `parallel` below the number of
+    /// volumes that is nearly every pass of a large restore, for settings that change
+    /// seldom; a change is taken up within that age.
+    pub(crate) async fn helper_source(&self) -> kube::Result<HelperSource> {
+        let kept = self
+            .helper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(Instant::now());
+        if let Some(source) = kept {
+            return Ok(source);
+        }
+        let source = restore_helper::read_source(&self.client, &self.config.namespace).await?;
+        self.helper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .put(source.clone(), Instant::now());
+        Ok(source)
     }
 
     /// The controller's reads: its watches first, then the API.

@@ -1,12 +1,12 @@
-//! Watch-fed copies of the objects refill makes for a restore: stand-in pods and
-//! PodVolumeRestores. (Its VolumePluginRestores are written from memory, see
+//! Watch-fed copies of the objects refill makes for a restore: stand-in and copier
+//! pods, and PodVolumeRestores. (Its VolumePluginRestores are written from memory, see
 //! [`crate::controller::ledger`], and need no watch.)
 //!
-//! Every pass of every restore looks at both; listing them each time cost two
-//! requests a pass, for objects the controller watches anyway (changes to them are what
-//! wake a restore up). A pass reads them from these stores instead, and reads the API
-//! only where a store that lags behind could mislead a decision (see
-//! [`crate::controller::volume::sight`]).
+//! Every pass of every restore looks at them; listing or reading them each time cost
+//! requests on every pass (a read per copier and pass, most of them finding none), for
+//! objects the controller watches anyway (changes to them are what wake a restore up).
+//! A pass reads them from these stores instead, and reads the API only where a store
+//! that lags behind could mislead a decision (see [`crate::controller::volume::sight`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -112,13 +112,21 @@ pub(crate) fn stores() -> (Stores, Writers) {
     )
 }
 
-/// Keeps the stand-ins out of the controller's watch of all pods, which also feeds the
-/// index of mounts ([`crate::mounts`]): one watch, and only stand-ins held whole.
+/// Keeps the stand-ins and copiers out of the controller's watch of all pods, which also
+/// feeds the index of mounts ([`crate::mounts`]): one watch, and only refill's pods
+/// held. Copiers are kept by their name too: a read by the name would find a pod that
+/// took it, whoever made it.
 pub(crate) struct StandInWriter(Writer<Pod>);
 
 impl StandInWriter {
     pub(crate) fn apply(&mut self, event: &Event<Pod>) {
-        let kept = |pod: &Pod| observe::own_pods::is_stand_in(pod).then(|| slim(pod));
+        let kept = |pod: &Pod| {
+            if observe::own_pods::is_stand_in(pod) {
+                Some(slim(pod))
+            } else {
+                observe::own_pods::may_be_copier(pod).then(|| slim_copier(pod))
+            }
+        };
         let event = match event {
             Event::Init => Some(Event::Init),
             Event::InitDone => Some(Event::InitDone),
@@ -137,7 +145,6 @@ impl StandInWriter {
 /// deletion): a restore of a thousand claims keeps a thousand of them, and the
 /// containers, volumes and affinity they were made with are most of each.
 fn slim(pod: &Pod) -> Pod {
-    let meta = &pod.metadata;
     let status = pod.status.as_ref().map(|status| PodStatus {
         phase: status.phase.clone(),
         message: status.message.clone(),
@@ -164,16 +171,7 @@ fn slim(pod: &Pod) -> Pod {
         ..PodStatus::default()
     });
     Pod {
-        metadata: ObjectMeta {
-            name: meta.name.clone(),
-            namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
-            resource_version: meta.resource_version.clone(),
-            labels: meta.labels.clone(),
-            creation_timestamp: meta.creation_timestamp.clone(),
-            deletion_timestamp: meta.deletion_timestamp.clone(),
-            ..ObjectMeta::default()
-        },
+        metadata: slim_meta(&pod.metadata),
         spec: pod.spec.as_ref().map(|spec| PodSpec {
             node_name: spec.node_name.clone(),
             // Their names alone: whether the stand-in sets aside and tidies.
@@ -192,11 +190,56 @@ fn slim(pod: &Pod) -> Pod {
     }
 }
 
+/// The metadata a pass reads of refill's pods: name, UID and version, labels, and when
+/// it was made and is being deleted.
+fn slim_meta(meta: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        labels: meta.labels.clone(),
+        creation_timestamp: meta.creation_timestamp.clone(),
+        deletion_timestamp: meta.deletion_timestamp.clone(),
+        ..ObjectMeta::default()
+    }
+}
+
+/// What a pass reads of a copier ([`crate::controller::volume::sight::copier_of`]): its
+/// marks and UID, its container's arguments and state (the summary it ends with is its
+/// termination message), where it runs and whether it is being deleted.
+fn slim_copier(pod: &Pod) -> Pod {
+    Pod {
+        // Another restore's copier names that restore in an annotation.
+        metadata: ObjectMeta {
+            annotations: pod.metadata.annotations.clone(),
+            ..slim_meta(&pod.metadata)
+        },
+        spec: pod.spec.as_ref().map(|spec| PodSpec {
+            node_name: spec.node_name.clone(),
+            containers: spec
+                .containers
+                .iter()
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    args: c.args.clone(),
+                    ..Container::default()
+                })
+                .collect(),
+            ..PodSpec::default()
+        }),
+        status: pod.status.clone(),
+    }
+}
+
 /// What one pass of a restore sees of the objects it made, keyed as they are looked up.
 #[derive(Default)]
 pub(crate) struct PassView {
     /// Stand-in pods by `(namespace, name)`.
     pub stand_ins: BTreeMap<(String, String), Arc<Pod>>,
+    /// Pods that are, or are named as, copiers (of any restore) by `(namespace, name)`;
+    /// None while the pod watch has a gap, when copiers are read from the API.
+    pub copiers: Option<BTreeMap<(String, String), Arc<Pod>>>,
     /// PodVolumeRestores by name.
     pub pod_volume_restores: BTreeMap<String, Arc<PodVolumeRestore>>,
 }
@@ -226,11 +269,21 @@ impl Stores {
             self.pod_volume_restores
                 .of(Api::namespaced(client.clone(), namespace), &mine, uid),
         )?;
+        let copiers = self.stand_ins.whole.load(Ordering::Relaxed).then(|| {
+            by_key(
+                self.stand_ins
+                    .store
+                    .state_filter(observe::own_pods::may_be_copier),
+            )
+        });
         Ok(PassView {
-            stand_ins: stand_ins
-                .into_iter()
-                .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
-                .collect(),
+            stand_ins: by_key(
+                stand_ins
+                    .into_iter()
+                    .filter(|p| observe::own_pods::is_stand_in(p))
+                    .collect(),
+            ),
+            copiers,
             pod_volume_restores: by_name(pod_volume_restores),
         })
     }
@@ -272,6 +325,12 @@ where
             .map(Arc::new)
             .collect())
     }
+}
+
+fn by_key(pods: Vec<Arc<Pod>>) -> BTreeMap<(String, String), Arc<Pod>> {
+    pods.into_iter()
+        .map(|p| ((p.namespace().unwrap_or_default(), p.name_any()), p))
+        .collect()
 }
 
 fn by_name<K: kube::Resource>(objects: Vec<Arc<K>>) -> BTreeMap<String, Arc<K>> {
@@ -476,6 +535,100 @@ mod tests {
                 .unwrap()
                 .stand_ins
                 .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn copiers_are_kept_by_their_role_or_name_and_read_as_the_whole_ones() {
+        use crate::api::{VolumePhase, VolumeStatus};
+        use crate::controller::volume::sight::copier_of;
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStatus,
+        };
+        let copier = |name: &str, restore: Option<&str>| {
+            let mut pod = pod(name, restore);
+            if let Some(labels) = pod.metadata.labels.as_mut() {
+                labels.insert(labels::ROLE.into(), labels::ROLE_COPIER.into());
+            }
+            pod
+        };
+        let mut ours = copier("refill-copy-data-1", Some("one"));
+        ours.metadata.uid = Some("copier-uid".into());
+        ours.metadata.annotations = Some(
+            [(
+                labels::DATA_RESTORE_ANNOTATION.to_string(),
+                "velero/one".into(),
+            )]
+            .into(),
+        );
+        ours.spec = Some(PodSpec {
+            node_name: Some("node-a".into()),
+            containers: vec![Container {
+                name: "copy".into(),
+                args: Some(vec!["copy".into(), "--put-back".into()]),
+                image: Some("refill".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        ours.status = Some(PodStatus {
+            phase: Some("Succeeded".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "copy".into(),
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 0,
+                        message: Some(r#"{"filesWritten":1}"#.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let volume = VolumeStatus {
+            pvc: "shop/data".into(),
+            phase: VolumePhase::Aborting,
+            copier_uid: Some("copier-uid".into()),
+            ..Default::default()
+        };
+        let kept = slim_copier(&ours);
+        assert_eq!(
+            copier_of(&kept, "one", &volume),
+            copier_of(&ours, "one", &volume)
+        );
+        assert_eq!(
+            copier_of(&kept, "two", &volume),
+            copier_of(&ours, "two", &volume)
+        );
+
+        let (stores, mut writers) = stores();
+        for event in [
+            Event::Init,
+            Event::InitApply(ours.clone()),
+            Event::InitApply(copier("other-name", Some("two"))),
+            Event::InitApply(pod("refill-copy-data-2", None)),
+            Event::InitApply(pod("web-0", None)),
+            Event::InitDone,
+        ] {
+            writers.stand_ins.apply(&event);
+        }
+        listed(&mut writers);
+        let client = unreachable_client();
+        let view = stores.view(&client, "velero", "one").await.unwrap();
+        let names: Vec<_> = view.copiers.unwrap().into_keys().map(|(_, n)| n).collect();
+        assert_eq!(
+            names,
+            ["other-name", "refill-copy-data-1", "refill-copy-data-2"],
+            "every restore's, and any pod under a copier's name"
+        );
+        assert!(view.stand_ins.is_empty(), "copiers are no stand-ins");
+        let gap: Result<Event<Pod>, watcher::Error> = Err(watcher::Error::NoResourceVersion);
+        writers.stand_ins_health.note(&gap);
+        assert!(
+            !stores.stand_ins.whole.load(Ordering::Relaxed),
+            "a gap: copiers are then read from the API"
         );
     }
 }

@@ -3,6 +3,7 @@
 //! lags behind could mislead a decision.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -119,10 +120,18 @@ pub(crate) async fn found(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
     let copier_name = labels::copier_pod_name(&volume.pvc);
+    let stored = pass
+        .copiers
+        .as_ref()
+        .map(|copiers| copiers.get(&(ns.to_string(), copier_name.clone())));
     let copier = async {
-        match copier_may_exist(volume, stand_in.is_some()) {
-            true => pods.get_opt(&copier_name).await,
-            false => Ok(None),
+        if !copier_may_exist(volume, stand_in.is_some()) {
+            return Ok(None);
+        }
+        match stored {
+            Some(Some(pod)) => Ok(Some(Pod::clone(pod))),
+            Some(None) if !confirm_copier_absence(volume) => Ok(None),
+            _ => pods.get_opt(&copier_name).await,
         }
     };
     // Made with the stand-in, before the fill; read once it may be left to delete.
@@ -163,6 +172,25 @@ fn copier_may_exist(volume: &VolumeStatus, stand_in: bool) -> bool {
                 | VolumePhase::Tidying
                 | VolumePhase::Aborting
         )
+}
+
+/// Whether the copier's absence from the pod store must be read again from the API
+/// before it is believed. Pure. A store lags behind the API only for an object made a
+/// moment ago: one refill made and recorded whose work is not recorded done yet, whose
+/// absence would be taken for a deletion (the record forgotten, and a copier made
+/// again). Before one is made, an absence makes refill create it, and a pod already
+/// under the name (an earlier pass's whose record was lost) refuses that; once its
+/// work is recorded done, the copier writes nothing any more and the store saw it go.
+/// A put-back copier (Aborting) is always read: it is the last thing between a
+/// failed volume and its old files.
+pub(crate) fn confirm_copier_absence(volume: &VolumeStatus) -> bool {
+    let done = match volume.phase {
+        VolumePhase::Clearing => volume.cleared.is_some(),
+        VolumePhase::Tidying => volume.tidied.is_some(),
+        VolumePhase::Copying => volume.copied.is_some(),
+        _ => return true,
+    };
+    volume.copier_uid.is_some() && !done
 }
 
 /// A staged or path restore's scratch claim may be left to delete from Copying on
@@ -520,7 +548,9 @@ async fn restarted<'a>(
         let read = match worth_reading(record.stopped_at.as_ref().map(|t| t.0), live_since, now) {
             Reading::Skip => false,
             Reading::Now => true,
-            Reading::Paced => ctx.paced_read(&format!("{uid}/{}", consumer::describe(record))),
+            Reading::Paced(pace) => {
+                ctx.paced_read(&format!("{uid}/{}", consumer::describe(record)), pace)
+            }
         };
         if read && let Some(problem) = consumer::interference(&ctx.client, uid, record).await? {
             return Ok(Some(problem));
@@ -545,9 +575,9 @@ pub(crate) enum Reading {
     Skip,
     /// Read now: a pod made after the stop (or nothing known of the stop).
     Now,
-    /// Read, but not on every pass ([`Context::paced_read`]): pods made before the
-    /// stop still live after it had time to settle.
-    Paced,
+    /// Read, but at most once per the time given ([`Context::paced_read`]): pods made
+    /// before the stop still live after it had time to settle.
+    Paced(Duration),
 }
 
 /// Whether a stopped consumer must be read for a restart, from when it was stopped and
@@ -559,9 +589,11 @@ pub(crate) enum Reading {
 /// mean nothing yet. A pod made after the stop does, at once. Live pods made before it
 /// mean something once the stop has had time to settle, but a slow control plane
 /// (a thousand workloads stopped at once) keeps them for a while, and reading the
-/// workload on every pass meanwhile costs a request each time: those reads are paced.
-/// Skipping a read never lets anything write: the volume waits while any pod mounts
-/// its claim.
+/// workload on every pass meanwhile costs a request each time: those reads are paced,
+/// as far apart as the stop is old (within the pacer's bounds), so that the longer a
+/// larger restore's control plane takes, the fewer times each workload is read
+/// meanwhile. Skipping a read never lets anything write: the volume waits while any
+/// pod mounts its claim; a read only tells sooner why it waits.
 pub(crate) fn worth_reading(
     stopped_at: Option<Timestamp>,
     live_since: &[Option<Timestamp>],
@@ -579,7 +611,8 @@ pub(crate) fn worth_reading(
     {
         Reading::Now
     } else if now.duration_since(stopped) >= STOP_SETTLES {
-        Reading::Paced
+        let since = now.duration_since(stopped).unsigned_abs();
+        Reading::Paced(since)
     } else {
         Reading::Skip
     }
@@ -669,7 +702,7 @@ mod tests {
         let stop = Some(at(100));
         // (stopped at, live pods made at, now, read?)
         type Row<'a> = (Option<Timestamp>, &'a [Option<Timestamp>], i64, Reading);
-        let rows: [Row; 9] = [
+        let rows: [Row; 10] = [
             (stop, &[], 101, Reading::Skip),
             (stop, &[], 900, Reading::Skip),
             (None, &[], 101, Reading::Skip),
@@ -680,7 +713,19 @@ mod tests {
             (stop, &[Some(at(40)), Some(at(101))], 101, Reading::Now),
             (stop, &[Some(at(99))], 900, Reading::Now),
             // The stop had time to settle and a pod made before it still lives.
-            (stop, &[Some(at(40))], 130, Reading::Paced),
+            // Paced as far apart as the stop is old.
+            (
+                stop,
+                &[Some(at(40))],
+                130,
+                Reading::Paced(Duration::from_secs(30)),
+            ),
+            (
+                stop,
+                &[Some(at(40))],
+                190,
+                Reading::Paced(Duration::from_secs(90)),
+            ),
             // Nothing known: read.
             (None, &[Some(at(40))], 101, Reading::Now),
         ];
@@ -754,6 +799,40 @@ mod tests {
             ..Default::default()
         });
         pvr
+    }
+
+    #[test]
+    fn a_copier_missing_from_the_store_is_read_again_only_while_made_and_not_done() {
+        let volume = |phase, made: bool, done: bool| VolumeStatus {
+            pvc: "shop/data".into(),
+            phase,
+            copier_uid: made.then(|| "u-copier".into()),
+            cleared: (done && phase == VolumePhase::Clearing).then_some(3),
+            tidied: (done && phase == VolumePhase::Tidying).then_some(3),
+            copied: (done && phase == VolumePhase::Copying).then(Default::default),
+            put_back: (done && phase == VolumePhase::Aborting).then_some(3),
+            ..Default::default()
+        };
+        // (phase, made and recorded, its work recorded done, read again?)
+        let rows = [
+            (VolumePhase::Clearing, false, false, false),
+            (VolumePhase::Clearing, true, false, true),
+            (VolumePhase::Clearing, true, true, false),
+            (VolumePhase::Tidying, false, false, false),
+            (VolumePhase::Tidying, true, false, true),
+            (VolumePhase::Tidying, true, true, false),
+            (VolumePhase::Copying, true, false, true),
+            (VolumePhase::Copying, true, true, false),
+            (VolumePhase::Aborting, false, false, true),
+            (VolumePhase::Aborting, true, true, true),
+        ];
+        for (phase, made, done, want) in rows {
+            assert_eq!(
+                confirm_copier_absence(&volume(phase, made, done)),
+                want,
+                "{phase:?}, made {made}, done {done}"
+            );
+        }
     }
 
     #[test]
