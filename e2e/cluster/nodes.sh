@@ -408,8 +408,15 @@ stop_real_node() {
   done
   if mountpoint -q "$n_ns" 2>/dev/null; then umount "$n_ns"; fi
   # The veth pair goes with the network namespace; one that outlived it (the
-  # namespace was made but not joined yet) is removed here.
-  if ip link show "$n_veth" >/dev/null 2>&1; then ip link del "$n_veth"; fi
+  # namespace was made but not joined yet) is removed here. The kernel may take it
+  # away between the look and the delete ("Cannot find device"): only one still
+  # there after a failed delete is an error.
+  if ip link show "$n_veth" >/dev/null 2>&1 && ! ip link del "$n_veth" 2>/dev/null; then
+    if ip link show "$n_veth" >/dev/null 2>&1; then
+      say "could not remove network device $n_veth"
+      return 1
+    fi
+  fi
   remove_cgroup "$n_cgroup"
   rm -f "$n_dir"/run/*.pid "$n_dir/run/fingerprint"
 }

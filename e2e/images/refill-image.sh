@@ -34,6 +34,18 @@ flock 9
 # rather than musl: it needs nothing beyond the default toolchain. With --target,
 # RUSTFLAGS leaves build scripts and proc macros (built for the host) alone.
 triple=x86_64-unknown-linux-gnu
+# Run by a test, this script inherits what cargo sets for a crate's process
+# (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, ...). ring's build script watches those, so
+# cargo would count them as changed against a build started from a shell and build
+# ring, rustls, kube and refill again: ten minutes on 2 cores, each time a test and
+# e2e/test's own image step follow each other. The build sees the shell's
+# environment, whoever calls.
+for var in $(compgen -e); do
+  case "$var" in
+    CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_CRATE_NAME | CARGO_BIN_NAME | CARGO_BIN_EXE_* | \
+      CARGO_PRIMARY_PACKAGE | CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$var" ;;
+  esac
+done
 printf '[refill-image] cargo build --release --target %s\n' "$triple" >&2
 (cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR="$target_dir" \
   cargo build --quiet --release --locked --target "$triple" --bin refill)

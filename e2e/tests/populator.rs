@@ -10,18 +10,15 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::{Api, Client, ResourceExt};
 use refill::api::{BackupVolume, PodVolumeRestore};
 use refill::labels;
-use refill_e2e::csi::{CSI_CLASS, CSI_DRIVER, app_pod_spec};
+use refill_e2e::csi::{CSI_CLASS, app_pod_spec};
 use refill_e2e::velero::{self, VELERO_NAMESPACE};
 use refill_e2e::velero_app::{self, on_real_nodes};
-use refill_e2e::{
-    REAL_NODE_LABEL, TEST_NAMESPACE_LABEL, TESTBOX_IMAGE, TestEnv, fixture, run_test, wait_for,
-};
+use refill_e2e::{REAL_NODE_LABEL, TESTBOX_IMAGE, TestEnv, fixture, run_test, wait_for};
 use serde_json::{Value, json};
 
 /// Velero's backups and a fill through the node agent, on a busy two-core machine.
@@ -32,13 +29,9 @@ const FILE: &str = "payload.txt";
 
 /// A claim of the CSI driver's class, filled from the BackupVolume `source` if given.
 fn claim(name: &str, source: Option<&str>) -> Value {
-    claim_of_class(name, source, CSI_CLASS)
-}
-
-fn claim_of_class(name: &str, source: Option<&str>, class: &str) -> Value {
     let mut spec = json!({
         "accessModes": ["ReadWriteOnce"],
-        "storageClassName": class,
+        "storageClassName": CSI_CLASS,
         "resources": { "requests": { "storage": "16Mi" } },
     });
     if let Some(source) = source {
@@ -332,30 +325,6 @@ async fn claims_naming_a_backup_volume_come_up_with_the_backups_files() -> Resul
         })
         .await?;
         nothing_left(&client, &gone_uid).await.context("(d)")?;
-
-        // (e) A class that binds at once: the prime claim is provisioned where the
-        // provisioner chooses, and the app follows the filled volume there.
-        let immediate = format!("{ns}-immediate");
-        Api::<StorageClass>::all(client.clone())
-            .create(
-                &Default::default(),
-                &serde_json::from_value(json!({
-                    "metadata": { "name": immediate, "labels": { TEST_NAMESPACE_LABEL: ns } },
-                    "provisioner": CSI_DRIVER,
-                    "volumeBindingMode": "Immediate",
-                    "reclaimPolicy": "Delete",
-                }))?,
-            )
-            .await?;
-        env.create::<PersistentVolumeClaim>(claim_of_class("now", Some("db"), &immediate))
-            .await?;
-        env.create::<Deployment>(deployment("app-4", "now", &text, false))
-            .await?;
-        fixture::wait_ready_pods(&client, &ns, "app-4", 1, TIMEOUT)
-            .await
-            .context("(e) the app starting on an Immediate class's filled claim")?;
-        let now = bound(&env, "now").await?;
-        nothing_left(&client, &now.uid().unwrap_or_default()).await.context("(e)")?;
 
         velero::delete_backup(&client, &backup).await
     })

@@ -27,10 +27,13 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
     let uid = dr.uid().unwrap_or_default();
     // The watch cache may not hold refill's own last status write yet; acting on the
     // older copy would redo steps and write old phases back. One read avoids that.
-    let mut dr = match ctx.last_written(&uid) {
+    let mut dr = match ctx.newest_known(&uid) {
         Some(rv) if dr.resource_version().as_deref() != Some(rv.as_str()) => {
             match api.get_opt(&dr.name_any()).await? {
-                Some(fresh) => fresh,
+                Some(fresh) => {
+                    ctx.read_again(&uid, fresh.resource_version());
+                    fresh
+                }
                 None => return Ok(Action::await_change()),
             }
         }
@@ -124,7 +127,11 @@ pub(super) fn error_policy(dr: Arc<DataRestore>, error: &Error, ctx: Arc<Context
     let uid = dr.uid().unwrap_or_default();
     ctx.config.metrics.reconcile_failed(error.category());
     match error.category() {
-        Category::Conflict => Action::requeue(Duration::from_millis(100)),
+        Category::Conflict => {
+            // The copy this pass started from was old: the next one reads a fresh one.
+            ctx.read_again(&uid, None);
+            Action::requeue(Duration::from_millis(100))
+        }
         category => {
             let delay = ctx.backoffs.next(&uid);
             warn!(restore = %dr.name_any(), ?category, "will retry in {delay:?}: {error}");

@@ -179,3 +179,24 @@ async fn a_consumer_about_to_stop_is_recorded_and_nothing_else_is_touched_in_tha
         "a conflict is looked at again at once"
     );
 }
+
+/// A conflict means the copy the pass started from was old. The watch may keep handing
+/// that copy over (seen after an API server restart, when another writer had moved the
+/// restore on), and a pass that used it again would conflict again, for good: the next
+/// pass reads the restore from the API server before anything else.
+#[tokio::test]
+async fn after_a_conflict_the_next_pass_reads_the_restore_before_anything_else() {
+    let dr = held(Phase::Restoring);
+    let conflict = Error::Kube(kube::Error::Api(
+        kube::core::Status::failure("the object has been modified", "Conflict")
+            .with_code(409)
+            .boxed(),
+    ));
+    // Gone by the time it is read: nothing more is sent.
+    let (client, mock) = ApiMock::new([get(RESTORE).refuse(404, "NotFound")]);
+    let ctx = Arc::new(context(client));
+    let action = error_policy(Arc::new(dr.clone()), &conflict, ctx.clone());
+    assert_eq!(action, Action::requeue(Duration::from_millis(100)));
+    let action = mock.run(reconcile(Arc::new(dr), ctx)).await;
+    assert_eq!(action.unwrap(), Action::await_change());
+}

@@ -137,7 +137,9 @@ pub(crate) struct Context {
     claims: Mutex<HashMap<(String, String), ObjectRef<DataRestore>>>,
     /// Last status write per restore UID, for throttling progress.
     last_write: Mutex<HashMap<String, Instant>>,
-    /// resourceVersion of refill's last status write per restore UID.
+    /// Per restore UID, the newest resourceVersion refill knows the restore has: its own
+    /// last write, or what it last read after a conflict. A copy from the watch that
+    /// differs is read again (see [`Context::newest_known`]).
     last_version: Mutex<HashMap<String, String>>,
     /// When each paced read (see [`Context::paced_read`]) was last let through.
     paced: Mutex<Pacer>,
@@ -398,8 +400,21 @@ impl Context {
         }
     }
 
-    /// The resourceVersion of refill's last status write of this restore.
-    pub(crate) fn last_written(&self, uid: &str) -> Option<String> {
+    /// Notes the resourceVersion a read of the restore returned, or, with None, that the
+    /// copy the watch holds may be behind (a write conflicted, or another part of refill
+    /// wrote without a version to tell): the next pass reads the restore from the API
+    /// server once. Without it, a watch that lags (seen after an API server restart)
+    /// hands every pass the same old copy, and each of its writes conflicts.
+    pub(crate) fn read_again(&self, uid: &str, version: Option<String>) {
+        self.last_version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(uid.to_string(), version.unwrap_or_default());
+    }
+
+    /// The newest resourceVersion refill knows this restore has (its last status write,
+    /// or its last read after a conflict); "" when it must be read again.
+    pub(crate) fn newest_known(&self, uid: &str) -> Option<String> {
         self.last_version
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
