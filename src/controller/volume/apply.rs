@@ -109,9 +109,17 @@ pub(crate) fn apply(volume: &mut VolumeStatus, change: Change, now: Timestamp) -
             volume.warning = None;
             volume.cleared = Some(summary.deleted);
         }
+        // Recorded on a pass of its own, the volume completing on the next: the pass
+        // that completes the last volume also brings the consumers back, and if its
+        // status write is lost a restarted refill must still find the tidy over, or
+        // it takes the returning consumers for someone else's restart.
         Change::Tidied(summary) => {
             volume.tidied = Some(summary.deleted);
-            return apply(volume, Change::Completed, now);
+            volume.message = Some(format!(
+                "removed the {} set aside; removing the stand-in pod",
+                entries(summary.deleted)
+            ));
+            volume.warning = None;
         }
         Change::DataIn { message } => {
             volume.phase = VolumePhase::RemovingStandIn;
@@ -484,6 +492,25 @@ mod tests {
             message.contains("the copier may have written part of the chosen paths"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_tidy_is_recorded_before_the_volume_completes() {
+        use crate::api::CopySummary;
+        let mut v = volume(VolumePhase::Tidying);
+        let applied = apply(
+            &mut v,
+            Change::Tidied(CopySummary {
+                deleted: 3,
+                ..Default::default()
+            }),
+            Timestamp::from_second(1).unwrap(),
+        );
+        // Completing in the same pass would let that pass bring the consumers back
+        // with the tidy not yet durable.
+        assert_eq!((v.phase, v.tidied), (VolumePhase::Tidying, Some(3)));
+        assert!(v.completion_time.is_none());
+        assert_eq!(applied, Applied::default());
     }
 
     #[test]

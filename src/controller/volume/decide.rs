@@ -264,7 +264,8 @@ pub(crate) enum Change {
     Copied(CopySummary),
     /// The stand-in's set-aside reported what it moved: on to StartingStandIn.
     Cleared(CopySummary),
-    /// The stand-in's tidy reported what it removed: the volume is restored.
+    /// The stand-in's tidy reported what it removed: recorded, and the volume
+    /// completes on the next pass.
     Tidied(CopySummary),
     Completed,
     /// Something went wrong, or a stop was asked, while a writer may exist.

@@ -309,7 +309,7 @@ enum Want {
     Copied(Option<Effect>),
     /// The stand-in's set-aside recorded, with this effect.
     Cleared(Option<Effect>),
-    /// The stand-in's tidy recorded, with this effect: the volume completes.
+    /// The stand-in's tidy recorded, with this effect: the volume completes next.
     Tidied(Option<Effect>),
     Stay(Option<Effect>, Option<&'static str>),
     StayWarning(&'static str),

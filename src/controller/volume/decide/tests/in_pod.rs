@@ -164,6 +164,17 @@ fn one_pod_sets_aside_waits_for_the_node_agent_and_tidies() {
             Want::Completed,
         ),
         (
+            "tidied and recorded, the stand-in gone and the consumers back (the completing pass's write lost): completed",
+            tidied(cleared(made(exact(volume(Tidying))))),
+            with_users(
+                seen(StandInSeen::Absent, pvr(P::Completed)),
+                &["web-1"],
+                Some("Deployment web was scaled to 2 by refill-controller"),
+            ),
+            rules(),
+            Want::Completed,
+        ),
+        (
             "the tidy failed: the backup is in, the old files stay aside",
             cleared(made(exact(volume(Tidying)))),
             seen(one_pod(summary(), true, denied()), pvr(P::Completed)),
