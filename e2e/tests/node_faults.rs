@@ -187,9 +187,10 @@ enum When {
     /// Once the node agent finished: refill removes the stand-in next, without the
     /// kubelet's word.
     StandInRemoval,
-    /// As soon as refill's copier pod (which empties the claim before the node agent
-    /// writes, `extraFiles: Delete`) is bound to the node: it may have started.
-    CopierRunning,
+    /// As soon as refill's stand-in, whose first init container sets the claim's files
+    /// aside before the node agent writes (`extraFiles: Delete`), is bound to the node:
+    /// the set-aside may have started.
+    SettingAside,
 }
 
 impl When {
@@ -197,7 +198,7 @@ impl When {
     fn writer_may_have_run(self) -> bool {
         matches!(
             self,
-            When::DataMoving | When::StandInRemoval | When::CopierRunning
+            When::DataMoving | When::StandInRemoval | When::SettingAside
         )
     }
 }
@@ -282,9 +283,9 @@ async fn copier_pods(client: &Client, ns: &str) -> Result<Vec<Pod>> {
         .items)
 }
 
-async fn copier_bound(client: &Client, ns: &str) -> Result<()> {
-    wait_for("a copier bound to a node", TIMEOUT, || async {
-        let bound = copier_pods(client, ns)
+async fn stand_in_bound(client: &Client, ns: &str) -> Result<()> {
+    wait_for("the stand-in bound to a node", TIMEOUT, || async {
+        let bound = fixture::stand_in_pods(client, ns)
             .await?
             .iter()
             .any(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()));
@@ -423,10 +424,10 @@ async fn play(env: &refill_e2e::TestEnv, on: &str, mib: u32, when: When, fate: F
     let spec = DataRestoreSpec {
         backup_name: Some(backup.clone()),
         pvcs: vec![format!("{ns}/data")],
-        // Kept, so that the stand-in is the first pod refill makes on the node; but for
-        // the copier's case, whose copier empties the claim first.
+        // Kept, so that the stand-in only waits for the node agent; but for the
+        // set-aside's case, whose stand-in moves the claim's files aside first.
         extra_files: match when {
-            When::CopierRunning => ExtraFiles::Delete,
+            When::SettingAside => ExtraFiles::Delete,
             _ => ExtraFiles::Keep,
         },
         ..Default::default()
@@ -442,7 +443,7 @@ async fn play(env: &refill_e2e::TestEnv, on: &str, mib: u32, when: When, fate: F
         When::StandInMade => stand_in_exists(&client, &ns).await?,
         When::DataMoving => node_agent_took_it(&client, &ns).await?,
         When::StandInRemoval => node_agent_done(&client, &ns).await?,
-        When::CopierRunning => copier_bound(&client, &ns).await?,
+        When::SettingAside => stand_in_bound(&client, &ns).await?,
     }
     if frozen.is_none() {
         frozen = Some(Frozen::kubelet(&node_dir)?);
@@ -730,17 +731,17 @@ node_fault!(
     Deleted
 );
 node_fault!(
-    frozen_while_the_copier_runs,
-    "nf-copier-back",
+    frozen_while_the_files_are_set_aside,
+    "nf-aside-back",
     8,
-    CopierRunning,
+    SettingAside,
     Back
 );
 node_fault!(
-    lost_while_the_copier_runs,
-    "nf-copier-lost",
+    lost_while_the_files_are_set_aside,
+    "nf-aside-lost",
     8,
-    CopierRunning,
+    SettingAside,
     Deleted
 );
 

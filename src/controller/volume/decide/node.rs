@@ -64,7 +64,7 @@ impl OnNode {
                 "copier pod {name} may have started there and may still be writing"
             )),
             OnNode::StandInSteps(name) => Some(format!(
-                "stand-in pod {name} may be setting the volume's files aside or removing them there"
+                "stand-in pod {name} may still be setting the volume's files aside or removing them, and writing"
             )),
             OnNode::Pod(name) => Some(format!(
                 "pod {name}, which mounts the claim, may still be running there and writing"

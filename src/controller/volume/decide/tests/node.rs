@@ -316,7 +316,9 @@ fn a_stand_in_setting_aside_on_a_node_that_stopped_answering_is_waited_for() {
                 down(200, false, vec![stand_in_there(), steps()]),
             ),
             rules(),
-            Want::StayWarning("may be setting the volume's files aside or removing them there"),
+            Want::StayWarning(
+                "may still be setting the volume's files aside or removing them, and writing to PVC",
+            ),
         ),
         (
             "its Node object deleted: nothing there runs any more, the files are put back",
