@@ -4,22 +4,24 @@
 #   skopeo copy oci-archive:refill.oci.tar docker://<registry>/refill:<version>
 # (the Dockerfile at the repository's root builds the same image with Docker).
 #
-#   e2e/images/refill-image.sh [-o FILE] [-t REF]... [--format oci|docker]
+#   e2e/images/refill-image.sh [-o FILE] [-t REF]... [--format oci|docker] [--profile P]
 #
 # Default: an OCI archive at $CARGO_TARGET_DIR/refill-image.oci.tar tagged
-# refill.local/refill:dev. Prints the archive's path last.
+# refill.local/refill:dev, of a release build. The tests build theirs with
+# --profile test-image (Cargo.toml says why). Prints the archive's path last.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 
-out="" format=oci tags=()
+out="" format=oci tags=() profile=release
 while (($#)); do
   case "$1" in
     -o) out="$2"; shift 2 ;;
     -t) tags+=("$2"); shift 2 ;;
     --format) format="$2"; shift 2 ;;
-    *) echo "usage: $0 [-o FILE] [-t REF]... [--format oci|docker]" >&2; exit 2 ;;
+    --profile) profile="$2"; shift 2 ;;
+    *) echo "usage: $0 [-o FILE] [-t REF]... [--format oci|docker] [--profile P]" >&2; exit 2 ;;
   esac
 done
 ((${#tags[@]})) || tags=(refill.local/refill:dev)
@@ -46,10 +48,13 @@ for var in $(compgen -e); do
       CARGO_PRIMARY_PACKAGE | CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$var" ;;
   esac
 done
-printf '[refill-image] cargo build --release --target %s\n' "$triple" >&2
+printf '[refill-image] cargo build --profile %s --target %s\n' "$profile" "$triple" >&2
 (cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' CARGO_TARGET_DIR="$target_dir" \
-  cargo build --quiet --release --locked --target "$triple" --bin refill)
-binary="$target_dir/$triple/release/refill"
+  cargo build --quiet --profile "$profile" --locked --target "$triple" --bin refill)
+# cargo writes the dev profile's build under debug/, every other under its name.
+profile_dir="$profile"
+[[ "$profile" != dev ]] || profile_dir=debug
+binary="$target_dir/$triple/$profile_dir/refill"
 # ldd lists the libraries a dynamic binary loads ("libc.so.6 => ..."); a static
 # one it calls "statically linked" or "not a dynamic executable".
 if ldd "$binary" 2>&1 | grep -q '=>'; then

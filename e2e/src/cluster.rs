@@ -147,8 +147,9 @@ impl Cluster {
         self.dir.join("nodes").join(node)
     }
 
-    /// Builds refill's image from this checkout (a static release binary; cargo
-    /// makes that quick when nothing changed), imports it into every real node as
+    /// Builds refill's image from this checkout (a static binary of the
+    /// `test-image` profile; cargo makes that quick when nothing changed), imports
+    /// it into every real node as
     /// [`REFILL_IMAGE`], and returns the archive's SHA-256: a pod template that
     /// carries it rolls out again whenever the image changed under the same tag.
     pub async fn load_refill_image(&self) -> Result<String> {
@@ -158,7 +159,8 @@ impl Cluster {
             .unwrap_or_else(|| repo.join("target"));
         let archive = target.join("refill-image.docker.tar");
         let build = tokio::process::Command::new(repo.join("e2e/images/refill-image.sh"))
-            .args(["--format", "docker", "-t", REFILL_IMAGE, "-o"])
+            .args(["--format", "docker", "--profile", "test-image"])
+            .args(["-t", REFILL_IMAGE, "-o"])
             .arg(&archive)
             .env("REFILL_CLUSTER_DIR", &self.dir)
             .stdout(std::process::Stdio::null())

@@ -99,7 +99,7 @@ async fn run(args: &Args, ui: &mut Ui, report: &mut Report) -> Result<()> {
     );
     let velero = velero_summary(&admin).await?;
     ui.ok(&velero);
-    ui.line("(the very first run builds refill's image: a release build, minutes on 2 cores)");
+    ui.line("(the very first run builds refill's image: minutes on 2 cores)");
     let cluster = refill_e2e::cluster().await?;
     let pod = in_cluster::install_controller(cluster, &admin, VELERO_NS, Duration::from_secs(1800))
         .await?;
