@@ -127,6 +127,11 @@ impl ControllerProcess {
         &self.credential
     }
 
+    /// The process ID, for reading more from `/proc`.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Peak resident set size so far (VmHWM), in bytes.
     pub fn peak_rss(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;

@@ -79,7 +79,7 @@ impl Job<'_> {
 
 /// The directory of a PVC's root where a direct restore sets its files aside: named
 /// for the restore, so that no backup holds it and no other restore's is taken for it.
-pub(crate) fn aside_dir(restore_uid: &str) -> String {
+pub fn aside_dir(restore_uid: &str) -> String {
     format!(".refill-aside-{restore_uid}")
 }
 

@@ -12,6 +12,7 @@
 
 pub mod baseline;
 pub mod cli;
+pub mod cpu;
 pub mod floor;
 pub mod progress;
 pub mod real_data;
@@ -116,6 +117,11 @@ pub struct RefillRun {
     pub controller_peak_rss: Option<u64>,
     /// The largest DataRestore status seen in the run, serialized, bytes.
     pub largest_status_bytes: usize,
+    /// CPU seconds the controller spent from the DataRestore's creation until idle.
+    pub controller_cpu: Option<f64>,
+    /// CPU seconds the whole machine spent over the same time (cluster, node agent,
+    /// controller, benchmark).
+    pub machine_cpu: f64,
     pub controller_binary: String,
     /// Moments of the run, seconds after the DataRestore was created.
     pub timeline: Vec<(String, f64)>,
@@ -265,7 +271,8 @@ async fn measure(
         .await
         .context("the floor")?;
     end_state_checked.push("floor".to_string());
-    let restore_floor = restore_floor::run(admin, scene, Side::Refill)
+    let exact = options.extra_files == ExtraFiles::Delete;
+    let restore_floor = restore_floor::run(admin, scene, Side::Refill, exact)
         .await
         .context("the restore floor")?;
     scene
@@ -352,6 +359,7 @@ async fn refill_run(
     pods.until("the pod watch to list", RESTORE_TIMEOUT, |_| Ok(()))
         .await?;
     let load_average = load_average();
+    let cpu_before = (cpu::process(ctl.pid()), cpu::machine_busy());
     let requested_at = SystemTime::now();
     let t0 = Instant::now();
     fixture::data_restore(
@@ -392,6 +400,10 @@ async fn refill_run(
     // Whatever the controller does after Completed (its finalizer) belongs to the run.
     run_done(cluster, &credential).await?;
     let controller_peak_rss = ctl.peak_rss();
+    let controller_cpu = cpu::process(ctl.pid())
+        .zip(cpu_before.0)
+        .map(|(after, before)| after - before);
+    let machine_cpu = cpu::machine_busy() - cpu_before.1;
     let idle_at = SystemTime::now();
     let controller_binary = ctl.describe();
     let log = ctl.log_path().to_path_buf();
@@ -415,6 +427,8 @@ async fn refill_run(
         startup_requests: audit::count(&mine, started_at, requested_at),
         controller_peak_rss,
         largest_status_bytes: largest.load(Ordering::Relaxed),
+        controller_cpu,
+        machine_cpu,
         controller_binary,
         timeline: audit::timeline(&mine, requested_at, completed_at),
         load_average,

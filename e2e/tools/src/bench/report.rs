@@ -49,6 +49,25 @@ pub fn one_line(o: &Outcome) -> String {
     )
 }
 
+/// What the restores of a run do with files the backup does not hold, and so what the
+/// restore floor does besides.
+fn exactness(extra_files: refill::api::ExtraFiles) -> &'static str {
+    match extra_files {
+        refill::api::ExtraFiles::Delete => {
+            "The restores are exact (`extraFiles: Delete`, refill's default): the volume \
+             ends as the backup holds it, so it is cleared before the node agent writes \
+             and what it held is removed after. The least that takes is what refill does, \
+             in the same stand-in: so the restore floor's stand-in carries refill's \
+             set-aside and tidy containers too, its PodVolumeRestore waits for the \
+             set-aside's report and its deletion for the tidy's end."
+        }
+        refill::api::ExtraFiles::Keep => {
+            "The restores keep files the backup does not hold (`extraFiles: Keep`): \
+             neither refill's stand-ins nor the restore floor's clear or tidy the volume."
+        }
+    }
+}
+
 fn rss(bytes: Option<u64>) -> String {
     bytes.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / MIB))
 }
@@ -135,13 +154,14 @@ pub fn markdown(
          Velero's node agent cannot do without, done the same way with no record kept: per \
          namespace, once its pods are gone, a stand-in pod (refill's own manifest) and, once \
          restore-wait runs, a PodVolumeRestore; the stand-in deleted once that is Completed, \
-         the Deployment scaled back once the stand-in is gone. Then the files are damaged again and refill restores them \
+         the Deployment scaled back once the stand-in is gone. {} Then the files are damaged again and refill restores them \
          with `parallel` left at its default ({DEFAULT_PARALLEL}). The baseline, \
          `e2e/bench/kubectl-restore.sh`, restores another N such namespaces with kubectl, one \
          PVC at a time. The simulated node agent finishes each PodVolumeRestore at once, so \
          the times are orchestration only. Every end state is checked: files byte for byte, \
          replicas back and Ready, no helper pod left.\n",
-        super::IN_FLIGHT
+        super::IN_FLIGHT,
+        exactness(options.extra_files),
     );
 
     let _ = writeln!(s, "## Summary\n");
@@ -213,15 +233,18 @@ pub fn markdown(
     let _ = writeln!(s, "\n## The controller's work\n");
     let _ = writeln!(
         s,
-        "| N | parallel | writes/PVC | writes/PVC besides status | status writes/PVC | reads/PVC | watches opened | controller peak RSS | largest status |"
+        "| N | parallel | writes/PVC | writes/PVC besides status | status writes/PVC | reads/PVC | watches opened | controller peak RSS | largest status | controller CPU | machine CPU |"
     );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for o in outcomes {
         for run in [&o.refill, &o.refill_default] {
             let r = &run.requests;
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} KiB |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} KiB | {} | {:.1} s |",
                 o.n,
                 parallel(run),
                 per(r.writes(), o.n),
@@ -231,6 +254,9 @@ pub fn markdown(
                 r.watches(),
                 rss(run.controller_peak_rss),
                 run.largest_status_bytes as f64 / 1024.0,
+                run.controller_cpu
+                    .map_or("-".into(), |c| format!("{c:.1} s")),
+                run.machine_cpu,
             );
         }
     }
@@ -239,7 +265,11 @@ pub fn markdown(
         "\nRequests are the controller's, counted in the apiserver's audit log by its token \
          and user agent from the DataRestore's creation until it was idle again (one per \
          request; a watch counts when it opens). Status writes are patches of \
-         `datarestores/status` and `volumepluginrestores/status`: phase changes and progress."
+         `datarestores/status` and `volumepluginrestores/status`: phase changes and progress. \
+         CPU is seconds spent over the same time (user and system, from `/proc`): the \
+         controller process's, and the whole machine's on both cores (cluster, simulated node \
+         agent, controller and benchmark), whose sum bounds the wall time from below when the \
+         machine is busy."
     );
 
     let _ = writeln!(s, "\n## The floor\n");
@@ -274,20 +304,21 @@ pub fn markdown(
     );
     let _ = writeln!(
         s,
-        "| N | last stand-in created | last PodVolumeRestore Completed | last scale-up answered | all Ready | writes |"
+        "| N | last stand-in created | last PodVolumeRestore Completed | last scale-up answered | all Ready | writes | machine CPU |"
     );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
     for o in outcomes {
         let f = &o.restore_floor;
         let _ = writeln!(
             s,
-            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} s |",
             o.n,
             f.last_stand_in,
             f.last_restored,
             f.last_scaled_up,
             f.wall.as_secs_f64(),
-            f.writes
+            f.writes,
+            f.machine_cpu
         );
     }
 

@@ -5,6 +5,13 @@
 //! PodVolumeRestore once restore-wait runs, delete the stand-in once it is Completed,
 //! scale back once the stand-in is gone; then see every pod Ready.
 //!
+//! An exact restore (refill's default, `extraFiles: Delete`) must also clear the
+//! volume before the node agent writes and remove what it held after: the least that
+//! takes is what refill's stand-in does in the same pod, so the exact floor's stand-in
+//! carries the same set-aside and tidy containers, its PodVolumeRestore waits for the
+//! set-aside's report and its deletion for the tidy's end. Compared with a floor that
+//! skips them, an exact restore would be charged for work the floor never did.
+//!
 //! The floor says what stopping and starting the workloads costs; this says what a
 //! restore costs the cluster before any bookkeeping. refill over the restore floor is
 //! what its own records, checks and status writes add.
@@ -15,11 +22,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, ContainerStatus, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use refill::api::{DataRestore, PodVolumeBackup, PodVolumePhase, PodVolumeRestore, VolumeStatus};
+use refill::controller::DEFAULT_COPIER_IMAGE;
+use refill::controller::build::copier::{self, SET_ASIDE_CONTAINER, TIDY_CONTAINER};
 use refill::controller::build::pod_volume_restore::pod_volume_restore;
 use refill::controller::build::restore_helper::{self, HelperSource};
 use refill::controller::build::stand_in::{self, StandIn};
@@ -75,27 +84,33 @@ enum Act {
 
 /// Pure: where a namespace goes from `stage` given what is seen. Returns the request
 /// to send (the stage moves on when it is answered) or the next stage outright.
-fn step(stage: Stage, seen: &Seen, restored: bool, replicas: i32) -> (Option<Act>, Option<Stage>) {
+/// `exact`: the stand-in sets the files aside first and tidies last.
+fn step(
+    stage: Stage,
+    seen: &Seen,
+    restored: bool,
+    replicas: i32,
+    exact: bool,
+) -> (Option<Act>, Option<Stage>) {
+    let stand_in = seen.stand_in.as_deref();
     match stage {
         Stage::Start => (Some(Act::Scale(0)), None),
-        Stage::Draining if seen.app_pods == 0 && seen.stand_in.is_none() => {
+        Stage::Draining if seen.app_pods == 0 && stand_in.is_none() => {
             (Some(Act::CreateStandIn), None)
         }
         Stage::StandingIn
-            if seen
-                .stand_in
-                .as_deref()
-                .is_some_and(decide::restore_wait_running) =>
+            if stand_in.is_some_and(|pod| {
+                decide::restore_wait_running(pod) && (!exact || set_aside_reported(pod))
+            }) =>
         {
             (Some(Act::CreateRestore), None)
         }
         // restore-wait ended too: its helper removed the done marker from the volume.
         Stage::Restoring
             if restored
-                && seen
-                    .stand_in
-                    .as_deref()
-                    .is_some_and(decide::restore_wait_ended) =>
+                && stand_in.is_some_and(|pod| {
+                    decide::restore_wait_ended(pod) && (!exact || tidy_ended(pod))
+                }) =>
         {
             (Some(Act::DeleteStandIn), None)
         }
@@ -103,6 +118,42 @@ fn step(stage: Stage, seen: &Seen, restored: bool, replicas: i32) -> (Option<Act
         Stage::Returning if seen.app_ready == replicas as usize => (None, Some(Stage::Done)),
         _ => (None, None),
     }
+}
+
+/// Whether the stand-in's set-aside ended with its report (what refill waits for before
+/// the node agent may write).
+fn set_aside_reported(pod: &Pod) -> bool {
+    ended(
+        pod.status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref()),
+        SET_ASIDE_CONTAINER,
+    )
+    .is_some_and(|t| t.message.is_some())
+}
+
+/// Whether the stand-in's tidy ended: what was set aside is removed.
+fn tidy_ended(pod: &Pod) -> bool {
+    ended(
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref()),
+        TIDY_CONTAINER,
+    )
+    .is_some()
+}
+
+fn ended<'a>(
+    statuses: Option<&'a Vec<ContainerStatus>>,
+    name: &str,
+) -> Option<&'a ContainerStateTerminated> {
+    statuses?
+        .iter()
+        .find(|c| c.name == name)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
 }
 
 fn next_stage(act: &Act) -> Stage {
@@ -128,6 +179,8 @@ pub struct RestoreFloorRun {
     /// Writes the bench made: two scales, a stand-in, a PodVolumeRestore and a delete
     /// per Deployment.
     pub writes: usize,
+    /// CPU seconds the whole machine spent from the first scale-down to all Ready.
+    pub machine_cpu: f64,
 }
 
 /// Everything fixed before the clock starts, as a controller's caches would hold it.
@@ -136,9 +189,16 @@ struct Ready {
     backups: HashMap<String, PodVolumeBackup>,
     owner: DataRestore,
     restore_wait: k8s_openapi::api::core::v1::Container,
+    /// An exact restore: set-aside and tidy in the stand-in.
+    exact: bool,
 }
 
-async fn prepare(admin: &Client, scene: &Scene, namespaces: &[String]) -> Result<Ready> {
+async fn prepare(
+    admin: &Client,
+    scene: &Scene,
+    namespaces: &[String],
+    exact: bool,
+) -> Result<Ready> {
     let deployments = Api::<Deployment>::all(admin.clone())
         .list(&ListParams::default().fields(&format!("metadata.name={APP}")))
         .await?;
@@ -202,13 +262,19 @@ async fn prepare(admin: &Client, scene: &Scene, namespaces: &[String]) -> Result
         backups,
         owner,
         restore_wait,
+        exact,
     })
 }
 
 /// The restore floor over the Deployments of `side`, which must be up with all their
 /// pods Ready and backed up in the run's backup; it leaves them so, their files
-/// restored once more.
-pub async fn run(admin: &Client, scene: &Scene, side: Side) -> Result<RestoreFloorRun> {
+/// restored once more. `exact`: as a restore with `extraFiles: Delete` (see above).
+pub async fn run(
+    admin: &Client,
+    scene: &Scene,
+    side: Side,
+    exact: bool,
+) -> Result<RestoreFloorRun> {
     let namespaces = scene.namespaces(side);
     let pods = Watched::<Pod>::start(
         Api::all(admin.clone()),
@@ -218,7 +284,7 @@ pub async fn run(admin: &Client, scene: &Scene, side: Side) -> Result<RestoreFlo
         Api::namespaced(admin.clone(), &scene.velero_ns),
         watcher::Config::default(),
     );
-    let ready = Arc::new(prepare(admin, scene, &namespaces).await?);
+    let ready = Arc::new(prepare(admin, scene, &namespaces, exact).await?);
     pods.until("the pods before the restore floor", WAIT, |p| {
         super::watch::all_ready(p, &ready.replicas)
     })
@@ -231,6 +297,7 @@ pub async fn run(admin: &Client, scene: &Scene, side: Side) -> Result<RestoreFlo
         )
         .await?;
 
+    let cpu_before = super::cpu::machine_busy();
     let started = Instant::now();
     let since = |t: Instant| t.duration_since(started).as_secs_f64();
     let limit = Arc::new(Semaphore::new(IN_FLIGHT));
@@ -255,7 +322,7 @@ pub async fn run(admin: &Client, scene: &Scene, side: Side) -> Result<RestoreFlo
             }
             let here = seen.get(ns.as_str()).map_or(&Seen::EMPTY, |s| s);
             let restored = completed.contains(&restore_name(ns));
-            match step(*stage, here, restored, ready.replicas[ns]) {
+            match step(*stage, here, restored, ready.replicas[ns], ready.exact) {
                 (Some(act), _) => {
                     if act == Act::DeleteStandIn {
                         last_restored = since(Instant::now());
@@ -302,6 +369,7 @@ pub async fn run(admin: &Client, scene: &Scene, side: Side) -> Result<RestoreFlo
         }
     }
     let wall = started.elapsed();
+    let machine_cpu = super::cpu::machine_busy() - cpu_before;
     cleanup(admin, scene).await?;
     eprintln!(
         "[bench] restore floor: {} volumes restored in place in {:.2}s",
@@ -315,6 +383,7 @@ pub async fn run(admin: &Client, scene: &Scene, side: Side) -> Result<RestoreFlo
         last_restored,
         last_scaled_up,
         writes,
+        machine_cpu,
     })
 }
 
@@ -396,9 +465,13 @@ async fn send(
                 tolerations: &[],
                 image: stand_in::DEFAULT_IMAGE,
                 restore_wait: ready.restore_wait.clone(),
-                // The floor is what any restore through the node agent needs: no
-                // set-aside nor tidy of refill's own.
-                set_aside_and_tidy: None,
+                set_aside_and_tidy: ready.exact.then(|| {
+                    copier::in_stand_in(
+                        DEFAULT_COPIER_IMAGE,
+                        &pvb.spec.volume,
+                        &copier::aside_dir(ready.owner.metadata.uid.as_deref().unwrap_or_default()),
+                    )
+                }),
             });
             pod.labels_mut()
                 .insert(RUN_LABEL.to_string(), run_id.to_string());
@@ -450,19 +523,25 @@ mod tests {
     fn each_stage_waits_for_its_own_sign() {
         let empty = Seen::default();
         assert_eq!(
-            step(Stage::Start, &empty, false, 1),
+            step(Stage::Start, &empty, false, 1, false),
             (Some(Act::Scale(0)), None)
         );
         let draining = Seen {
             app_pods: 1,
             ..Default::default()
         };
-        assert_eq!(step(Stage::Draining, &draining, false, 1), (None, None));
         assert_eq!(
-            step(Stage::Draining, &empty, false, 1),
+            step(Stage::Draining, &draining, false, 1, false),
+            (None, None)
+        );
+        assert_eq!(
+            step(Stage::Draining, &empty, false, 1, false),
             (Some(Act::CreateStandIn), None)
         );
-        assert_eq!(step(Stage::Restoring, &empty, false, 1), (None, None));
+        assert_eq!(
+            step(Stage::Restoring, &empty, false, 1, false),
+            (None, None)
+        );
         let helper = |state: serde_json::Value| Seen {
             stand_in: Some(Arc::new(
                 serde_json::from_value(json!({
@@ -478,17 +557,17 @@ mod tests {
         };
         let waiting = helper(json!({"running": {}}));
         assert_eq!(
-            step(Stage::Restoring, &waiting, true, 1),
+            step(Stage::Restoring, &waiting, true, 1, false),
             (None, None),
             "restore-wait still runs"
         );
         let ended = helper(json!({"terminated": {"exitCode": 0}}));
         assert_eq!(
-            step(Stage::Restoring, &ended, true, 1),
+            step(Stage::Restoring, &ended, true, 1, false),
             (Some(Act::DeleteStandIn), None)
         );
         assert_eq!(
-            step(Stage::Clearing, &empty, true, 2),
+            step(Stage::Clearing, &empty, true, 2, false),
             (Some(Act::Scale(2)), None)
         );
         let back = Seen {
@@ -497,10 +576,92 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            step(Stage::Returning, &back, true, 2),
+            step(Stage::Returning, &back, true, 2, false),
             (None, Some(Stage::Done))
         );
         assert_eq!(next_stage(&Act::Scale(0)), Stage::Draining);
         assert_eq!(next_stage(&Act::Scale(1)), Stage::Returning);
+    }
+
+    #[test]
+    fn an_exact_floor_waits_for_the_set_aside_report_and_the_tidy() {
+        let stand_in = |init: serde_json::Value, main: serde_json::Value| Seen {
+            stand_in: Some(Arc::new(
+                serde_json::from_value(json!({
+                    "spec": {"containers": [{"name": "tidy"}],
+                             "initContainers": [{"name": "set-aside"}, {"name": "restore-wait"}]},
+                    "status": {"initContainerStatuses": init, "containerStatuses": main}
+                }))
+                .unwrap(),
+            )),
+            ..Default::default()
+        };
+        let status = |name: &str, state: serde_json::Value| {
+            json!({"name": name, "state": state, "ready": false, "restartCount": 0,
+                   "image": "", "imageID": ""})
+        };
+        let waiting = json!({"waiting": {}});
+        let running = json!({"running": {}});
+        // kwok shows the set-aside exited before it ran; its report comes after.
+        let unreported = stand_in(
+            json!([
+                status("set-aside", json!({"terminated": {"exitCode": 0}})),
+                status("restore-wait", running.clone())
+            ]),
+            json!([status("tidy", waiting.clone())]),
+        );
+        assert_eq!(
+            step(Stage::StandingIn, &unreported, false, 1, true),
+            (None, None)
+        );
+        assert_eq!(
+            step(Stage::StandingIn, &unreported, false, 1, false),
+            (Some(Act::CreateRestore), None),
+            "a floor that keeps extra files does not wait for it"
+        );
+        let reported = |rw: serde_json::Value, tidy: serde_json::Value| {
+            stand_in(
+                json!([
+                    status(
+                        "set-aside",
+                        json!({"terminated": {"exitCode": 0, "message": "{}"}})
+                    ),
+                    status("restore-wait", rw)
+                ]),
+                json!([status("tidy", tidy)]),
+            )
+        };
+        assert_eq!(
+            step(
+                Stage::StandingIn,
+                &reported(running.clone(), waiting),
+                false,
+                1,
+                true
+            ),
+            (Some(Act::CreateRestore), None)
+        );
+        let done = json!({"terminated": {"exitCode": 0}});
+        assert_eq!(
+            step(
+                Stage::Restoring,
+                &reported(done.clone(), running),
+                true,
+                1,
+                true
+            ),
+            (None, None),
+            "the tidy still runs"
+        );
+        assert_eq!(
+            step(
+                Stage::Restoring,
+                &reported(done.clone(), done),
+                true,
+                1,
+                true
+            ),
+            (Some(Act::DeleteStandIn), None)
+        );
     }
 }
