@@ -2,6 +2,7 @@
 //! [`crate::api::Phase`], driven by kube-runtime.
 
 pub mod build;
+mod by_claim;
 mod consumer;
 mod gitops;
 #[cfg(test)]

@@ -21,7 +21,7 @@ use crate::controller::runtime::error::{
 };
 
 pub(super) use settle::settle_consumers;
-pub(super) use step::{ConsumerStep, consumer_step};
+pub(super) use step::{ConsumerStep, consumer_steps};
 pub(super) use strategy::{Resumed, Strategy, recreatable_pod, restarted};
 
 fn api(client: &Client, record: &ConsumerRecord) -> Api<DynamicObject> {

@@ -8,7 +8,7 @@ use crate::api::{ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus};
 use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::{Context, Result, reasons};
 
-use super::{ConsumerStep, Stopped, consumer_step};
+use super::{ConsumerStep, Stopped, consumer_steps};
 
 /// Stops, brings back or keeps stopped the consumers whose turn it is.
 pub(crate) async fn settle_consumers(
@@ -17,8 +17,9 @@ pub(crate) async fn settle_consumers(
     status: &mut DataRestoreStatus,
     uid: &str,
 ) -> Result<()> {
-    let steps: BTreeMap<usize, ConsumerStep> = (0..status.consumers.len())
-        .map(|i| (i, consumer_step(status, i, dr.spec.on_failure)))
+    let steps: BTreeMap<usize, ConsumerStep> = consumer_steps(status, dr.spec.on_failure)
+        .into_iter()
+        .enumerate()
         .filter(|(_, step)| {
             matches!(
                 step,
@@ -29,13 +30,17 @@ pub(crate) async fn settle_consumers(
             )
         })
         .collect();
-    let records = status.consumers.clone();
+    // Only the consumers whose turn it is: the others may be thousands.
+    let records: BTreeMap<usize, ConsumerRecord> = steps
+        .keys()
+        .map(|&i| (i, status.consumers[i].clone()))
+        .collect();
     let restore = format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any());
     let mut news: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     let settled = for_each_concurrently(
         steps.keys().copied(),
         |i| {
-            let mut record = records[i].clone();
+            let mut record = records[&i].clone();
             let step = steps[&i];
             let restore = restore.clone();
             async move {

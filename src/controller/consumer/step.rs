@@ -1,6 +1,9 @@
 //! What to do with each consumer now, from the restore's records alone. Pure.
 
-use crate::api::{ConsumerState, DataRestoreStatus, FailurePolicy, VolumePhase, VolumeStatus};
+use crate::api::{
+    ConsumerRecord, ConsumerState, DataRestoreStatus, FailurePolicy, VolumePhase, VolumeStatus,
+};
+use crate::controller::by_claim::ByClaim;
 use crate::plan::gitops::waits_for_pause;
 
 /// What to do with a consumer now.
@@ -19,17 +22,34 @@ pub(crate) enum ConsumerStep {
     KeepStopped,
 }
 
-pub(crate) fn consumer_step(
+/// What to do with each consumer now, by index.
+pub(crate) fn consumer_steps(
     status: &DataRestoreStatus,
-    index: usize,
+    on_failure: FailurePolicy,
+) -> Vec<ConsumerStep> {
+    let by_claim = ByClaim::volumes(&status.volumes);
+    status
+        .consumers
+        .iter()
+        .map(|record| {
+            let volumes: Vec<&VolumeStatus> = record
+                .pvcs
+                .iter()
+                .flat_map(|pvc| by_claim.of(pvc))
+                .copied()
+                .collect();
+            step(status, record, &volumes, on_failure)
+        })
+        .collect()
+}
+
+/// What to do with `record`, whose volumes are `volumes`.
+fn step(
+    status: &DataRestoreStatus,
+    record: &ConsumerRecord,
+    volumes: &[&VolumeStatus],
     on_failure: FailurePolicy,
 ) -> ConsumerStep {
-    let record = &status.consumers[index];
-    let volumes: Vec<&VolumeStatus> = status
-        .volumes
-        .iter()
-        .filter(|v| record.pvcs.contains(&v.pvc))
-        .collect();
     // Terminal means the writer stopped: an aborting volume is not over yet.
     let all_ended = volumes.iter().all(|v| v.phase.is_terminal());
     let any_failed = volumes.iter().any(|v| v.phase != VolumePhase::Completed);
@@ -69,7 +89,7 @@ pub(crate) fn consumer_step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ConsumerKind, ConsumerRecord};
+    use crate::api::ConsumerKind;
 
     fn volume(pvc: &str, phase: VolumePhase) -> VolumeStatus {
         VolumeStatus {
@@ -122,7 +142,7 @@ mod tests {
                 consumers: vec![switched(&["a"], state)],
                 ..Default::default()
             };
-            assert_eq!(consumer_step(&s, 0, FailurePolicy::Resume), want, "{name}");
+            assert_eq!(consumer_steps(&s, FailurePolicy::Resume)[0], want, "{name}");
         }
         let failed = DataRestoreStatus {
             volumes: vec![volume("a", V::Failed)],
@@ -130,7 +150,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            consumer_step(&failed, 0, FailurePolicy::KeepStopped),
+            consumer_steps(&failed, FailurePolicy::KeepStopped)[0],
             Step::KeepStopped
         );
     }
@@ -185,7 +205,7 @@ mod tests {
                 consumers: vec![consumer(&["a"], state)],
                 ..Default::default()
             };
-            assert_eq!(consumer_step(&s, 0, FailurePolicy::Resume), want, "{name}");
+            assert_eq!(consumer_steps(&s, FailurePolicy::Resume)[0], want, "{name}");
         }
     }
 
@@ -222,19 +242,19 @@ mod tests {
             resumed_at: None,
         }];
         assert_eq!(
-            consumer_step(&s, 0, FailurePolicy::Resume),
+            consumer_steps(&s, FailurePolicy::Resume)[0],
             ConsumerStep::Nothing,
             "scaled down now, the Kustomization would scale it back up"
         );
         s.git_ops[0].workloads = vec!["StatefulSet ns/other".into()];
         assert_eq!(
-            consumer_step(&s, 0, FailurePolicy::Resume),
+            consumer_steps(&s, FailurePolicy::Resume)[0],
             ConsumerStep::Stop
         );
         s.git_ops[0].workloads = vec!["StatefulSet ns/db".into()];
         s.git_ops[0].state = GitOpsState::Paused;
         assert_eq!(
-            consumer_step(&s, 0, FailurePolicy::Resume),
+            consumer_steps(&s, FailurePolicy::Resume)[0],
             ConsumerStep::Stop
         );
     }
@@ -245,6 +265,35 @@ mod tests {
             consumers: vec![consumer(&["a", "b"], state)],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn each_consumer_s_step_follows_its_own_volumes_only() {
+        use ConsumerState as S;
+        use VolumePhase as V;
+        let s = DataRestoreStatus {
+            volumes: vec![
+                volume("a", V::Completed),
+                volume("b", V::Restoring),
+                volume("c", V::Quiescing),
+            ],
+            consumers: vec![
+                consumer(&["a"], S::Stopped),
+                consumer(&["a", "b"], S::Stopped),
+                consumer(&["c"], S::Running),
+                consumer(&["elsewhere"], S::Running),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            consumer_steps(&s, FailurePolicy::Resume),
+            [
+                ConsumerStep::Resume,
+                ConsumerStep::Nothing,
+                ConsumerStep::Mark,
+                ConsumerStep::Nothing
+            ]
+        );
     }
 
     #[test]
@@ -349,7 +398,7 @@ mod tests {
         ];
         for (name, phases, state, policy, want) in rows {
             let s = status(&[("a", phases[0]), ("b", phases[1])], state);
-            assert_eq!(consumer_step(&s, 0, policy), want, "{name}");
+            assert_eq!(consumer_steps(&s, policy)[0], want, "{name}");
         }
     }
 }

@@ -19,7 +19,8 @@ use crate::api::{
     ConsumerKind, ConsumerRecord, ConsumerSecurity, ConsumerState, DataRestore, DataRestoreStatus,
     Phase, VolumePhase, VolumeStatus,
 };
-use crate::controller::consumer::{self, ConsumerStep, consumer_step, settle_consumers};
+use crate::controller::by_claim::ByClaim;
+use crate::controller::consumer::{self, ConsumerStep, consumer_steps, settle_consumers};
 use crate::controller::gitops;
 use crate::controller::reasons;
 use crate::controller::runtime::concurrent::for_each_concurrently;
@@ -180,9 +181,10 @@ pub(super) async fn record(
     gitops::mark(status);
     // A consumer is marked Stopping before the stop is applied: whatever fails after,
     // the finish step looks at the object and brings it back if refill's mark is on it.
-    for i in 0..status.consumers.len() {
-        if consumer_step(status, i, dr.spec.on_failure) == ConsumerStep::Mark {
-            status.consumers[i].state = ConsumerState::Stopping;
+    let steps = consumer_steps(status, dr.spec.on_failure);
+    for (record, step) in status.consumers.iter_mut().zip(steps) {
+        if step == ConsumerStep::Mark {
+            record.state = ConsumerState::Stopping;
         }
     }
     Ok(())
@@ -518,26 +520,38 @@ pub(super) async fn work(
     let (stopped, helper) = futures::join!(settle_consumers(dr, ctx, status, &uid), helper);
     let helper = helper?;
     let rules = rules(dr, &ctx.config, status, deleting, Timestamp::now());
-    let snapshot = status.clone();
+    // A volume that has not started has nothing of refill's to look at: whether it
+    // starts is decided with the others (spec.parallel), unless the restore stops.
+    // Looking at the thousands still waiting in a large restore made each pass cost
+    // as many volumes as it has.
+    let to_advance: Vec<(usize, VolumeStatus)> = status
+        .volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.phase != VolumePhase::Pending || rules.stop.is_some())
+        .map(|(i, v)| (i, v.clone()))
+        .collect();
+    let consumers_of = ByClaim::consumers(&status.consumers);
     let act = Act {
         dr,
         ctx,
         uid: &uid,
-        status: &snapshot,
+        consumers_of: &consumers_of,
         pass: &view,
         helper: helper.as_ref(),
     };
     let mut notes = Vec::new();
     let mut left_behind = false;
     let advanced = for_each_concurrently(
-        0..snapshot.volumes.len(),
-        |i| volume::advance(&act, &rules, snapshot.volumes[i].clone()),
-        |i,
+        0..to_advance.len(),
+        |n| volume::advance(&act, &rules, to_advance[n].1.clone()),
+        |n,
          Advanced {
              volume,
              applied,
              left_behind: left,
          }| {
+            let i = to_advance[n].0;
             status.volumes[i] = volume;
             notes.push((status.volumes[i].pvc.clone(), applied));
             left_behind |= left;

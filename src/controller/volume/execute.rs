@@ -13,12 +13,13 @@ use serde_json::json;
 use tracing::info;
 
 use crate::api::{
-    DataRestore, DataRestoreStatus, PodVolumeBackup, PodVolumeRestore, VolumePhase, VolumeStatus,
+    ConsumerRecord, DataRestore, PodVolumeBackup, PodVolumeRestore, VolumePhase, VolumeStatus,
 };
 use crate::controller::build::pod_volume_restore as pvr;
 use crate::controller::build::restore_helper::{self, HelperSource};
 use crate::controller::build::stand_in::{self, StandIn};
 use crate::controller::build::{copier, new_claim};
+use crate::controller::by_claim::ByClaim;
 use crate::controller::runtime::error::{Category, Error, is_conflict, is_not_found};
 use crate::controller::{Context, Result};
 use crate::labels;
@@ -32,8 +33,8 @@ pub(crate) struct Act<'a> {
     pub dr: &'a DataRestore,
     pub ctx: &'a Context,
     pub uid: &'a str,
-    /// The pass's starting view of the status (the backup name).
-    pub status: &'a DataRestoreStatus,
+    /// The restore's consumers by claim, as the pass started.
+    pub consumers_of: &'a ByClaim<'a, ConsumerRecord>,
     pub pass: &'a PassView,
     /// Velero's restore-helper settings, read when a volume may create its stand-in.
     pub helper: Option<&'a HelperSource>,

@@ -43,7 +43,7 @@ pub(super) async fn advance(
     let mut volume = volume;
     let found = sight::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
     sight::follow(&mut volume, &found, act.uid);
-    let seen = sight::seen(act.ctx, act.uid, act.status, &volume, &found).await?;
+    let seen = sight::seen(act.ctx, act.uid, act.consumers_of, &volume, &found).await?;
     let now = Timestamp::now();
     let step = decide::decide(&volume, &seen, rules, now);
     let change = match step.effect {

@@ -10,11 +10,11 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, ResourceExt};
 
 use crate::api::{
-    ConsumerRecord, ConsumerState, DataRestoreStatus, PodVolumePhase, PodVolumeRestore,
-    VolumePhase, VolumeStatus,
+    ConsumerRecord, ConsumerState, PodVolumePhase, PodVolumeRestore, VolumePhase, VolumeStatus,
 };
 use crate::controller::build::copier;
 use crate::controller::build::restore_helper;
+use crate::controller::by_claim::ByClaim;
 use crate::controller::consumer;
 use crate::controller::runtime::stores::PassView;
 use crate::controller::{Context, Result};
@@ -231,11 +231,9 @@ pub(crate) fn split(key: &str) -> (&str, &str) {
 
 /// The consumers of `pvc` as the restore's records tell: with `switching`, the
 /// workloads to switch onto its new claim; else those stopped while it is written.
-pub(crate) fn consumers(status: &DataRestoreStatus, pvc: &str, switching: bool) -> ConsumersSeen {
-    let mine = status
-        .consumers
+pub(crate) fn consumers(of_claim: &[&ConsumerRecord], switching: bool) -> ConsumersSeen {
+    let mine = of_claim
         .iter()
-        .filter(|c| c.pvcs.iter().any(|p| p == pvc))
         .filter(|c| c.switch_to.is_some() == switching);
     let mut state = ConsumersSeen::Stopped;
     for record in mine {
@@ -380,12 +378,12 @@ fn pvr_of(found: &PodVolumeRestore) -> PvrSeen {
 pub(crate) async fn seen(
     ctx: &Context,
     uid: &str,
-    status: &DataRestoreStatus,
+    consumers_of: &ByClaim<'_, ConsumerRecord>,
     volume: &VolumeStatus,
     found: &MadeSeen,
 ) -> Result<VolumeSeen> {
     if volume.phase == VolumePhase::Switching {
-        return switching::seen(ctx, uid, status, volume).await;
+        return switching::seen(ctx, uid, consumers_of.of(&volume.pvc), volume).await;
     }
     // The claim written: the PVC itself, or the new claim made for it.
     let written = volume.written_claim();
@@ -440,10 +438,7 @@ pub(crate) async fn seen(
         _ => false,
     };
     let restarted = if watching {
-        let records = status
-            .consumers
-            .iter()
-            .filter(|c| c.pvcs.iter().any(|p| p == pvc));
+        let records = consumers_of.of(pvc).iter().copied();
         restarted(ctx, uid, records, &live_since).await?
     } else {
         None
@@ -509,7 +504,7 @@ pub(crate) async fn seen(
     let nodes_down = nodes::nodes_down(on_nodes, |n| ctx.known.nodes.down(n));
     Ok(VolumeSeen {
         claim: claim_state,
-        consumers: consumers(status, &volume.pvc, false),
+        consumers: consumers(consumers_of.of(&volume.pvc), false),
         foreign_pods,
         restarted,
         stand_in,
@@ -757,33 +752,24 @@ mod tests {
 
     #[test]
     fn consumers_are_stopped_only_when_every_record_says_so() {
-        let mut status = DataRestoreStatus {
-            consumers: vec![
-                record(ConsumerState::Stopped),
-                record(ConsumerState::Stopping),
-            ],
-            ..Default::default()
+        let mut records = vec![
+            record(ConsumerState::Stopped),
+            record(ConsumerState::Stopping),
+        ];
+        let of = |records: &[ConsumerRecord], claim: &str, switching: bool| {
+            consumers(ByClaim::consumers(records).of(claim), switching)
         };
+        assert_eq!(of(&records, "shop/data", false), ConsumersSeen::Stopping);
+        assert_eq!(of(&records, "shop/other", false), ConsumersSeen::Stopped);
         assert_eq!(
-            consumers(&status, "shop/data", false),
-            ConsumersSeen::Stopping
-        );
-        assert_eq!(
-            consumers(&status, "shop/other", false),
-            ConsumersSeen::Stopped
-        );
-        assert_eq!(
-            consumers(&status, "shop/data", true),
+            of(&records, "shop/data", true),
             ConsumersSeen::Stopped,
             "no workload to switch"
         );
-        status.consumers[1].state = ConsumerState::Stopped;
-        assert_eq!(
-            consumers(&status, "shop/data", false),
-            ConsumersSeen::Stopped
-        );
-        status.consumers[1].state = ConsumerState::HeldByOther;
-        let ConsumersSeen::HeldBy(message) = consumers(&status, "shop/data", false) else {
+        records[1].state = ConsumerState::Stopped;
+        assert_eq!(of(&records, "shop/data", false), ConsumersSeen::Stopped);
+        records[1].state = ConsumerState::HeldByOther;
+        let ConsumersSeen::HeldBy(message) = of(&records, "shop/data", false) else {
             panic!("held")
         };
         assert!(

@@ -115,14 +115,14 @@ async fn perform_on(
     effect: Effect,
 ) -> (Result<Option<Change>>, VolumeStatus) {
     let (dr, ctx) = (data_restore(), context(client));
-    let status = DataRestoreStatus::default();
+    let consumers_of = ByClaim::consumers(&[]);
     let pass = PassView::default();
     let helper = HelperSource::default();
     let act = Act {
         dr: &dr,
         ctx: &ctx,
         uid: UID,
-        status: &status,
+        consumers_of: &consumers_of,
         pass: &pass,
         helper: Some(&helper),
     };

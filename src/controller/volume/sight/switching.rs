@@ -4,7 +4,7 @@
 
 use kube::ResourceExt;
 
-use crate::api::{DataRestoreStatus, VolumeStatus};
+use crate::api::{ConsumerRecord, VolumeStatus};
 use crate::controller::volume::decide::VolumeSeen;
 use crate::controller::{Context, Result};
 use crate::observe;
@@ -15,14 +15,14 @@ use super::{consumers, restarted, split};
 pub(super) async fn seen(
     ctx: &Context,
     uid: &str,
-    status: &DataRestoreStatus,
+    of_claim: &[&ConsumerRecord],
     volume: &VolumeStatus,
 ) -> Result<VolumeSeen> {
     let (ns, claim) = split(&volume.pvc);
-    let records: Vec<_> = status
-        .consumers
+    let records: Vec<&ConsumerRecord> = of_claim
         .iter()
-        .filter(|c| c.switch_to.is_some() && c.pvcs.contains(&volume.pvc))
+        .copied()
+        .filter(|c| c.switch_to.is_some())
         .collect();
     let mounting = observe::consumers::pods_mounting(ctx.reads(), ns, &[claim]).await?;
     let owners = observe::consumers::top_owners(ctx.reads(), ns, &mounting).await?;
@@ -41,7 +41,7 @@ pub(super) async fn seen(
         foreign_pods.push(pod.name_any());
     }
     Ok(VolumeSeen {
-        consumers: consumers(status, &volume.pvc, true),
+        consumers: consumers(of_claim, true),
         foreign_pods,
         restarted: restarted(ctx, uid, records.into_iter(), &live_since).await?,
         ..Default::default()
