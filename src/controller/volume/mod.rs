@@ -43,6 +43,16 @@ pub(super) async fn advance(
     let mut volume = volume;
     let found = sight::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
     sight::follow(&mut volume, &found, act.uid);
+    // An ended volume with nothing of refill's left has nothing more to do. Looked at
+    // again, each ended volume of a large restore would cost a look at its claim's pods
+    // and consumers on every pass.
+    if volume.phase.is_terminal() && found.nothing_left() {
+        return Ok(Advanced {
+            volume,
+            applied: Applied::default(),
+            left_behind: false,
+        });
+    }
     let seen = sight::seen(act.ctx, act.uid, act.consumers_of, &volume, &found).await?;
     let now = Timestamp::now();
     let step = decide::decide(&volume, &seen, rules, now);

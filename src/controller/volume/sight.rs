@@ -39,6 +39,14 @@ pub(crate) struct MadeSeen {
     pub scratch: Option<PersistentVolumeClaim>,
 }
 
+impl MadeSeen {
+    /// Whether nothing refill made for the volume is left to remove: its stand-in,
+    /// copier and scratch claim are gone (its PodVolumeRestore is Velero's record).
+    pub(crate) fn nothing_left(&self) -> bool {
+        self.stand_in.is_none() && self.copier.is_none() && self.scratch.is_none()
+    }
+}
+
 /// Which absences the stores report must be read again from the API before they are
 /// believed: those that would end a volume, or let its consumers come back. A store
 /// lags behind the API by a watch event; an object refill created a moment ago may not
@@ -857,6 +865,31 @@ mod tests {
         };
         follow(&mut restoring, &MadeSeen::default(), "r");
         assert_eq!(restoring.copier_uid.as_deref(), Some("u-first"));
+    }
+
+    #[test]
+    fn only_a_stand_in_copier_or_scratch_claim_is_left_to_remove() {
+        assert!(MadeSeen::default().nothing_left());
+        let pvr = MadeSeen {
+            pod_volume_restore: Some(Arc::new(pvr(PodVolumePhase::Completed))),
+            ..MadeSeen::default()
+        };
+        assert!(pvr.nothing_left(), "Velero's record of the restore stays");
+        let left = [
+            MadeSeen {
+                stand_in: Some(Arc::new(Pod::default())),
+                ..MadeSeen::default()
+            },
+            MadeSeen {
+                copier: Some(Pod::default()),
+                ..MadeSeen::default()
+            },
+            MadeSeen {
+                scratch: Some(PersistentVolumeClaim::default()),
+                ..MadeSeen::default()
+            },
+        ];
+        assert!(left.iter().all(|found| !found.nothing_left()));
     }
 
     #[test]
