@@ -213,13 +213,10 @@ fn more_of(line: &str) -> Option<usize> {
 /// them), which is written at most once a second per restore.
 ///
 /// Asked after every pass; with a thousand volumes a copy of either status would be
-/// megabytes, so only a volume whose bytes moved is copied. The fields are named one by
-/// one: a field added to the status must be placed here, on one side or the other.
+/// megabytes, so only a volume whose bytes moved is copied. The fields beside the
+/// records are compared by [`only_tally_differs`], which names every one.
 pub(super) fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
     let DataRestoreStatus {
-        phase,
-        observed_generation,
-        backup_name,
         summary,
         volume_counts,
         consumer_counts,
@@ -228,15 +225,9 @@ pub(super) fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus
         volumes,
         consumers,
         git_ops,
-        start_time,
-        completion_time,
-        errors,
-        warnings,
-        conditions: _,
+        ..
     } = a;
-    *phase == b.phase
-        && *observed_generation == b.observed_generation
-        && *backup_name == b.backup_name
+    only_tally_differs(a, b)
         && *summary == b.summary
         && *consumer_counts == b.consumer_counts
         && *git_ops_counts == b.git_ops_counts
@@ -249,10 +240,6 @@ pub(super) fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus
                 .map(|c| (c.total, &c.phases, c.partly_written, c.warnings))
         && *consumers == b.consumers
         && *git_ops == b.git_ops
-        && *start_time == b.start_time
-        && *completion_time == b.completion_time
-        && *errors == b.errors
-        && *warnings == b.warnings
         && volumes.len() == b.volumes.len()
         && volumes.iter().zip(&b.volumes).all(|(x, y)| {
             if x.bytes_done == y.bytes_done {
@@ -263,6 +250,43 @@ pub(super) fn only_progress_differs(a: &DataRestoreStatus, b: &DataRestoreStatus
                 x == *y
             }
         })
+}
+
+/// Whether what the DataRestore object itself holds differs only in what follows from
+/// its volumes' records (the counts, the summary, the volumes that need a person, and
+/// the conditions): written at most once a second per restore, as progress is. The
+/// records themselves go out at once; at the default parallelism a restore makes a
+/// pass for each step of each volume, and one write of the DataRestore each would
+/// cost as much again.
+///
+/// The fields are named one by one: a field added to the status must be placed here,
+/// on one side or the other.
+pub(super) fn only_tally_differs(a: &DataRestoreStatus, b: &DataRestoreStatus) -> bool {
+    let DataRestoreStatus {
+        phase,
+        observed_generation,
+        backup_name,
+        summary: _,
+        volume_counts: _,
+        consumer_counts: _,
+        git_ops_counts: _,
+        needs_attention: _,
+        volumes: _,
+        consumers: _,
+        git_ops: _,
+        start_time,
+        completion_time,
+        errors,
+        warnings,
+        conditions: _,
+    } = a;
+    *phase == b.phase
+        && *observed_generation == b.observed_generation
+        && *backup_name == b.backup_name
+        && *start_time == b.start_time
+        && *completion_time == b.completion_time
+        && *errors == b.errors
+        && *warnings == b.warnings
 }
 
 #[cfg(test)]
@@ -456,5 +480,33 @@ mod tests {
         let mut f = b;
         f.volumes.push(volume(VolumePhase::Pending));
         assert!(!only_progress_differs(&a, &f), "one volume more");
+    }
+
+    #[test]
+    fn counts_that_follow_the_records_are_told_from_what_must_be_written_at_once() {
+        let mut a = DataRestoreStatus {
+            phase: Phase::Restoring,
+            volumes: vec![volume(VolumePhase::Restoring), volume(VolumePhase::Pending)],
+            ..Default::default()
+        };
+        a.tally(|v| v.pvc.clone());
+        a.conditions = conditions(&a, None, false);
+        let mut b = a.clone();
+        b.volumes[0].phase = VolumePhase::Failed;
+        b.volumes[0].message = Some("refused".into());
+        b.tally(|v| v.pvc.clone());
+        b.summary = Some(summary(&b.volumes));
+        b.conditions = conditions(&b, None, false);
+        assert_ne!(a.volume_counts, b.volume_counts);
+        assert!(only_tally_differs(&a, &b));
+        let mut errors = b.clone();
+        add_line(&mut errors.errors, "shop/data: refused".into());
+        assert!(!only_tally_differs(&a, &errors), "an error");
+        let mut ended = b.clone();
+        ended.phase = Phase::Finalizing;
+        assert!(!only_tally_differs(&a, &ended), "the phase");
+        let mut warned = b;
+        warned.warnings.push("PVC shop/data is not bound".into());
+        assert!(!only_tally_differs(&a, &warned), "a warning");
     }
 }
