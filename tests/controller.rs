@@ -1601,7 +1601,12 @@ async fn lose_the_lock_while(
             // Extra files kept: no copier comes first, which would wait unplaced too.
             spec.extra_files = refill::api::ExtraFiles::Keep;
         }
-        Held::Restoring | Held::RemovingStandIn => {}
+        // Extra files kept: the stand-in goes as soon as the data is in, and the hold
+        // on it keeps the volume in RemovingStandIn. A restore that deletes extra
+        // files tidies in the stand-in first, and passes RemovingStandIn only for the
+        // moment restore-wait takes to exit.
+        Held::RemovingStandIn => spec.extra_files = refill::api::ExtraFiles::Keep,
+        Held::Restoring => {}
     }
     s.restore(name, spec).await?;
     match held {
