@@ -195,7 +195,7 @@ pub async fn run(cluster: &Cluster, options: &Options) -> Result<Vec<Outcome>> {
     let text = report::markdown(options, &outcomes, progress.as_ref());
     println!("{text}");
     if let Some(path) = &options.results {
-        results::write(path, &text)?;
+        results::write(path, &text, report::HEADINGS)?;
         eprintln!("[bench] wrote its sections of {}", path.display());
     }
     if let Some(path) = &options.json {

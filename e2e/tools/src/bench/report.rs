@@ -12,6 +12,21 @@ use super::{Options, Outcome, RefillRun};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// Every section this benchmark may render: a run that renders one of them not (a
+/// single size has no medians, no growth) drops the older run's from the results.
+pub const HEADINGS: &[&str] = &[
+    "## Summary",
+    "## The controller's work",
+    "## The floor",
+    "## The restore floor",
+    "## How wall time grows",
+    "## Against the targets",
+    "## Progress check",
+    "## The controller's requests by verb and resource",
+    "## When the controller did what",
+    "## Medians of repeated runs",
+];
+
 fn secs(d: std::time::Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
@@ -720,7 +735,25 @@ fn total(p: &ProgressOutcome, resource: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::median_spread;
+    use super::{HEADINGS, median_spread};
+
+    #[test]
+    fn every_section_rendered_is_one_the_benchmark_owns() {
+        let source = include_str!("report.rs");
+        let rendered: Vec<&str> = source
+            .split("writeln!(s, \"")
+            .skip(1)
+            .filter_map(|rest| rest.trim_start_matches("\\n").strip_prefix("## "))
+            .map(|rest| rest.split("\\n").next().unwrap_or_default())
+            .collect();
+        assert_eq!(rendered.len(), HEADINGS.len(), "{rendered:?}");
+        for heading in rendered {
+            assert!(
+                HEADINGS.contains(&format!("## {heading}").as_str()),
+                "{heading}"
+            );
+        }
+    }
 
     #[test]
     fn medians_and_spreads() {

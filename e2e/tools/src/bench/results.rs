@@ -2,7 +2,8 @@
 //! benchmark's sections and the real-data one of `velero-bench` side by side. A
 //! benchmark writes only the `## ` sections it renders: each replaces the section of
 //! the same heading where it stands, and every other section, another benchmark's, is
-//! kept as it was.
+//! kept as it was, but for the sections a benchmark owns and did not render this time
+//! (a run of one size has no medians): those are its older run's, and go.
 
 use std::path::Path;
 
@@ -31,8 +32,9 @@ fn sections(text: &str) -> (&str, Vec<(&str, &str)>) {
     (preamble, bodies)
 }
 
-/// `existing` with `report`'s preamble (when it has one) and sections put in.
-pub fn merge(existing: &str, report: &str) -> String {
+/// `existing` with `report`'s preamble (when it has one) and sections put in, and the
+/// sections headed by one of `owned` that `report` lacks left out.
+pub fn merge(existing: &str, report: &str, owned: &[&str]) -> String {
     let (old_preamble, old) = sections(existing);
     let (new_preamble, new) = sections(report);
     let mut out = String::new();
@@ -48,10 +50,11 @@ pub fn merge(existing: &str, report: &str) -> String {
         }
     };
     for (heading, body) in &old {
-        let body = new
-            .iter()
-            .find(|(h, _)| h == heading)
-            .map_or(*body, |(_, b)| *b);
+        let body = match new.iter().find(|(h, _)| h == heading) {
+            Some((_, new_body)) => *new_body,
+            None if owned.contains(heading) => continue,
+            None => *body,
+        };
         ended(&mut out);
         out.push_str(body);
     }
@@ -67,14 +70,15 @@ pub fn merge(existing: &str, report: &str) -> String {
     out
 }
 
-/// Writes `report`'s sections into the results file at `path`, keeping the others.
-pub fn write(path: &Path, report: &str) -> Result<()> {
+/// Writes `report`'s sections into the results file at `path`, keeping the others but
+/// those headed by one of `owned` that `report` lacks.
+pub fn write(path: &Path, report: &str, owned: &[&str]) -> Result<()> {
     let existing = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    std::fs::write(path, merge(&existing, report))
+    std::fs::write(path, merge(&existing, report, owned))
         .with_context(|| format!("writing {}", path.display()))
 }
 
@@ -89,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_benchmark_replaces_its_own_sections_and_keeps_the_others() {
-        let both = merge(KWOK, REAL);
+        let both = merge(KWOK, REAL, &[]);
         assert!(
             both.contains("old summary") && both.contains("| refill | 130 s |"),
             "{both}"
@@ -99,6 +103,7 @@ mod tests {
         let again = merge(
             &both,
             "# Benchmark results\n\nnew intro\n\n## Summary\n\nnew summary\n\n## Floor\n\nnew floor\n",
+            &["## Summary", "## Floor"],
         );
         assert!(
             again.contains("new intro") && !again.contains("old intro"),
@@ -122,12 +127,21 @@ mod tests {
         );
 
         // The real-data benchmark again: replaced, not appended a second time.
-        let real_again = merge(&again, &REAL.replace("130 s", "120 s"));
+        let real_again = merge(&again, &REAL.replace("130 s", "120 s"), &[]);
         assert_eq!(
             real_again.matches("## Real data").count(),
             1,
             "{real_again}"
         );
         assert!(real_again.contains("120 s") && real_again.contains("new summary"));
+
+        // A kwok run that renders no floor: its older floor goes, the real data stays.
+        let no_floor = merge(
+            &real_again,
+            "# Benchmark results\n\n## Summary\n\nlatest summary\n",
+            &["## Summary", "## Floor"],
+        );
+        assert!(!no_floor.contains("## Floor"), "{no_floor}");
+        assert!(no_floor.contains("latest summary") && no_floor.contains("120 s"));
     }
 }

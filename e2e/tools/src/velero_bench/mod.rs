@@ -302,7 +302,7 @@ pub async fn main(args: Args) -> Result<()> {
         backup_secs,
     );
     println!("\n{table}");
-    crate::bench::results::write(&args.results, &table)?;
+    crate::bench::results::write(&args.results, &table, &[])?;
     put_back?;
     velero::delete_backup(&client, &backup).await?;
     for scene in &scenes {

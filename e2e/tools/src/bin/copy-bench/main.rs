@@ -121,7 +121,7 @@ fn main() -> Result<()> {
     );
     let table = report::markdown(&bench, &made, &command, &scratch.0);
     println!("\n{table}");
-    refill_e2e_tools::bench::results::write(&args.results, &table)
+    refill_e2e_tools::bench::results::write(&args.results, &table, &[])
 }
 
 impl Bench {
