@@ -4,8 +4,10 @@ use kube::api::DynamicObject;
 use kube::{Api, Client};
 
 use crate::api::ConsumerKind;
+use crate::plan::replicas_asked;
 
-/// The replica count a scalable workload asks for now (`spec.replicas`, default 1).
+/// The replica count a scalable workload asks for, as a restore records it (see
+/// [`replicas_asked`]).
 pub(crate) async fn replicas_of(
     client: &Client,
     namespace: &str,
@@ -17,13 +19,18 @@ pub(crate) async fn replicas_of(
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
-    Ok(api.get_opt(name).await?.map(|obj| replicas(&obj)))
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|obj| replicas_asked(spec_replicas(&obj), obj.metadata.annotations.as_ref())))
 }
 
-/// `spec.replicas` of a scalable workload (Kubernetes' default is 1).
+/// `spec.replicas` of a scalable workload (Kubernetes' default is 1): what it is
+/// scaled to now.
 pub(crate) fn replicas(obj: &DynamicObject) -> i32 {
-    obj.data["spec"]["replicas"]
-        .as_i64()
-        .map(|r| r as i32)
-        .unwrap_or(1)
+    spec_replicas(obj).unwrap_or(1)
+}
+
+fn spec_replicas(obj: &DynamicObject) -> Option<i32> {
+    obj.data["spec"]["replicas"].as_i64().map(|r| r as i32)
 }

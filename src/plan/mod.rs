@@ -33,7 +33,7 @@ pub(crate) use selector::{label_selector, parse_pvc_key};
 pub(crate) use spec::{duration, spec_errors};
 pub(crate) use switch::{Labelled, switches};
 pub(crate) use volumes::{completed_by_pvc, select_volumes, selection_field};
-pub(crate) use workload::{Listed, Workload};
+pub(crate) use workload::{Listed, Workload, replicas_asked};
 
 /// Everything validation needs, read from the cluster beforehand.
 #[derive(Default, Debug, Clone)]

@@ -160,9 +160,10 @@ impl Listed {
             .filter_map(|v| v.persistent_volume_claim.as_ref()?.claim_name.as_deref())
     }
 
-    /// The replicas it asks for now, for the scalable kinds (Kubernetes' default is 1).
+    /// The replicas it asks for, for the scalable kinds (see [`replicas_asked`]).
     pub(crate) fn replicas(&self, kind: ConsumerKind) -> Option<i32> {
-        kind.is_scalable().then(|| self.spec.replicas.unwrap_or(1))
+        kind.is_scalable()
+            .then(|| replicas_asked(self.spec.replicas, self.metadata.annotations.as_ref()))
     }
 
     /// A label's value.
@@ -205,6 +206,21 @@ impl Listed {
             template,
         }
     }
+}
+
+/// The replicas a scalable workload asks for: `spec.replicas` (Kubernetes' default is
+/// 1), or, while a restore holds it stopped (its mark is on it), the count it asked for
+/// before, which that restore recorded beside its mark. Its 0 is the restore's: a
+/// second restore that found it then and recorded 0 would keep a wrong count.
+pub(crate) fn replicas_asked(
+    spec_replicas: Option<i32>,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> i32 {
+    let before_stop = lookup(annotations, crate::labels::QUIESCED_BY)
+        .and(lookup(annotations, crate::labels::ORIGINAL_REPLICAS))
+        .and_then(|count| count.parse::<i32>().ok())
+        .filter(|count| *count >= 0);
+    before_stop.unwrap_or_else(|| spec_replicas.unwrap_or(1))
 }
 
 fn lookup<'a>(map: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
@@ -406,6 +422,37 @@ mod tests {
         assert_eq!(kept.managed_by[0].name, "shop");
         let unscaled = listed(serde_json::json!({"spec": {}}));
         assert_eq!(unscaled.replicas(ConsumerKind::StatefulSet), Some(1));
+        let stopped: Listed = serde_json::from_value(serde_json::json!({
+            "metadata": {"annotations": {
+                crate::labels::QUIESCED_BY: "uid-other",
+                crate::labels::ORIGINAL_REPLICAS: "3",
+            }},
+            "spec": {"replicas": 0},
+        }))
+        .unwrap();
+        assert_eq!(
+            stopped.replicas(ConsumerKind::Deployment),
+            Some(3),
+            "what it asked for before another restore stopped it"
+        );
+        let unmarked = |annotations: serde_json::Value| -> Listed {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"annotations": annotations},
+                "spec": {"replicas": 0},
+            }))
+            .unwrap()
+        };
+        for annotations in [
+            serde_json::json!({crate::labels::ORIGINAL_REPLICAS: "3"}),
+            serde_json::json!({crate::labels::QUIESCED_BY: "u", crate::labels::ORIGINAL_REPLICAS: "x"}),
+            serde_json::json!({crate::labels::QUIESCED_BY: "u", crate::labels::ORIGINAL_REPLICAS: "-2"}),
+        ] {
+            assert_eq!(
+                unmarked(annotations.clone()).replicas(ConsumerKind::Deployment),
+                Some(0),
+                "{annotations}"
+            );
+        }
         assert_eq!(unscaled.replicas(ConsumerKind::CronJob), None);
     }
 
