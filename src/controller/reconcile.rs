@@ -77,22 +77,26 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
                 None => {
                     // The volumes' records first: the DataRestore's counts follow them.
                     ctx.ledger.save(&ctx.client, &dr, &before, &status).await?;
-                    let tally_only = status::only_tally_differs(&before, &status);
-                    let head_wait = ctx
-                        .progress_wait(&uid)
-                        .filter(|_| tally_only && result.is_ok());
-                    match head_wait {
-                        _ if !head_differs(&before, &status) => {}
-                        // The counts catch up with the records within a second.
-                        Some(throttled) => wait = Some(throttled),
-                        None => {
-                            // The resourceVersion makes a pass that started from a
-                            // stale copy (its own last write not yet seen) fail with a
-                            // conflict instead of writing old phases back.
-                            let read = Precondition::At(dr.resource_version());
-                            dr = object_writes::apply_status(&api, &dr.name_any(), read, &status)
+                    if head_differs(&before, &status) {
+                        let tally_only =
+                            result.is_ok() && status::only_tally_differs(&before, &status);
+                        match ctx.progress_wait(&uid).filter(|_| tally_only) {
+                            // The counts catch up with the records within a second.
+                            Some(throttled) => wait = Some(throttled),
+                            None => {
+                                // The resourceVersion makes a pass that started from a
+                                // stale copy (its own last write not yet seen) fail with
+                                // a conflict instead of writing old phases back.
+                                let read = Precondition::At(dr.resource_version());
+                                dr = object_writes::apply_status(
+                                    &api,
+                                    &dr.name_any(),
+                                    read,
+                                    &status,
+                                )
                                 .await?;
-                            ctx.wrote(&uid, dr.resource_version());
+                                ctx.wrote(&uid, dr.resource_version());
+                            }
                         }
                     }
                     // `before` is the status last written: `dr` is what a write returned.

@@ -422,33 +422,28 @@ mod tests {
         assert_eq!(kept.managed_by[0].name, "shop");
         let unscaled = listed(serde_json::json!({"spec": {}}));
         assert_eq!(unscaled.replicas(ConsumerKind::StatefulSet), Some(1));
-        let stopped: Listed = serde_json::from_value(serde_json::json!({
-            "metadata": {"annotations": {
-                crate::labels::QUIESCED_BY: "uid-other",
-                crate::labels::ORIGINAL_REPLICAS: "3",
-            }},
-            "spec": {"replicas": 0},
-        }))
-        .unwrap();
+        let at_zero = |annotations: serde_json::Value| {
+            listed(serde_json::json!({
+                "metadata": {"annotations": annotations},
+                "spec": {"replicas": 0},
+            }))
+        };
+        let stopped = at_zero(serde_json::json!({
+            crate::labels::QUIESCED_BY: "uid-other",
+            crate::labels::ORIGINAL_REPLICAS: "3",
+        }));
         assert_eq!(
             stopped.replicas(ConsumerKind::Deployment),
             Some(3),
             "what it asked for before another restore stopped it"
         );
-        let unmarked = |annotations: serde_json::Value| -> Listed {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"annotations": annotations},
-                "spec": {"replicas": 0},
-            }))
-            .unwrap()
-        };
         for annotations in [
             serde_json::json!({crate::labels::ORIGINAL_REPLICAS: "3"}),
             serde_json::json!({crate::labels::QUIESCED_BY: "u", crate::labels::ORIGINAL_REPLICAS: "x"}),
             serde_json::json!({crate::labels::QUIESCED_BY: "u", crate::labels::ORIGINAL_REPLICAS: "-2"}),
         ] {
             assert_eq!(
-                unmarked(annotations.clone()).replicas(ConsumerKind::Deployment),
+                at_zero(annotations.clone()).replicas(ConsumerKind::Deployment),
                 Some(0),
                 "{annotations}"
             );
