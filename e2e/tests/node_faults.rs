@@ -607,15 +607,17 @@ async fn drained(env: &refill_e2e::TestEnv, on: &str) -> Result<()> {
     match status.phase {
         // The node agent finished before the eviction.
         Phase::Completed => same_tree(&want, &dir)?,
-        Phase::Failed => ensure!(
-            !volume.partly_written
-                && volume
-                    .message
-                    .as_deref()
-                    .unwrap_or_default()
-                    .contains("evicted"),
-            "{volume:#?}"
-        ),
+        // Evicted before or after a node agent took the PodVolumeRestore: either way the
+        // message names the eviction, and says the volume may be a mix exactly when an
+        // agent had begun writing it.
+        Phase::Failed => {
+            let message = volume.message.as_deref().unwrap_or_default();
+            ensure!(
+                message.contains("evicted")
+                    && volume.partly_written == message.contains("mix of old and restored"),
+                "{volume:#?}"
+            )
+        }
         other => anyhow::bail!("ended {other:?}: {status:#?}"),
     }
     refills_pods_gone(&client, &ns).await?;
