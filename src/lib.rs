@@ -21,5 +21,6 @@ mod nodes;
 mod observe;
 mod plan;
 mod populator;
+mod template_mounts;
 mod validate;
 mod watched;

@@ -1381,6 +1381,89 @@ async fn leader_killed_mid_copy(env: TestEnv) -> Result<()> {
     verdict(problems)
 }
 
+/// The workload kinds whose pod templates mount claims, as the audit log names them.
+const WORKLOAD_RESOURCES: [&str; 7] = [
+    "deployments",
+    "statefulsets",
+    "replicasets",
+    "daemonsets",
+    "replicationcontrollers",
+    "jobs",
+    "cronjobs",
+];
+
+/// A StatefulSet's three claims restored one at a time (`parallel: 1`): each volume
+/// that starts looks for its consumers again, and after the first stopped the
+/// StatefulSet only its claim templates name it. The answers come from the
+/// controller's workload watches: once they run, the audit log shows no list of the
+/// namespace's workloads by the controller, however many volumes start.
+async fn consumers_found_from_the_workload_watches(env: TestEnv) -> Result<()> {
+    let cluster = env.cluster;
+    let s = Scene::new(env).await?;
+    let app = s.app(Shape::StatefulSet, false).await?;
+    let _agent = s.node_agent(Some(COPY_RATE));
+    let kind = ControllerKind::Refill(PathBuf::from(env!("CARGO_BIN_EXE_refill")));
+    let mut cursor = audit::Cursor::now(cluster)?;
+    let controller = ControllerProcess::start(cluster, &kind, &s.ns, &s.scratch).await?;
+    let token = controller.credential_id().to_string();
+    let mut requests = Vec::new();
+    let deadline = Instant::now() + SETUP;
+    loop {
+        let (events, next) = cursor.read(cluster)?;
+        cursor = next;
+        requests.extend(audit::filter(&events, &token));
+        let watching = |resource: &&str| {
+            requests
+                .iter()
+                .any(|e| e.verb == "watch" && e.resource() == *resource)
+        };
+        if WORKLOAD_RESOURCES.iter().all(watching) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the controller did not watch every workload kind within {SETUP:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let spec = DataRestoreSpec {
+        parallel: Some(1),
+        ..s.spec(&app)
+    };
+    s.restore("r1", spec).await?;
+    let (done, mut problems) = s.check(&app, "r1", &Expect::completed()).await;
+    requests.extend(audit::filter(&cursor.read_since(cluster)?, &token));
+    controller.stop().await;
+    let volumes = done
+        .as_ref()
+        .and_then(|dr| dr.status.as_ref())
+        .map_or(0, |st| st.volumes.len());
+    if volumes != 3 {
+        problems.push(format!(
+            "{volumes} volumes restored, not the StatefulSet's 3"
+        ));
+    }
+    let listed: Vec<String> = requests
+        .iter()
+        .filter(|e| e.verb == "list" && WORKLOAD_RESOURCES.contains(&e.resource().as_str()))
+        .filter(|e| e.object_ref.as_ref().is_some_and(|o| o.namespace == s.ns))
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e.request_received_timestamp,
+                e.verb,
+                e.resource()
+            )
+        })
+        .collect();
+    if !listed.is_empty() {
+        problems.push(format!(
+            "the controller listed the namespace's workloads, which its watches hold: {listed:?}"
+        ));
+    }
+    verdict(problems)
+}
+
 /// The lease of [`leader_killed_mid_copy`]: short, so that the case stays short.
 const LEASE: Duration = Duration::from_secs(6);
 
@@ -1540,6 +1623,10 @@ async fn faults_during_a_restore() -> Result<()> {
         case(
             "cronjob-mounting-the-claim-suspended-during-restore",
             cronjob_mounting_the_claim,
+        ),
+        case(
+            "consumers-found-from-the-workload-watches",
+            consumers_found_from_the_workload_watches,
         ),
         case(
             "no-node-agent-with-short-timeout",

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -130,6 +131,25 @@ pub async fn run_with_readiness(
             }
             futures::future::ready(())
         });
+    // Workloads are watched for the claims their pod templates mount: who a volume
+    // that starts must stop besides the pods that run. Their changes wake no restore.
+    let templates_ctx = ctx.clone();
+    let template_events =
+        futures::stream::select_all(crate::observe::workloads::TEMPLATE_KINDS.map(|kind| {
+            let api = Api::<DynamicObject>::all_with(client.clone(), &kind.api_resource());
+            let config = watcher::Config::default().page_size(crate::observe::paging::PAGE);
+            watcher(api, config)
+                .default_backoff()
+                .map(move |event| (kind, event))
+                .boxed()
+        }))
+        .for_each(move |(kind, event)| {
+            match event {
+                Ok(event) => templates_ctx.known.templates.apply(kind, &event),
+                Err(e) => warn!(?kind, "watching workloads: {e}"),
+            }
+            futures::future::ready(())
+        });
     info!(namespace, "refill controller started");
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let requests = ctx.config.requests.then(|| request::run(ctx.clone()));
@@ -179,9 +199,10 @@ pub async fn run_with_readiness(
                 warn!("reconcile failed: {e}");
             }
         });
-    // The node watch lives as long as the controller does.
+    // The node and workload watches live as long as the controller does.
+    let watches = futures::future::join(node_events, template_events);
     let restores = async {
-        futures::future::select(std::pin::pin!(restores), std::pin::pin!(node_events)).await;
+        futures::future::select(std::pin::pin!(restores), std::pin::pin!(watches)).await;
     };
     match requests {
         Some(requests) => {

@@ -101,7 +101,13 @@ pub(crate) async fn consumers_in(
     let listed = match reads.workloads.and_then(|w| w.of(namespace)) {
         Some(listed) => listed,
         None => {
-            read = workloads(reads.client, namespace, git_ops).await?;
+            let watched = reads
+                .known
+                .and_then(|k| k.templates.workloads(namespace, git_ops));
+            read = match watched {
+                Some(watched) => watched,
+                None => workloads(reads.client, namespace, git_ops).await?,
+            };
             &read
         }
     };
@@ -298,10 +304,21 @@ async fn owners_of(
     owner: &OwnerReference,
 ) -> kube::Result<Owners> {
     let Reads { client, known, .. } = reads;
+    let name = owner.name.as_str();
+    let kind = match owner.kind.as_str() {
+        "ReplicaSet" => Some(ConsumerKind::ReplicaSet),
+        "Job" => Some(ConsumerKind::Job),
+        _ => None,
+    };
+    let watched = known
+        .zip(kind)
+        .and_then(|(k, kind)| k.templates.owners(kind, namespace, name, &owner.uid));
+    if let Some(watched) = watched {
+        return Ok(Some(watched));
+    }
     if let Some(kept) = known.and_then(|k| k.owners.get(&owner.uid)) {
         return Ok(kept);
     }
-    let name = owner.name.as_str();
     let meta = match owner.kind.as_str() {
         "ReplicaSet" => Api::<ReplicaSet>::namespaced(client.clone(), namespace)
             .get_opt(name)

@@ -12,11 +12,13 @@ use super::paging::for_each_listed;
 use super::workloads::Workloads;
 
 /// What the controller keeps knowing between reads, so that asking again costs nothing:
-/// which pods mount which claims, from its pod watch, which nodes are Ready, from its
-/// node watch, and owner references read lately.
+/// which pods mount which claims, from its pod watch, which workloads' pod templates do,
+/// from its workload watches, which nodes are Ready, from its node watch, and owner
+/// references read lately.
 #[derive(Default)]
 pub(crate) struct Known {
     pub mounts: crate::mounts::Mounts,
+    pub templates: crate::template_mounts::TemplateMounts,
     pub claims: crate::claims::Claims,
     pub nodes: crate::nodes::Nodes,
     pub owners: OwnerCache,

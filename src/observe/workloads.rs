@@ -82,14 +82,21 @@ where
         .collect())
 }
 
-/// The workloads of the namespaces of `claims` (by namespace) that mount one of them,
-/// read cluster-wide when the controller asks about many namespaces; None when they are
-/// better read namespace by namespace.
+/// The workloads of the namespaces of `claims` (by namespace) that mount one of them:
+/// from the controller's watches once they listed every kind, else read cluster-wide
+/// when the controller asks about many namespaces; None when they are better read
+/// namespace by namespace.
 pub(crate) async fn workloads_mounting(
     reads: Reads<'_>,
     claims: &BTreeMap<String, Vec<String>>,
     git_ops: &GitOpsSpec,
 ) -> kube::Result<Option<Workloads>> {
+    if let Some(watched) = reads
+        .known
+        .and_then(|k| watched(&k.templates, claims, git_ops))
+    {
+        return Ok(Some(watched));
+    }
     if !reads.cluster_wide(claims.len()) {
         return Ok(None);
     }
@@ -140,4 +147,28 @@ pub(crate) async fn workloads_mounting(
             .push(workload);
     }
     Ok(Some(found))
+}
+
+/// [`workloads_mounting`] answered from the controller's watches; None before they
+/// listed every kind.
+fn watched(
+    index: &crate::template_mounts::TemplateMounts,
+    claims: &BTreeMap<String, Vec<String>>,
+    git_ops: &GitOpsSpec,
+) -> Option<Workloads> {
+    let mut found = Workloads {
+        namespaces: claims.keys().cloned().collect(),
+        by_namespace: BTreeMap::new(),
+    };
+    for (namespace, wanted) in claims {
+        let kept: Vec<Workload> = index
+            .workloads(namespace, git_ops)?
+            .into_iter()
+            .filter(|w| wanted.iter().any(|c| w.mounts(c)))
+            .collect();
+        if !kept.is_empty() {
+            found.by_namespace.insert(namespace.clone(), kept);
+        }
+    }
+    Some(found)
 }

@@ -160,6 +160,26 @@ impl Listed {
             .filter_map(|v| v.persistent_volume_claim.as_ref()?.claim_name.as_deref())
     }
 
+    /// Whether its pod template can mount no claim: it names none, and it is no
+    /// StatefulSet making its own from claim templates.
+    pub(crate) fn mounts_no_claim(&self, kind: ConsumerKind) -> bool {
+        let from_templates = kind == ConsumerKind::StatefulSet
+            && self
+                .spec
+                .volume_claim_templates
+                .as_ref()
+                .is_some_and(|t| !t.is_empty());
+        self.claim_names(kind).next().is_none() && !from_templates
+    }
+
+    /// The annotations a decision reads of a workload: its GitOps tracking and the
+    /// count a restore that holds it stopped recorded.
+    pub(crate) const ANNOTATIONS_READ: [&str; 3] = [
+        gitops::ARGO_CD_TRACKING_ID,
+        crate::labels::QUIESCED_BY,
+        crate::labels::ORIGINAL_REPLICAS,
+    ];
+
     /// The replicas it asks for, for the scalable kinds (see [`replicas_asked`]).
     pub(crate) fn replicas(&self, kind: ConsumerKind) -> Option<i32> {
         kind.is_scalable()
