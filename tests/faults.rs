@@ -1392,12 +1392,15 @@ const WORKLOAD_RESOURCES: [&str; 7] = [
     "cronjobs",
 ];
 
-/// A StatefulSet's three claims restored one at a time (`parallel: 1`): each volume
-/// that starts looks for its consumers again, and after the first stopped the
-/// StatefulSet only its claim templates name it. The answers come from the
-/// controller's workload watches: once they run, the audit log shows no list of the
-/// namespace's workloads by the controller, however many volumes start.
-async fn consumers_found_from_the_workload_watches(env: TestEnv) -> Result<()> {
+/// A StatefulSet's three claims restored one at a time (`parallel: 1`), the
+/// controller's requests read from the audit log by its own token:
+/// - each volume that starts looks for its consumers again, and after the first
+///   stopped the StatefulSet only its claim templates name it. The answers come from
+///   the controller's workload watches: once they run, no list of the namespace's
+///   workloads is made, however many volumes start;
+/// - the DataRestore's own status is written at once only when its phase, errors or
+///   warnings change; counts that follow the volumes' records wait a second.
+async fn one_volume_at_a_time(env: TestEnv) -> Result<()> {
     let cluster = env.cluster;
     let s = Scene::new(env).await?;
     let app = s.app(Shape::StatefulSet, false).await?;
@@ -1461,8 +1464,37 @@ async fn consumers_found_from_the_workload_watches(env: TestEnv) -> Result<()> {
             "the controller listed the namespace's workloads, which its watches hold: {listed:?}"
         ));
     }
+    let mut written: Vec<SystemTime> = requests
+        .iter()
+        .filter(|e| e.verb == "patch" && e.resource() == "datarestores/status")
+        .filter_map(audit::Event::received)
+        .collect();
+    written.sort();
+    let soon_after: Vec<Duration> = written
+        .windows(2)
+        .filter_map(|w| w[1].duration_since(w[0]).ok())
+        .filter(|gap| *gap < PROGRESS_WAIT)
+        .collect();
+    eprintln!(
+        "[one volume at a time] {} DataRestore status writes, {} within {PROGRESS_WAIT:?} of the one before: {soon_after:?}",
+        written.len(),
+        soon_after.len()
+    );
+    if soon_after.len() > AT_ONCE {
+        problems.push(format!(
+            "{} of {} DataRestore status writes came within {PROGRESS_WAIT:?} of the one before ({soon_after:?}); only its phase, errors and warnings are written at once, at most {AT_ONCE} times here",
+            soon_after.len(),
+            written.len()
+        ));
+    }
     verdict(problems)
 }
+
+/// How long the DataRestore's counts wait to be written after its last write.
+const PROGRESS_WAIT: Duration = Duration::from_millis(900);
+/// The DataRestore's writes that are not held back: its phase changes (Validating,
+/// Restoring, Finalizing, its end) and the first record of its volumes' counts.
+const AT_ONCE: usize = 5;
 
 /// The lease of [`leader_killed_mid_copy`]: short, so that the case stays short.
 const LEASE: Duration = Duration::from_secs(6);
@@ -1624,10 +1656,7 @@ async fn faults_during_a_restore() -> Result<()> {
             "cronjob-mounting-the-claim-suspended-during-restore",
             cronjob_mounting_the_claim,
         ),
-        case(
-            "consumers-found-from-the-workload-watches",
-            consumers_found_from_the_workload_watches,
-        ),
+        case("statefulset-one-volume-at-a-time", one_volume_at_a_time),
         case(
             "no-node-agent-with-short-timeout",
             no_node_agent_with_short_timeout,

@@ -499,45 +499,49 @@ pub fn markdown(
     let _ = writeln!(s, "\n## The controller's requests by verb and resource\n");
     let _ = writeln!(
         s,
-        "Per run with `parallel: N`, from the DataRestore's creation until the controller \
-         was idle; the figure after the slash is per PVC.\n"
+        "Per run, with `parallel: N` and with the default `parallel`, from the \
+         DataRestore's creation until the controller was idle; the figure after the slash \
+         is per PVC.\n"
     );
-    let mut keys: Vec<&String> = outcomes
+    let runs: Vec<(String, usize, &RefillRun)> = outcomes
         .iter()
-        .flat_map(|o| o.refill.requests.by_verb_resource.keys())
+        .flat_map(|o| {
+            [
+                (format!("N = {}, parallel N", o.n), o.n, &o.refill),
+                (format!("N = {}, default", o.n), o.n, &o.refill_default),
+            ]
+        })
+        .collect();
+    let mut keys: Vec<&String> = runs
+        .iter()
+        .flat_map(|(_, _, run)| run.requests.by_verb_resource.keys())
         .collect();
     keys.sort();
     keys.dedup();
     let _ = write!(s, "| request |");
-    for o in outcomes {
-        let _ = write!(s, " N = {} |", o.n);
+    for (label, _, _) in &runs {
+        let _ = write!(s, " {label} |");
     }
     let _ = write!(s, "\n|---|");
-    for _ in outcomes {
+    for _ in &runs {
         let _ = write!(s, "---:|");
     }
     let _ = writeln!(s);
     for key in keys {
         let _ = write!(s, "| {key} |");
-        for o in outcomes {
-            let c = o
-                .refill
-                .requests
-                .by_verb_resource
-                .get(key)
-                .copied()
-                .unwrap_or(0);
-            let _ = write!(s, " {c} / {} |", per(c, o.n));
+        for (_, n, run) in &runs {
+            let c = run.requests.by_verb_resource.get(key).copied().unwrap_or(0);
+            let _ = write!(s, " {c} / {} |", per(c, *n));
         }
         let _ = writeln!(s);
     }
     let _ = write!(s, "| **all** |");
-    for o in outcomes {
+    for (_, n, run) in &runs {
         let _ = write!(
             s,
             " {} / {} |",
-            o.refill.requests.total,
-            per(o.refill.requests.total, o.n)
+            run.requests.total,
+            per(run.requests.total, *n)
         );
     }
     let _ = writeln!(s);
