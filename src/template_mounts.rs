@@ -11,7 +11,7 @@
 //! [`Listed`] (what deciding about them reads), so memory follows the workloads that
 //! matter, not the cluster.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::RwLock;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -29,11 +29,23 @@ struct Kept {
     /// A consumer of its own (see [`Listed::is_top`]).
     top: bool,
     uid: Option<String>,
-    owners: Vec<OwnerReference>,
+    owners: Box<[OwnerReference]>,
     /// Its labels, and the annotations a decision reads: a restore's own GitOps spec
-    /// (the label Argo CD tracks with) says which of them name its managers.
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
+    /// (the label Argo CD tracks with) says which of them name its managers. Held as
+    /// slices, made maps again when asked for: a map's first node takes room for eleven
+    /// entries, and a workload has a handful.
+    labels: Option<Pairs>,
+    annotations: Option<Pairs>,
+}
+
+type Pairs = Box<[(String, String)]>;
+
+fn pairs(map: &BTreeMap<String, String>) -> Pairs {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn map(pairs: &Option<Pairs>) -> Option<BTreeMap<String, String>> {
+    pairs.as_ref().map(|p| p.iter().cloned().collect())
 }
 
 impl Kept {
@@ -44,7 +56,7 @@ impl Kept {
             return None;
         }
         let meta = &object.metadata;
-        let annotations = meta.annotations.as_ref().map(|all| {
+        let annotations: Option<BTreeMap<String, String>> = meta.annotations.as_ref().map(|all| {
             all.iter()
                 .filter(|(key, _)| Listed::ANNOTATIONS_READ.contains(&key.as_str()))
                 .map(|(key, value)| (key.clone(), value.clone()))
@@ -59,17 +71,19 @@ impl Kept {
             workload: listed.into_workload(kind, &GitOpsSpec::default()),
             top,
             uid: meta.uid.clone(),
-            owners: meta.owner_references.clone().unwrap_or_default(),
-            labels: meta.labels.clone(),
-            annotations,
+            owners: meta.owner_references.clone().unwrap_or_default().into(),
+            labels: meta.labels.as_ref().map(pairs),
+            annotations: annotations.as_ref().map(pairs),
         })
     }
 }
 
-/// One kind's workloads that mount claims: by namespace, then name.
+/// One kind's workloads that mount claims, by namespace and name: one map, not one per
+/// namespace, whose first node would take room for eleven workloads where most
+/// namespaces have one.
 #[derive(Default)]
 struct Index {
-    by_namespace: HashMap<String, BTreeMap<String, Kept>>,
+    by_name: BTreeMap<(String, String), Kept>,
 }
 
 impl Index {
@@ -78,22 +92,23 @@ impl Index {
         let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) else {
             return;
         };
-        self.remove(namespace, name);
-        if let Some(kept) = Kept::of(kind, object) {
-            self.by_namespace
-                .entry(namespace.clone())
-                .or_default()
-                .insert(name.clone(), kept);
-        }
+        let key = (namespace.clone(), name.clone());
+        match Kept::of(kind, object) {
+            Some(kept) => self.by_name.insert(key, kept),
+            None => self.by_name.remove(&key),
+        };
     }
 
     fn remove(&mut self, namespace: &str, name: &str) {
-        if let Some(named) = self.by_namespace.get_mut(namespace) {
-            named.remove(name);
-            if named.is_empty() {
-                self.by_namespace.remove(namespace);
-            }
-        }
+        self.by_name
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    fn in_namespace<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a Kept> {
+        self.by_name
+            .range((namespace.to_string(), String::new())..)
+            .take_while(move |((ns, _), _)| ns == namespace)
+            .map(|(_, kept)| kept)
     }
 }
 
@@ -159,17 +174,15 @@ impl TemplateMounts {
         if !Self::ready(&kinds) {
             return None;
         }
-        let named = kinds
+        let found = kinds
             .values()
-            .flat_map(|state| state.live.by_namespace.get(namespace))
-            .flat_map(BTreeMap::values);
-        let found = named
+            .flat_map(|state| state.live.in_namespace(namespace))
             .filter(|kept| kept.top)
             .map(|kept| {
                 let mut workload = kept.workload.clone();
                 workload.managed_by = crate::gitops::managers_marked(
-                    kept.labels.as_ref(),
-                    kept.annotations.as_ref(),
+                    map(&kept.labels).as_ref(),
+                    map(&kept.annotations).as_ref(),
                     git_ops,
                 );
                 workload
@@ -195,11 +208,10 @@ impl TemplateMounts {
         let kept = kinds
             .get(&kind)?
             .live
-            .by_namespace
-            .get(namespace)?
-            .get(name)?;
+            .by_name
+            .get(&(namespace.to_string(), name.to_string()))?;
         // A ReplicaSet made again under the same name is another object.
-        (kept.uid.as_deref() == Some(uid)).then(|| kept.owners.clone())
+        (kept.uid.as_deref() == Some(uid)).then(|| kept.owners.to_vec())
     }
 
     /// How many workloads are kept, of every kind.
@@ -209,11 +221,7 @@ impl TemplateMounts {
             .kinds
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        kinds
-            .values()
-            .flat_map(|s| s.live.by_namespace.values())
-            .map(BTreeMap::len)
-            .sum()
+        kinds.values().map(|s| s.live.by_name.len()).sum()
     }
 }
 
@@ -385,10 +393,8 @@ mod tests {
     fn what_no_decision_reads_is_not_kept() {
         let kept = Kept::of(ConsumerKind::Deployment, &object("db", mounting("data"))).unwrap();
         let annotations = kept.annotations.unwrap();
-        assert_eq!(
-            annotations.keys().collect::<Vec<_>>(),
-            [crate::gitops::ARGO_CD_TRACKING_ID]
-        );
+        let keys: Vec<&str> = annotations.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, [crate::gitops::ARGO_CD_TRACKING_ID]);
     }
 
     #[test]

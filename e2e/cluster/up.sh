@@ -469,7 +469,9 @@ node_names() {
 }
 
 # Nodes are created with their capacity in status (Node creation accepts status);
-# kwok's node-initialize stage keeps it. Room for a few hundred pods each.
+# kwok's node-initialize stage keeps it. Room for thousands of pods each: the
+# benchmark's largest run (10,000 claims) has a pod per claim, and stand-ins beside
+# them.
 node_manifest() {
   local name="$1" zone="$2"
   cat <<EOF
@@ -485,10 +487,11 @@ metadata:
     topology.kubernetes.io/zone: $zone
 spec: {}
 status:
-  capacity: {cpu: "128", memory: 512Gi, pods: "500", ephemeral-storage: 1Ti}
-  allocatable: {cpu: "128", memory: 512Gi, pods: "500", ephemeral-storage: 1Ti}
+  capacity: {cpu: "128", memory: 512Gi, pods: "$kwok_node_pods", ephemeral-storage: 1Ti}
+  allocatable: {cpu: "128", memory: 512Gi, pods: "$kwok_node_pods", ephemeral-storage: 1Ti}
 EOF
 }
+kwok_node_pods=8000
 
 ensure_nodes() {
   local zones=(zone-a zone-b zone-c) existing want i=0 name
@@ -498,6 +501,10 @@ ensure_nodes() {
     if ! grep -qx "node/$name" <<<"$existing"; then
       node_manifest "$name" "${zones[i % 3]}" | "${kubectl[@]}" create -f - >/dev/null
       say "created node $name"
+    else
+      # A node made by an older script may have less room.
+      "${kubectl[@]}" patch "node/$name" --subresource=status --type=merge -p \
+        "{\"status\":{\"capacity\":{\"pods\":\"$kwok_node_pods\"},\"allocatable\":{\"pods\":\"$kwok_node_pods\"}}}" >/dev/null
     fi
     i=$((i + 1))
   done

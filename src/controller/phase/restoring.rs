@@ -304,7 +304,7 @@ async fn start_volumes(
                         continue;
                     }
                     if let Some(spec) = spec {
-                        volume.consumer_security = Some(security_of(spec));
+                        volume.consumer_security = Some(Box::new(security_of(spec)));
                         volume.consumer_tolerations = tolerations_to_keep(spec);
                     }
                     volume.phase = if volume.fills_scratch_first() {

@@ -215,7 +215,7 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
         &volume.volume,
         dr.spec.restore_helper.as_ref(),
         source,
-        security.as_ref(),
+        security.as_deref(),
     ) {
         Ok(c) => c,
         Err(message) => {
@@ -233,7 +233,7 @@ async fn create_stand_in(act: &Act<'_>, volume: &mut VolumeStatus) -> Result<Opt
         restore_key: format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any()),
         restore_uid: act.uid,
         candidate_nodes: &volume.candidate_nodes,
-        security: security.as_ref(),
+        security: security.as_deref(),
         tolerations: &volume.consumer_tolerations,
         image: dr
             .spec

@@ -58,6 +58,11 @@ pub struct Args {
     /// exactness: the volume is not cleared first nor tidied after).
     #[arg(long, value_enum, default_value_t = ExtraFilesArg::Delete)]
     extra_files: ExtraFilesArg,
+    /// Measure refill alone with `parallel: N`: no floors, no default-parallel run, no
+    /// kubectl script, no progress check; for sizes the full run would take hours over
+    /// (10,000). Writes only its own section of the results.
+    #[arg(long)]
+    refill_only: bool,
     /// How the command is shown in the report.
     #[arg(long, hide = true)]
     command: Option<String>,
@@ -107,6 +112,7 @@ pub async fn main(args: Args) -> Result<()> {
             ExtraFilesArg::Delete => ExtraFiles::Delete,
             ExtraFilesArg::Keep => ExtraFiles::Keep,
         },
+        refill_only: args.refill_only,
     };
     let cluster = refill_e2e::cluster().await?;
     super::run(cluster, &options).await?;

@@ -10,6 +10,7 @@
 //! Every way must leave the same end state, which is checked: every file as the
 //! backup holds it, byte for byte; replicas as before and Ready; no helper pod left.
 
+pub mod alone;
 pub mod baseline;
 pub mod cli;
 pub mod cpu;
@@ -49,6 +50,12 @@ use refill_e2e::node_agent::{self, NodeAgentConfig};
 
 /// How long any one restore (either way) may take before the run is given up.
 pub const RESTORE_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// [`RESTORE_TIMEOUT`], or more for restores so large that a second per ten volumes
+/// would not do (10,000 claims take most of an hour on two cores).
+pub fn restore_timeout(n: usize) -> Duration {
+    RESTORE_TIMEOUT.max(Duration::from_millis(600 * n as u64))
+}
 
 /// How many requests the bench's own work (setup, the floor, cleanup) has in flight.
 pub const IN_FLIGHT: usize = 64;
@@ -97,6 +104,8 @@ pub struct Options {
     pub quiet_wait: Duration,
     /// The restores' `spec.extraFiles`.
     pub extra_files: ExtraFiles,
+    /// Measure refill alone, `parallel: N` ([`alone`]).
+    pub refill_only: bool,
 }
 
 /// One restore by refill: one DataRestore over the run's refill namespaces.
@@ -172,6 +181,21 @@ impl Outcome {
 /// any way leaves a wrong end state.
 pub async fn run(cluster: &Cluster, options: &Options) -> Result<Vec<Outcome>> {
     let admin = cluster.admin_client().await?;
+    if options.refill_only {
+        let outcomes = alone::run(cluster, &admin, options).await?;
+        let text = alone::markdown(options, &outcomes);
+        println!("{text}");
+        if let Some(path) = &options.results {
+            results::write(path, &text, &[alone::HEADING])?;
+            eprintln!("[bench] wrote its section of {}", path.display());
+        }
+        if let Some(path) = &options.json {
+            let all = serde_json::json!({ "alone": outcomes });
+            std::fs::write(path, serde_json::to_string_pretty(&all)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        return Ok(Vec::new());
+    }
     let mut outcomes = Vec::new();
     for (i, &n) in options.sizes.iter().enumerate() {
         eprintln!("[bench] N = {n}");
@@ -250,20 +274,7 @@ async fn measure(
     let mut end_state_checked = Vec::new();
 
     // --- refill, every volume at once ---------------------------------------------
-    let refill = refill_run(
-        cluster,
-        admin,
-        options,
-        scene,
-        "bench",
-        Some(scene.n as u32),
-    )
-    .await?;
-    scene
-        .verify(admin, Side::Refill)
-        .await
-        .context("refill's end state")?;
-    eprintln!("[bench] refill's end state checked");
+    let refill = refill_at_once(cluster, admin, options, scene).await?;
     end_state_checked.push("refill".to_string());
 
     // --- the floor, on the same Deployments -----------------------------------------
@@ -323,6 +334,30 @@ async fn measure(
     })
 }
 
+/// refill with `parallel: N`, its end state checked.
+async fn refill_at_once(
+    cluster: &Cluster,
+    admin: &Client,
+    options: &Options,
+    scene: &Scene,
+) -> Result<RefillRun> {
+    let run = refill_run(
+        cluster,
+        admin,
+        options,
+        scene,
+        "bench",
+        Some(scene.n as u32),
+    )
+    .await?;
+    scene
+        .verify(admin, Side::Refill)
+        .await
+        .context("refill's end state")?;
+    eprintln!("[bench] refill's end state checked");
+    Ok(run)
+}
+
 /// One DataRestore `name` over the refill namespaces with `parallel`, its controller
 /// started for it (its log `controller-<name>.log`) and stopped once it is idle again.
 async fn refill_run(
@@ -356,8 +391,12 @@ async fn refill_run(
         Api::all(admin.clone()),
         watcher::Config::default().labels(&scene.run_selector()),
     );
-    pods.until("the pod watch to list", RESTORE_TIMEOUT, |_| Ok(()))
-        .await?;
+    pods.until(
+        "the pod watch to list",
+        restore_timeout(scene.n),
+        |_| Ok(()),
+    )
+    .await?;
     let load_average = load_average();
     let cpu_before = (cpu::process(ctl.pid()), cpu::machine_busy());
     let requested_at = SystemTime::now();
@@ -369,7 +408,7 @@ async fn refill_run(
         restore_spec(scene, parallel, options.extra_files),
     )
     .await?;
-    let done = tokio::time::timeout(RESTORE_TIMEOUT, finished)
+    let done = tokio::time::timeout(restore_timeout(scene.n), finished)
         .await
         .with_context(|| format!("the DataRestore {name} did not finish in time"))???;
     let wall = t0.elapsed();
@@ -389,9 +428,11 @@ async fn refill_run(
             .into_iter()
             .map(|ns| (ns, scene.replicas))
             .collect();
-        pods.until("the pods to be Ready again", RESTORE_TIMEOUT, |p| {
-            all_ready(p, &want).map(|_| ())
-        })
+        pods.until(
+            "the pods to be Ready again",
+            restore_timeout(scene.n),
+            |p| all_ready(p, &want).map(|_| ()),
+        )
         .await?;
         t0.elapsed()
     } else {

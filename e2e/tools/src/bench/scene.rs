@@ -32,6 +32,12 @@ pub const APP: &str = "app";
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// [`SETUP_TIMEOUT`] for each step, or more where N is so large that the cluster's
+/// controllers need longer (a tenth of a second per namespace).
+fn setup_timeout(n: usize) -> Duration {
+    SETUP_TIMEOUT.max(Duration::from_millis(100 * n as u64))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     /// Restored by refill.
@@ -173,7 +179,7 @@ impl Scene {
         // A claim naming a PV the PV controller has not taken in yet stays unbound
         // until its resync, seconds later: the claims come once every PV is Available.
         volumes
-            .until("the PVs to be Available", SETUP_TIMEOUT, |pvs| {
+            .until("the PVs to be Available", setup_timeout(n), |pvs| {
                 let available = pvs
                     .iter()
                     .filter(|pv| {
@@ -194,7 +200,7 @@ impl Scene {
         // many seconds to try again; pod admission needs the namespace's default
         // ServiceAccount: the Deployments come once both are there.
         claims
-            .until("the claims to be bound", SETUP_TIMEOUT, |pvcs| {
+            .until("the claims to be bound", setup_timeout(n), |pvcs| {
                 let bound = pvcs
                     .iter()
                     .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
@@ -204,7 +210,7 @@ impl Scene {
             .await?;
         let wanted: HashSet<&str> = all.iter().map(String::as_str).collect();
         accounts
-            .until("the default ServiceAccounts", SETUP_TIMEOUT, |sas| {
+            .until("the default ServiceAccounts", setup_timeout(n), |sas| {
                 let found = sas
                     .iter()
                     .filter(|sa| {
@@ -222,7 +228,7 @@ impl Scene {
         at(&format!("{} Deployments created", all.len()));
         let want: BTreeMap<String, i32> = all.iter().map(|ns| (ns.clone(), replicas)).collect();
         let pods = pods
-            .until("the Deployments to be Ready", SETUP_TIMEOUT, |p| {
+            .until("the Deployments to be Ready", setup_timeout(n), |p| {
                 all_ready(p, &want)
             })
             .await?;
@@ -409,7 +415,7 @@ impl Scene {
         if wait {
             wait_for(
                 format!("the {} namespaces of run {} to go", all.len(), self.run_id),
-                SETUP_TIMEOUT,
+                setup_timeout(self.n),
                 || async {
                     let left = namespaces.list_metadata(&selector).await?.items.len();
                     Ok((left == 0).then_some(()))
