@@ -42,7 +42,8 @@ pub async fn run(
         let more_to_come = i + 1 < options.sizes.len();
         let load_average = settled_load(options.quiet_wait).await;
         eprintln!("[bench] load average (1 min) {load_average:.2}");
-        let (scene, setup) = Scene::create(cluster, admin, n, 0, options.replicas).await?;
+        let resume = options.resume_run.as_deref();
+        let (scene, setup) = Scene::create(cluster, admin, n, 0, options.replicas, resume).await?;
         let measured = measure(cluster, admin, options, &scene).await;
         if options.keep {
             eprintln!("[bench] keeping everything of run {}", scene.run_id);

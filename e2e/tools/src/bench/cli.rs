@@ -63,6 +63,11 @@ pub struct Args {
     /// (10,000). Writes only its own section of the results.
     #[arg(long)]
     refill_only: bool,
+    /// With --refill-only and one N: go on with the setup of run ID, whose namespaces,
+    /// PVs and claims a setup that stopped made (at 10,000 claims, a quarter of an
+    /// hour of it).
+    #[arg(long, value_name = "ID", requires = "refill_only")]
+    resume_run: Option<String>,
     /// How the command is shown in the report.
     #[arg(long, hide = true)]
     command: Option<String>,
@@ -113,6 +118,7 @@ pub async fn main(args: Args) -> Result<()> {
             ExtraFilesArg::Keep => ExtraFiles::Keep,
         },
         refill_only: args.refill_only,
+        resume_run: args.resume_run.clone(),
     };
     let cluster = refill_e2e::cluster().await?;
     super::run(cluster, &options).await?;

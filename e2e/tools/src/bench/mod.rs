@@ -106,6 +106,9 @@ pub struct Options {
     pub extra_files: ExtraFiles,
     /// Measure refill alone, `parallel: N` ([`alone`]).
     pub refill_only: bool,
+    /// With `refill_only`: the run whose namespaces, PVs and claims were made by a
+    /// setup that stopped; its setup goes on from there.
+    pub resume_run: Option<String>,
 }
 
 /// One restore by refill: one DataRestore over the run's refill namespaces.
@@ -245,7 +248,7 @@ async fn run_size(
         options.baseline_sample.min(n)
     };
     let (scene, setup) =
-        Scene::create(cluster, admin, n, baseline_claims, options.replicas).await?;
+        Scene::create(cluster, admin, n, baseline_claims, options.replicas, None).await?;
     let result = measure(cluster, admin, options, &scene, load, setup).await;
     if options.keep {
         eprintln!(

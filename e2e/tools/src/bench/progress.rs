@@ -41,7 +41,7 @@ pub(super) async fn progress_check(
     options: &Options,
 ) -> Result<ProgressOutcome> {
     let n = options.progress_pvcs;
-    let (scene, _) = Scene::create(cluster, admin, n, 0, options.replicas).await?;
+    let (scene, _) = Scene::create(cluster, admin, n, 0, options.replicas, None).await?;
     let result = async {
         let bytes: u64 = scene::good_files("x")
             .iter()

@@ -33,9 +33,10 @@ pub const APP: &str = "app";
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// [`SETUP_TIMEOUT`] for each step, or more where N is so large that the cluster's
-/// controllers need longer (a tenth of a second per namespace).
+/// controllers need longer (a quarter of a second per namespace: the PV controller
+/// bound 10,000 claims at about ten a second).
 fn setup_timeout(n: usize) -> Duration {
-    SETUP_TIMEOUT.max(Duration::from_millis(100 * n as u64))
+    SETUP_TIMEOUT.max(Duration::from_millis(250 * n as u64))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,8 +130,12 @@ impl Scene {
         n: usize,
         baseline_claims: usize,
         replicas: i32,
+        resume: Option<&str>,
     ) -> Result<(Scene, Duration)> {
-        let run_id = uuid::Uuid::new_v4().simple().to_string()[..6].to_string();
+        let run_id = match resume {
+            Some(id) => id.to_string(),
+            None => uuid::Uuid::new_v4().simple().to_string()[..6].to_string(),
+        };
         let velero_ns = format!("bench-{run_id}-velero");
         let dir = cluster.scratch_dir(&velero_ns)?;
         let snapshots = dir.join("snapshots");
@@ -155,9 +160,11 @@ impl Scene {
                 started.elapsed().as_secs_f64()
             );
         };
-        scene.create_namespace(admin, &scene.velero_ns).await?;
-        fixture::install_refill(admin, &scene.velero_ns).await?;
-        at("refill installed");
+        if resume.is_none() {
+            scene.create_namespace(admin, &scene.velero_ns).await?;
+            fixture::install_refill(admin, &scene.velero_ns).await?;
+            at("refill installed");
+        }
 
         // One watch per kind follows everything the setup waits for.
         let selector = scene.run_selector();
@@ -171,31 +178,14 @@ impl Scene {
         let pods = Watched::<Pod>::start(Api::all(admin.clone()), by_run());
 
         let all = scene.all_namespaces();
-        super::each(all.iter().enumerate(), |(i, ns)| {
-            scene.create_volume(admin, ns, NODES[i % NODES.len()])
-        })
-        .await?;
-        at(&format!("{} namespaces and PVs created", all.len()));
-        // A claim naming a PV the PV controller has not taken in yet stays unbound
-        // until its resync, seconds later: the claims come once every PV is Available.
-        volumes
-            .until("the PVs to be Available", setup_timeout(n), |pvs| {
-                let available = pvs
-                    .iter()
-                    .filter(|pv| {
-                        pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available")
-                    })
-                    .count();
-                count_reached(available, all.len(), "PVs Available")
-            })
-            .await?;
-        at("PVs Available");
-        let run_label = &[(RUN_LABEL, scene.run_id.as_str())];
-        super::each(&all, |ns| async move {
-            fixture::pvc(admin, ns, CLAIM, Some(ns), run_label).await?;
-            Ok(())
-        })
-        .await?;
+        if resume.is_none() {
+            scene
+                .create_volumes_and_claims(admin, &all, volumes)
+                .await?;
+            at("claims created");
+        } else {
+            eprintln!("[bench] its namespaces, PVs and claims were made before");
+        }
         // A pod whose claim is not bound yet fails scheduling, and the scheduler takes
         // many seconds to try again; pod admission needs the namespace's default
         // ServiceAccount: the Deployments come once both are there.
@@ -253,6 +243,41 @@ impl Scene {
         let setup = started.elapsed();
         eprintln!("[bench] set up in {:.1}s", setup.as_secs_f64());
         Ok((scene, setup))
+    }
+
+    /// The namespaces, their PVs (the backed-up files in them) and claims.
+    async fn create_volumes_and_claims(
+        &self,
+        admin: &Client,
+        all: &[String],
+        volumes: Watched<PersistentVolume>,
+    ) -> Result<()> {
+        super::each(all.iter().enumerate(), |(i, ns)| {
+            self.create_volume(admin, ns, NODES[i % NODES.len()])
+        })
+        .await?;
+        eprintln!("[bench] {} namespaces and PVs created", all.len());
+        // A claim naming a PV the PV controller has not taken in yet stays unbound
+        // until its resync, seconds later: the claims come once every PV is Available.
+        volumes
+            .until("the PVs to be Available", setup_timeout(self.n), |pvs| {
+                let available = pvs
+                    .iter()
+                    .filter(|pv| {
+                        pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available")
+                    })
+                    .count();
+                count_reached(available, all.len(), "PVs Available")
+            })
+            .await?;
+        eprintln!("[bench] PVs Available");
+        let run_label = &[(RUN_LABEL, self.run_id.as_str())];
+        super::each(all, |ns| async move {
+            fixture::pvc(admin, ns, CLAIM, Some(ns), run_label).await?;
+            Ok(())
+        })
+        .await?;
+        Ok(())
     }
 
     async fn create_namespace(&self, admin: &Client, name: &str) -> Result<()> {
