@@ -20,7 +20,7 @@ pub(crate) const NOTED_VOLUMES: u32 = 20;
 /// Claims or namespaces one spec names (`pvcs`, `includedNamespaces`, the entries of
 /// `candidateNodes` and `pvcPaths`): past the 1,000 namespaces of refill's largest
 /// benchmark, and about what etcd's 1.5 MiB object size holds of such names anyway.
-pub(crate) const CLAIMS: u32 = 5000;
+pub const CLAIMS: u32 = 5000;
 /// Nodes one claim may run on: Kubernetes' largest supported cluster.
 pub const NODES: u32 = 5000;
 /// An object name (a DNS-1123 subdomain).

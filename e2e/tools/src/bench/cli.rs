@@ -92,6 +92,13 @@ pub async fn main(args: Args) -> Result<()> {
     if args.sizes.contains(&0) {
         bail!("every N must be at least 1");
     }
+    let most = refill::api::bounds::CLAIMS as usize;
+    if !args.refill_only && args.sizes.iter().any(|&n| n > most) {
+        bail!(
+            "above N = {most} only --refill-only runs: its claims are selected by label, where \
+             the kubectl script's would be selected too"
+        );
+    }
     let controller = match &args.refill {
         Some(path) if path.is_file() => ControllerKind::Refill(path.clone()),
         Some(path) => bail!("{} is not a file", path.display()),

@@ -32,6 +32,7 @@ use anyhow::{Context as _, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DeleteParams;
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
@@ -601,9 +602,23 @@ async fn start_idle_controller(
 /// One DataRestore for all of the run's refill namespaces, `parallel` volumes at once
 /// (none: refill's default).
 fn restore_spec(scene: &Scene, parallel: Option<u32>, extra_files: ExtraFiles) -> DataRestoreSpec {
+    // `includedNamespaces` holds at most refill's bound on any list a user writes; a run
+    // past it selects its claims by the run's label, as one restoring that many
+    // namespaces would. Only refill's side is in such a run (`--refill-only`).
+    let (included_namespaces, selector) = if scene.n > refill::api::bounds::CLAIMS as usize {
+        let labels = [(scene::RUN_LABEL.to_string(), scene.run_id.clone())];
+        let selector = LabelSelector {
+            match_labels: Some(labels.into_iter().collect()),
+            ..Default::default()
+        };
+        (Vec::new(), Some(selector))
+    } else {
+        (scene.namespaces(Side::Refill), None)
+    };
     DataRestoreSpec {
         backup_name: Some(scene::BACKUP.into()),
-        included_namespaces: scene.namespaces(Side::Refill),
+        included_namespaces,
+        selector,
         parallel,
         extra_files,
         ..Default::default()
