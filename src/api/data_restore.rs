@@ -644,9 +644,10 @@ pub struct VolumeStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidate_nodes: Vec<String>,
     /// Security settings of the consumer's pod, kept for the stand-in so that restored
-    /// files get the owner the application expects. Boxed: the two typed security
-    /// contexts take 800 bytes whatever they hold, and the controller holds and copies
-    /// a record per volume, ten thousand in a large restore.
+    /// files get the owner the application expects.
+    // Boxed: the two typed security contexts take 800 bytes whatever they hold, and
+    // the controller holds and copies a record per volume, ten thousand in a large
+    // restore.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_security: Option<Box<ConsumerSecurity>>,
     /// Tolerations of the consumer's pod, kept for the stand-in so that it may run
