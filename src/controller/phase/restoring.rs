@@ -28,6 +28,7 @@ use crate::controller::status;
 use crate::controller::volume::decide::{RestoreStop, Rules, expired};
 use crate::controller::volume::execute::Act;
 use crate::controller::volume::sight::split;
+use crate::controller::volume::apply::Applied;
 use crate::controller::volume::{self, Advanced};
 use crate::controller::{Context, Result};
 use crate::observe::{self, consumers::Replicas};
@@ -524,12 +525,12 @@ pub(super) async fn work(
     // starts is decided with the others (spec.parallel), unless the restore stops.
     // Looking at the thousands still waiting in a large restore made each pass cost
     // as many volumes as it has.
-    let to_advance: Vec<(usize, VolumeStatus)> = status
+    let to_advance: Vec<usize> = status
         .volumes
         .iter()
         .enumerate()
         .filter(|(_, v)| v.phase != VolumePhase::Pending || rules.stop.is_some())
-        .map(|(i, v)| (i, v.clone()))
+        .map(|(i, _)| i)
         .collect();
     let consumers_of = ByClaim::consumers(&status.consumers);
     let act = Act {
@@ -540,24 +541,44 @@ pub(super) async fn work(
         pass: &view,
         helper: helper.as_ref(),
     };
+    // Each volume is copied only while its own step runs, and kept only if the step
+    // changed it: most volumes of a large restore wait on a node agent and come back
+    // as they were, and a copy of every one held to the end of the pass was the
+    // controller's largest use of memory after its watches.
+    let mut changed = Vec::new();
     let mut notes = Vec::new();
     let mut left_behind = false;
+    let volumes = &status.volumes;
     let advanced = for_each_concurrently(
-        0..to_advance.len(),
-        |n| volume::advance(&act, &rules, to_advance[n].1.clone()),
-        |n,
-         Advanced {
-             volume,
-             applied,
-             left_behind: left,
-         }| {
-            let i = to_advance[n].0;
-            status.volumes[i] = volume;
-            notes.push((status.volumes[i].pvc.clone(), applied));
+        to_advance,
+        |i| {
+            let act = &act;
+            let rules = &rules;
+            async move {
+                let before = &volumes[i];
+                let Advanced {
+                    volume,
+                    applied,
+                    left_behind,
+                } = volume::advance(act, rules, before.clone()).await?;
+                let volume = (volume != *before).then_some(volume);
+                Ok((volume, applied, left_behind))
+            }
+        },
+        |i, (volume, applied, left): (Option<VolumeStatus>, Applied, bool)| {
+            if let Some(volume) = volume {
+                changed.push((i, volume));
+            }
+            if applied.note.is_some() || applied.error.is_some() {
+                notes.push((volumes[i].pvc.clone(), applied));
+            }
             left_behind |= left;
         },
     )
     .await;
+    for (i, volume) in changed {
+        status.volumes[i] = volume;
+    }
     for (pvc, applied) in notes {
         if let Some(error) = applied.error {
             push_error(status, error);
