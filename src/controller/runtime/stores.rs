@@ -149,7 +149,14 @@ fn slim(pod: &Pod) -> Pod {
         phase: status.phase.clone(),
         message: status.message.clone(),
         reason: status.reason.clone(),
-        conditions: status.conditions.clone(),
+        // Whether it could not be scheduled, and why: the one condition read.
+        conditions: status.conditions.as_ref().map(|conditions| {
+            conditions
+                .iter()
+                .filter(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .cloned()
+                .collect()
+        }),
         init_container_statuses: status.init_container_statuses.as_ref().map(|statuses| {
             statuses
                 .iter()
@@ -174,10 +181,12 @@ fn slim(pod: &Pod) -> Pod {
         metadata: slim_meta(&pod.metadata),
         spec: pod.spec.as_ref().map(|spec| PodSpec {
             node_name: spec.node_name.clone(),
-            // Their names alone: whether the stand-in sets aside and tidies.
+            // Whether the stand-in sets aside and tidies: the set-aside's name alone. A
+            // typed container takes 2 KiB however little it holds.
             init_containers: spec.init_containers.as_ref().map(|containers| {
                 containers
                     .iter()
+                    .filter(|c| c.name == copier::SET_ASIDE_CONTAINER)
                     .map(|c| Container {
                         name: c.name.clone(),
                         ..Container::default()
@@ -447,6 +456,34 @@ mod tests {
             assert_eq!(kept.spec.unwrap().node_name.as_deref(), Some("node-a"));
             assert!(kept.metadata.annotations.is_none());
         }
+        // One that cannot be scheduled says why, whatever other conditions it has.
+        let condition = |type_: &str, status: &str, message: Option<&str>| PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            message: message.map(Into::into),
+            ..Default::default()
+        };
+        let mut pending = status(ended(0));
+        pending.conditions = Some(vec![
+            condition(
+                "Initialized",
+                "False",
+                Some("containers with incomplete status"),
+            ),
+            condition("PodScheduled", "False", Some("0/3 nodes are available")),
+            condition("Ready", "False", None),
+        ]);
+        whole.status = Some(pending);
+        let kept = slim(&whole);
+        assert_eq!(stand_in_of(&kept), stand_in_of(&whole));
+        assert!(matches!(
+            stand_in_of(&kept),
+            crate::controller::volume::decide::StandInSeen::Ours {
+                waiting: Some(ref why),
+                ..
+            } if why.contains("0/3 nodes")
+        ));
+        assert_eq!(kept.status.unwrap().conditions.unwrap().len(), 1);
         // A stand-in that sets aside and tidies: its steps' ends and reports are kept.
         let named = |name: &str| Container {
             name: name.into(),
@@ -494,12 +531,9 @@ mod tests {
             }
         ));
         let spec = kept.spec.unwrap();
-        assert!(
-            spec.init_containers
-                .unwrap()
-                .iter()
-                .all(|c| c.args.is_none())
-        );
+        let init_containers = spec.init_containers.unwrap();
+        assert_eq!(init_containers.len(), 1, "the set-aside's name alone");
+        assert!(init_containers.iter().all(|c| c.args.is_none()));
     }
 
     #[tokio::test]
