@@ -43,9 +43,11 @@ pub(crate) struct Ledger {
 }
 
 /// One restore's records as the cluster holds them.
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct Book {
-    kept: Kept,
+    /// `None` while a pass holds them (see [`Ledger::load`]): a restore of ten
+    /// thousand volumes is not copied more than its pass needs.
+    kept: Option<Kept>,
     /// The resourceVersion of each volume's VolumePluginRestore, by index; `None`
     /// before it is made.
     versions: Vec<Option<String>>,
@@ -231,14 +233,17 @@ pub(crate) fn record_name(dr: &DataRestore, volume: &VolumeStatus) -> String {
 /// VolumePluginRestores: the whole restore, as `refill restore describe` and tests read it.
 pub async fn read(client: &Client, dr: &DataRestore) -> kube::Result<DataRestoreStatus> {
     let mut status = dr.status.clone().unwrap_or_default();
-    let (book, _) = list(client, dr).await?;
-    book.kept.put(&mut status);
+    let (kept, _, _) = list(client, dr).await?;
+    kept.put(&mut status);
     Ok(status)
 }
 
-/// Every VolumePluginRestore of `dr` that holds a record, as a book, and how many
-/// there were in all.
-async fn list(client: &Client, dr: &DataRestore) -> kube::Result<(Book, usize)> {
+/// What the VolumePluginRestores of `dr` that hold a record keep, the resourceVersion
+/// of each, and how many there were in all.
+async fn list(
+    client: &Client,
+    dr: &DataRestore,
+) -> kube::Result<(Kept, Vec<Option<String>>, usize)> {
     let api: Api<VolumePluginRestore> =
         Api::namespaced(client.clone(), &dr.namespace().unwrap_or_default());
     let selector = format!(
@@ -258,13 +263,18 @@ async fn list(client: &Client, dr: &DataRestore) -> kube::Result<(Book, usize)> 
     found.sort_by_key(|(r, _)| r.index);
     let versions = found.iter().map(|(_, v)| v.clone()).collect();
     let kept = assemble(found.into_iter().map(|(r, _)| r).collect());
-    Ok((Book { kept, versions }, all))
+    Ok((kept, versions, all))
 }
 
 impl Ledger {
     /// `dr`'s volumes and consumers: as last written, or read back from its
     /// VolumePluginRestores. `status` is the DataRestore's own; its counts say how many
     /// volumes there must be.
+    ///
+    /// The records move into `status` rather than being copied: until [`Ledger::save`]
+    /// keeps what it wrote, or [`Ledger::give_back`] returns them unchanged, the
+    /// ledger holds none, and a pass that never gives them back (it panicked) makes
+    /// the next one read the cluster again.
     pub(crate) async fn load(
         &self,
         client: &Client,
@@ -272,19 +282,17 @@ impl Ledger {
         status: &mut DataRestoreStatus,
     ) -> Result<()> {
         let uid = dr.uid().unwrap_or_default();
-        let kept = self.lock().get(&uid).cloned();
-        let book = match kept {
-            Some(book) => book,
+        let kept = self.lock().get_mut(&uid).and_then(|book| book.kept.take());
+        let kept = match kept {
+            Some(kept) => kept,
             None => {
-                let (mut book, found) = list(client, dr).await?;
+                let (mut kept, mut versions, found) = list(client, dr).await?;
                 if found == 0 && !status.volumes.is_empty() {
                     // Left under way by a refill that kept the records in the
                     // DataRestore: carried over, and written out in full by the next
                     // save (none has a version yet).
-                    book = Book {
-                        versions: vec![None; status.volumes.len()],
-                        kept: Kept::take(status),
-                    };
+                    versions = vec![None; status.volumes.len()];
+                    kept = Kept::take(status);
                 }
                 let expected = status
                     .volume_counts
@@ -299,12 +307,29 @@ impl Ledger {
                         labels::FINALIZER,
                     )));
                 }
-                self.lock().insert(uid, book.clone());
-                book
+                self.lock().insert(
+                    uid,
+                    Book {
+                        kept: None,
+                        versions,
+                    },
+                );
+                kept
             }
         };
-        book.kept.put(status);
+        kept.put(status);
         Ok(())
+    }
+
+    /// Takes back the records [`Ledger::load`] lent to a pass that wrote none of them
+    /// (`status`, as loaded): they are still what the cluster holds. After a save, the
+    /// ledger keeps what was written, and this does nothing.
+    pub(crate) fn give_back(&self, uid: &str, status: &mut DataRestoreStatus) {
+        if let Some(book) = self.lock().get_mut(uid)
+            && book.kept.is_none()
+        {
+            book.kept = Some(Kept::take(status));
+        }
     }
 
     /// Writes the records of `after` that differ from `before` (both as loaded and
@@ -370,7 +395,7 @@ impl Ledger {
                 self.lock().insert(
                     uid,
                     Book {
-                        kept: Kept::of(after),
+                        kept: Some(Kept::of(after)),
                         versions,
                     },
                 );

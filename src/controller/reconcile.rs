@@ -112,6 +112,8 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
             "pass took {} ms",
             started.elapsed().as_millis()
         );
+        // Unless a save kept what it wrote, the records loaded are still the cluster's.
+        ctx.ledger.give_back(&uid, &mut before);
         let next = result?;
         ctx.backoffs.reset(&uid);
         match next {

@@ -90,3 +90,64 @@ async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
         .await;
     saved.unwrap();
 }
+
+#[tokio::test]
+async fn records_lent_to_a_pass_are_read_again_only_if_never_given_back() {
+    use crate::controller::testing::api_mock::get;
+    let dr = data_restore();
+    let volume = VolumeStatus {
+        pvc: "shop/data".into(),
+        phase: VolumePhase::Restoring,
+        volume: "data".into(),
+        ..Default::default()
+    };
+    let record = VolumeRecord {
+        index: 0,
+        volume: volume.clone(),
+        consumers: vec![consumer()],
+        git_ops: Vec::new(),
+    };
+    let listed = stored(&volume, "7")(
+        &json!({"status": {"record": serde_json::to_value(&record).unwrap()}}),
+    );
+    let list = || {
+        get(RECORDS).answer(
+            200,
+            json!({
+                "apiVersion": "refill.dev/v1alpha1",
+                "kind": "VolumePluginRestoreList",
+                "metadata": {"resourceVersion": "7"},
+                "items": [listed.clone()],
+            }),
+        )
+    };
+    // Read once; given back, the next pass reads nothing; kept by a pass that never
+    // gave them back (it panicked), the one after reads the cluster again.
+    let (client, mock) = ApiMock::new([list(), list()]);
+    let ledger = Ledger::default();
+    let head = DataRestoreStatus {
+        volume_counts: Some(crate::api::VolumeCounts {
+            total: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let loads = mock
+        .run(async {
+            let mut seen = Vec::new();
+            for give_back in [true, false, true] {
+                let mut status = head.clone();
+                ledger.load(&client, &dr, &mut status).await?;
+                seen.push((status.volumes.clone(), status.consumers.len()));
+                if give_back {
+                    ledger.give_back(UID, &mut status);
+                }
+            }
+            Ok::<_, Error>(seen)
+        })
+        .await
+        .unwrap();
+    assert!(loads.iter().all(|(volumes, consumers)| {
+        volumes.as_slice() == std::slice::from_ref(&volume) && *consumers == 1
+    }));
+}
