@@ -5,7 +5,8 @@
 //! its own, and the benchmark checks every end state (files
 //! byte for byte, replicas back and Ready, no helper pod left); it exits non-zero
 //! otherwise. The progress check runs too, with two PVCs. Times are not asserted,
-//! only that each was taken.
+//! only that each was taken. Then refill alone (`--refill-only`) at N = 2, which
+//! keeps the rows of the sizes it did not measure.
 
 use std::time::Duration;
 
@@ -135,5 +136,69 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
     );
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_file(&report);
+    refill_alone_keeps_the_rows_of_sizes_it_did_not_measure(cluster, &dir).await
+}
+
+/// `--refill-only` at N = 2 beside a kept row of N = 10000 (an hour's run, by hand):
+/// its section shows both, its store keeps both, and another benchmark's section stays.
+async fn refill_alone_keeps_the_rows_of_sizes_it_did_not_measure(
+    cluster: &refill_e2e::Cluster,
+    dir: &std::path::Path,
+) -> Result<()> {
+    let report = dir.join(format!("alone-{}.md", std::process::id()));
+    let store = report.with_file_name("refill-alone.json");
+    std::fs::write(
+        &report,
+        "# Benchmark results\n\n## Summary\n\nanother table\n",
+    )?;
+    let kept = json!([{
+        "n": 10000, "measured": "2026-12-06 19:00 UTC", "machine": "2 cores",
+        "revision": "commit abc", "command": "e2e/bench/run 10000 --refill-only",
+        "load_average": 0.9, "setup_s": 1600.0, "refill_s": 2000.0, "ready_s": 2100.0,
+        "requests": 210000, "writes": 146000, "status_writes": 75000, "reads": 64000,
+        "watches": 0, "peak_rss_bytes": 200000000u64, "largest_status_bytes": 1024,
+        "controller_cpu_s": 200.0, "machine_cpu_s": 4000.0,
+        "top_requests": [["patch volumepluginrestores/status", 7.4]]
+    }]);
+    std::fs::write(&store, kept.to_string())?;
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["2", "--refill-only", "--results"])
+        .arg(&report)
+        .env("REFILL_CLUSTER_DIR", &cluster.dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .context("refill alone at N = 2 took more than 5 minutes")??;
+    ensure!(
+        output.status.success(),
+        "refill alone failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&std::fs::read(&store)?)?;
+    let sizes: Vec<u64> = rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["n"].as_u64())
+        .collect();
+    ensure!(sizes == [2, 10000], "the store holds {sizes:?}: {rows:#}");
+    ensure!(
+        rows[0]["requests"].as_u64().unwrap_or(0) > 0
+            && rows[0]["peak_rss_bytes"].as_u64().unwrap_or(0) > 0,
+        "N = 2 was not measured: {rows:#}"
+    );
+    let text = std::fs::read_to_string(&report)?;
+    ensure!(
+        text.contains("another table")
+            && text.contains("## refill alone at scale")
+            && text.contains("| 2 | ")
+            && text.contains("| 10000 | 2026-12-06 19:00 UTC, commit abc |"),
+        "the section lacks a row, or another section went:\n{text}"
+    );
+    let _ = std::fs::remove_file(&report);
+    let _ = std::fs::remove_file(&store);
     Ok(())
 }

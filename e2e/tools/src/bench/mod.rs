@@ -187,11 +187,26 @@ pub async fn run(cluster: &Cluster, options: &Options) -> Result<Vec<Outcome>> {
     let admin = cluster.admin_client().await?;
     if options.refill_only {
         let outcomes = alone::run(cluster, &admin, options).await?;
-        let text = alone::markdown(options, &outcomes);
-        println!("{text}");
-        if let Some(path) = &options.results {
-            results::write(path, &text, &[alone::HEADING])?;
-            eprintln!("[bench] wrote its section of {}", path.display());
+        let rows: Vec<alone::Row> = outcomes
+            .iter()
+            .map(|o| alone::Row::of(o, &options.command))
+            .collect();
+        match &options.results {
+            Some(path) => {
+                let store = alone::store_path(path);
+                let rows = alone::merge(alone::load(&store)?, rows);
+                std::fs::write(&store, serde_json::to_string_pretty(&rows)? + "\n")
+                    .with_context(|| format!("writing {}", store.display()))?;
+                let text = alone::markdown(&rows);
+                println!("{text}");
+                results::write(path, &text, &[alone::HEADING])?;
+                eprintln!(
+                    "[bench] wrote its section of {} and its rows to {}",
+                    path.display(),
+                    store.display()
+                );
+            }
+            None => println!("{}", alone::markdown(&rows)),
         }
         if let Some(path) = &options.json {
             let all = serde_json::json!({ "alone": outcomes });
