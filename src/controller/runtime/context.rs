@@ -1,4 +1,4 @@
-//! What every reconcile shares: the client, the event recorder, and two small in-memory
+//! What every reconcile shares: the client, the events sent, and two small in-memory
 //! indexes that only speed things up (the cluster holds all state that matters).
 
 use std::collections::HashMap;
@@ -6,10 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
-use tracing::debug;
 
 use crate::api::{ConsumerRecord, DataRestore};
 use crate::labels;
@@ -132,7 +131,7 @@ pub(crate) struct Context {
     /// Which pods mount which claims (fed by the controller's pod watch), and owners
     /// read lately.
     pub known: Known,
-    recorder: Recorder,
+    events: super::events::Events,
     /// `(namespace, claim)` → the restore working on it, for mapping pod events.
     claims: Mutex<HashMap<(String, String), ObjectRef<DataRestore>>>,
     /// Last status write per restore UID, for throttling progress.
@@ -163,7 +162,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: super::events::Events::new(client.clone(), reporter),
             client,
             config,
             known: Known::default(),
@@ -260,13 +259,7 @@ impl Context {
             action: reason.into(),
             secondary: related,
         };
-        let recorder = self.recorder.clone();
-        // Sent on the side: a volume's next step never waits for the news of its last.
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                debug!("event not published: {e}");
-            }
-        });
+        self.events.send(event, reference);
     }
 
     /// Records the claims `dr` is working on now (`(namespace, claim)`), replacing what

@@ -6,6 +6,7 @@
 pub(crate) mod concurrent;
 pub(crate) mod context;
 pub(crate) mod error;
+pub(crate) mod events;
 pub mod health;
 pub mod leader;
 pub mod metrics;
