@@ -29,7 +29,8 @@ pub const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "dele
 
 /// A position in the audit log. The apiserver rotates the log (at 100 MB), so the
 /// position names the file by its inode: after a rotation the rest of the old file is
-/// read from its new name, then the new file from its start.
+/// read from its new name, then every file rotated after it (a restore of ten
+/// thousand claims fills several between two reads), then the new file from its start.
 #[derive(Debug, Clone, Copy)]
 pub struct Cursor {
     inode: u64,
@@ -50,19 +51,22 @@ impl Cursor {
 
     /// The events written since this position, and the position after them.
     pub fn read(self, cluster: &Cluster) -> Result<(Vec<Event>, Cursor)> {
-        let path = cluster.audit_log_path();
-        let current = std::fs::metadata(&path)
+        self.read_log(&cluster.audit_log_path())
+    }
+
+    fn read_log(self, path: &Path) -> Result<(Vec<Event>, Cursor)> {
+        let current = std::fs::metadata(path)
             .with_context(|| format!("reading {}", path.display()))?
             .ino();
         let mut events = Vec::new();
         let mut offset = self.offset;
         if current != self.inode {
-            if let Some(rotated) = find_inode(&path, self.inode)? {
-                read_lines(&rotated, self.offset, &mut events)?;
+            for (i, rotated) in rotated_since(path, self.inode)?.iter().enumerate() {
+                read_lines(rotated, if i == 0 { self.offset } else { 0 }, &mut events)?;
             }
             offset = 0;
         }
-        let offset = read_lines(&path, offset, &mut events)?;
+        let offset = read_lines(path, offset, &mut events)?;
         Ok((
             events,
             Cursor {
@@ -77,18 +81,23 @@ impl Cursor {
     }
 }
 
-/// The file beside `path` (a rotated audit log) with this inode.
-fn find_inode(path: &Path, inode: u64) -> Result<Option<PathBuf>> {
+/// The rotated audit logs beside `path`, from the one with this inode on, oldest
+/// first (their names carry the time of their rotation); none if that one is gone.
+fn rotated_since(path: &Path, inode: u64) -> Result<Vec<PathBuf>> {
     let dir = path.parent().context("the audit log has no directory")?;
+    let mut rotated: Vec<(String, PathBuf, u64)> = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        if entry.file_name().to_string_lossy().starts_with("audit")
-            && entry.metadata()?.ino() == inode
-        {
-            return Ok(Some(entry.path()));
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("audit-") && name.ends_with(".log") {
+            rotated.push((name, entry.path(), entry.metadata()?.ino()));
         }
     }
-    Ok(None)
+    rotated.sort();
+    Ok(match rotated.iter().position(|(_, _, ino)| *ino == inode) {
+        Some(start) => rotated.drain(start..).map(|(_, path, _)| path).collect(),
+        None => Vec::new(),
+    })
 }
 
 /// Parses the whole lines of `path` from `offset` on; returns the offset after them
@@ -394,6 +403,36 @@ pub fn timeline(events: &[Event], from: SystemTime, to: SystemTime) -> Vec<(Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_after_several_rotations_reads_every_rotated_file() {
+        let dir = std::env::temp_dir().join(format!("audit-rotations-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = |verb: &str| format!("{{\"stage\":\"ResponseComplete\",\"verb\":\"{verb}\"}}\n");
+        // The log as the cursor saw it, since rotated twice; and one rotated before.
+        let files = [
+            ("audit-2026-12-06T18-00-00.000.log", line("old")),
+            (
+                "audit-2026-12-06T18-43-01.596.log",
+                line("seen") + &line("first"),
+            ),
+            ("audit-2026-12-06T18-50-20.096.log", line("second")),
+            ("audit.log", line("third")),
+        ];
+        for (name, text) in &files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        let ours = std::fs::metadata(dir.join(files[1].0)).unwrap();
+        let cursor = Cursor {
+            inode: ours.ino(),
+            offset: line("seen").len() as u64,
+        };
+        let (events, next) = cursor.read_log(&dir.join("audit.log")).unwrap();
+        let verbs: Vec<&str> = events.iter().map(|e| e.verb.as_str()).collect();
+        assert_eq!(verbs, ["first", "second", "third"]);
+        assert_eq!(next.offset, line("third").len() as u64);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn event(stage: &str, verb: &str, resource: &str, sub: &str, at: &str) -> Event {
         Event {

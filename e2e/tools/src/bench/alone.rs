@@ -118,6 +118,9 @@ pub struct Row {
     pub machine_cpu_s: f64,
     /// The most frequent requests, `verb resource` and how many per PVC.
     pub top_requests: Vec<(String, f64)>,
+    /// What a reader of the row should know that its figures do not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Row {
@@ -154,6 +157,7 @@ impl Row {
             controller_cpu_s: o.refill.controller_cpu,
             machine_cpu_s: o.refill.machine_cpu,
             top_requests: top,
+            note: None,
         }
     }
 
@@ -250,9 +254,10 @@ pub fn markdown(rows: &[Row]) -> String {
             .iter()
             .map(|(k, c)| format!("{k} {c:.1}"))
             .collect();
+        let note = r.note.as_deref().map_or(String::new(), |n| format!(" {n}"));
         let _ = writeln!(
             s,
-            "- N = {}: {}, `{}`. {}.",
+            "- N = {}: {}, `{}`. {}.{note}",
             r.n,
             r.machine,
             r.command,
@@ -356,6 +361,7 @@ mod tests {
             controller_cpu_s: Some(1.0),
             machine_cpu_s: 2.0,
             top_requests: vec![("patch volumepluginrestores/status".into(), 7.4)],
+            note: None,
         }
     }
 
