@@ -24,26 +24,15 @@ async fn benchmark_at_three_pvcs_restores_both_ways() -> Result<()> {
     let dir = cluster.scratch_dir("bench-smoke")?;
     let json = dir.join(format!("results-{}.json", std::process::id()));
     let report = dir.join(format!("results-{}.md", std::process::id()));
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .arg("3")
-        .args(["--progress-pvcs", "2"])
-        .arg("--json")
-        .arg(&json)
-        .arg("--results")
-        .arg(&report)
-        .env("REFILL_CLUSTER_DIR", &cluster.dir)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(300), run)
-        .await
-        .context("the benchmark at N = 3 took more than 5 minutes")??;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    ensure!(
-        output.status.success(),
-        "the benchmark failed ({}):\n{stderr}",
-        output.status
-    );
+    let mut args: Vec<std::ffi::OsString> = ["3", "--progress-pvcs", "2", "--json"]
+        .map(Into::into)
+        .into();
+    args.extend([
+        json.clone().into(),
+        "--results".into(),
+        report.clone().into(),
+    ]);
+    bench(cluster, &args, "the benchmark at N = 3").await?;
 
     let measured: Value = serde_json::from_slice(&std::fs::read(&json)?)?;
     let outcome = &measured["runs"][0];
@@ -161,22 +150,10 @@ async fn refill_alone_keeps_the_rows_of_sizes_it_did_not_measure(
         "top_requests": [["patch volumepluginrestores/status", 7.4]]
     }]);
     std::fs::write(&store, kept.to_string())?;
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["2", "--refill-only", "--results"])
-        .arg(&report)
-        .env("REFILL_CLUSTER_DIR", &cluster.dir)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(300), run)
-        .await
-        .context("refill alone at N = 2 took more than 5 minutes")??;
-    ensure!(
-        output.status.success(),
-        "refill alone failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let args = ["2", "--refill-only", "--results"].map(std::ffi::OsString::from);
+    let mut args = args.to_vec();
+    args.push(report.clone().into());
+    bench(cluster, &args, "refill alone at N = 2").await?;
     let rows: Value = serde_json::from_slice(&std::fs::read(&store)?)?;
     let sizes: Vec<u64> = rows
         .as_array()
@@ -200,5 +177,30 @@ async fn refill_alone_keeps_the_rows_of_sizes_it_did_not_measure(
     );
     let _ = std::fs::remove_file(&report);
     let _ = std::fs::remove_file(&store);
+    Ok(())
+}
+
+/// Runs the benchmark with `args` on `cluster`, within five minutes; fails with its
+/// stderr if it fails.
+async fn bench(
+    cluster: &refill_e2e::Cluster,
+    args: &[std::ffi::OsString],
+    what: &str,
+) -> Result<()> {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .env("REFILL_CLUSTER_DIR", &cluster.dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .with_context(|| format!("{what} took more than 5 minutes"))??;
+    ensure!(
+        output.status.success(),
+        "{what} failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
     Ok(())
 }
