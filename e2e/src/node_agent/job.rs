@@ -21,6 +21,9 @@ use super::writes::{self, WriteSpan};
 
 use super::agent::{Shared, Stop, mark_canceled, now, volume_root};
 
+/// How long a phase write that found no API server is tried again.
+const STATUS_RETRY_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How a data path ended without restoring.
 enum DataPathEnd {
     Cancelled,
@@ -142,12 +145,26 @@ impl Job {
         Ok(decide::target_pod(&self.pvr).map(|(ns, pod)| ObjectRef::new(pod).within(ns)))
     }
 
+    /// Writes a phase. A write the API server did not answer (it went away mid-request,
+    /// maybe after applying it) is sent again for a while, as Velero's node agent
+    /// requeues its reconcile: the same merge patch again is the same write. Giving up
+    /// at once left a PodVolumeRestore InProgress with nothing to end it.
     async fn set_status(&self, status: Value) -> Result<()> {
-        self.shared
-            .set_status(&self.name, status)
-            .await
-            .with_context(|| format!("updating the status of podvolumerestore {}", self.name))?;
-        Ok(())
+        let started = Instant::now();
+        loop {
+            let error = match self.shared.set_status(&self.name, status.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(e @ kube::Error::Api(_)) => e,
+                Err(e) if started.elapsed() < STATUS_RETRY_BOUND => {
+                    tracing::warn!(pvr = %self.name, "writing its phase, again shortly: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    continue;
+                }
+                Err(e) => e,
+            };
+            return Err(error)
+                .with_context(|| format!("updating the status of podvolumerestore {}", self.name));
+        }
     }
 
     /// Moves the PodVolumeRestore from New to Accepted, unless something else
