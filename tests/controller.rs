@@ -1848,11 +1848,9 @@ async fn the_admission_guard_lets_refill_restore_and_refuses_any_other_pod() -> 
                 other => Err(anyhow::anyhow!("not refused by the guard: {other:?}")),
             };
             // A policy is in force once the API server's informers have it and its
-            // ConfigMap: a few seconds, but under the load of the tests beside it one
-            // attempt's create was answered only after the 90 s bound had passed (three
-            // attempts made, the policy not yet in force), hence twice the bound.
+            // ConfigMap: a few seconds.
             let mut attempt = 0;
-            let no_role = wait_for("the guard in force", TIMEOUT * 2, || {
+            let no_role = wait_for("the guard in force", TIMEOUT, || {
                 attempt += 1;
                 let pod = pod_as(&s.ns, &format!("plain-{attempt}"), None, images[0], false);
                 let as_refill = as_refill.clone();
