@@ -140,6 +140,17 @@ pub fn restore_uid(pvr: &PodVolumeRestore) -> Option<&str> {
         .filter(|uid| !uid.is_empty())
 }
 
+/// Whether a write the API server refused or never answered may pass if sent again:
+/// no answer at all, too many requests (429), or a server error (5xx), such as the
+/// 503 a restarted API server gives before it has installed the paths of its custom
+/// resources. Velero's node agent requeues its reconcile on any of these.
+pub fn worth_retrying(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
+    }
+}
+
 /// `namespace/name` of the target pod, from `spec.pod`.
 pub fn target_pod(pvr: &PodVolumeRestore) -> Option<(&str, &str)> {
     let pod = &pvr.spec.pod;
@@ -462,6 +473,26 @@ mod tests {
 
     fn pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_write_is_sent_again_only_when_the_server_could_not_take_it() {
+        let api = |code| {
+            kube::Error::Api(
+                kube::core::Status::failure("refused", "Refused")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        for code in [429, 500, 503, 504] {
+            assert!(worth_retrying(&api(code)), "{code}");
+        }
+        for code in [400, 403, 404, 409, 422] {
+            assert!(!worth_retrying(&api(code)), "{code}");
+        }
+        assert!(worth_retrying(
+            &kube::Error::LinesCodecMaxLineLengthExceeded
+        ));
     }
 
     /// A pod on `node` whose restore-wait runs `velero-restore-helper restore-uid`

@@ -145,25 +145,36 @@ impl Job {
         Ok(decide::target_pod(&self.pvr).map(|(ns, pod)| ObjectRef::new(pod).within(ns)))
     }
 
-    /// Writes a phase. A write the API server did not answer (it went away mid-request,
-    /// maybe after applying it) is sent again for a while, as Velero's node agent
-    /// requeues its reconcile: the same merge patch again is the same write. Giving up
-    /// at once left a PodVolumeRestore InProgress with nothing to end it.
+    /// Writes a phase, sent again while the API server cannot take it.
     async fn set_status(&self, status: Value) -> Result<()> {
+        self.again_while_unavailable("writing its phase", || {
+            self.shared.set_status(&self.name, status.clone())
+        })
+        .await
+        .with_context(|| format!("updating the status of podvolumerestore {}", self.name))?;
+        Ok(())
+    }
+
+    /// Sends a write again for a while when the API server did not answer it (it went
+    /// away mid-request, maybe after applying it) or could not take it yet (a restarted
+    /// one answers 503 until it serves custom resources again), as Velero's node agent
+    /// requeues its reconcile: each write here is a merge patch, the same again is the
+    /// same write. Giving up at once left a PodVolumeRestore InProgress with nothing to
+    /// end it.
+    async fn again_while_unavailable<T, F, Fut>(&self, what: &str, mut write: F) -> kube::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = kube::Result<T>>,
+    {
         let started = Instant::now();
         loop {
-            let error = match self.shared.set_status(&self.name, status.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(e @ kube::Error::Api(_)) => e,
-                Err(e) if started.elapsed() < STATUS_RETRY_BOUND => {
-                    tracing::warn!(pvr = %self.name, "writing its phase, again shortly: {e}");
+            match write().await {
+                Err(e) if decide::worth_retrying(&e) && started.elapsed() < STATUS_RETRY_BOUND => {
+                    tracing::warn!(pvr = %self.name, "{what}, again shortly: {e}");
                     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                    continue;
                 }
-                Err(e) => e,
-            };
-            return Err(error)
-                .with_context(|| format!("updating the status of podvolumerestore {}", self.name));
+                outcome => return outcome,
+            }
         }
     }
 
@@ -176,12 +187,11 @@ impl Job {
                 "metadata": { "resourceVersion": current.resource_version() },
                 "status": { "phase": "Accepted", "acceptedTimestamp": now(), "node": self.node },
             });
-            match self
-                .shared
-                .pvrs
-                .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            let accepting = self.again_while_unavailable("accepting", || {
+                self.shared.pvrs.patch(&self.name, &params, &patch)
+            });
+            match accepting.await {
                 Ok(accepted) => {
                     self.pvr = accepted;
                     tracing::info!(pvr = %self.name, node = %self.node, "accepted");
@@ -189,7 +199,12 @@ impl Job {
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
                 Err(kube::Error::Api(e)) if e.code == 409 => {
-                    let Some(fresh) = self.shared.pvrs.get_opt(&self.name).await? else {
+                    let fresh = self
+                        .again_while_unavailable("reading it again", || {
+                            self.shared.pvrs.get_opt(&self.name)
+                        })
+                        .await?;
+                    let Some(fresh) = fresh else {
                         return Ok(false);
                     };
                     if fresh.phase() != PodVolumePhase::New || fresh.spec.cancel == Some(true) {
