@@ -30,6 +30,9 @@ struct Kept {
     top: bool,
     uid: Option<String>,
     owners: Box<[OwnerReference]>,
+    /// The replicas its spec sets now (a stop's 0 included), where [`Workload`] holds
+    /// those it asks for: what tells a stopped workload that was scaled back.
+    spec_replicas: Option<i32>,
     /// Its labels, and the annotations a decision reads: a restore's own GitOps spec
     /// (the label Argo CD tracks with) says which of them name its managers. Held as
     /// slices, made maps again when asked for: a map's first node takes room for eleven
@@ -66,12 +69,14 @@ impl Kept {
         listed.metadata.owner_references = meta.owner_references.clone();
         listed.metadata.annotations = annotations.clone();
         let top = listed.is_top(kind);
+        let spec_replicas = listed.spec_replicas();
         Some(Kept {
             // Its managers are found again for each restore's GitOps spec.
             workload: listed.into_workload(kind, &GitOpsSpec::default()),
             top,
             uid: meta.uid.clone(),
             owners: meta.owner_references.clone().unwrap_or_default().into(),
+            spec_replicas,
             labels: meta.labels.as_ref().map(pairs),
             annotations: annotations.as_ref().map(pairs),
         })
@@ -214,6 +219,44 @@ impl TemplateMounts {
         (kept.uid.as_deref() == Some(uid)).then(|| kept.owners.to_vec())
     }
 
+    /// Whether the watch last showed the scalable workload `kind` `namespace/name` as
+    /// the stop of the restore with UID `uid` left it: at 0 replicas, under its mark.
+    /// False when it cannot tell (a kind not stopped by scaling, a workload not kept).
+    ///
+    /// A stopped workload whose old pods linger is otherwise read from the API now and
+    /// then until they go; where a slow control plane keeps thousands of them for
+    /// minutes, those reads were most of a restore's requests. A watch that lags only
+    /// tells a restart later: the volume waits while any pod mounts its claim.
+    pub(crate) fn still_stopped_by(
+        &self,
+        kind: ConsumerKind,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> bool {
+        if !kind.is_scalable() {
+            return false;
+        }
+        let kinds = self
+            .kinds
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(kept) = kinds.get(&kind).and_then(|state| {
+            state
+                .live
+                .by_name
+                .get(&(namespace.to_string(), name.to_string()))
+        }) else {
+            return false;
+        };
+        let marked = kept.annotations.as_ref().is_some_and(|pairs| {
+            pairs
+                .iter()
+                .any(|(key, value)| key == crate::labels::QUIESCED_BY && value == uid)
+        });
+        marked && kept.spec_replicas == Some(0)
+    }
+
     /// How many workloads are kept, of every kind.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -283,6 +326,47 @@ mod tests {
             index.workloads("shop", &GitOpsSpec::default()),
             Some(Vec::new())
         );
+    }
+
+    #[test]
+    fn tells_a_workload_still_stopped_only_at_zero_under_the_restores_mark() {
+        let index = TemplateMounts::default();
+        ready(&index);
+        let stopped = |name: &str, replicas: i32, holder: &str| {
+            let mut spec = mounting("data");
+            spec["replicas"] = replicas.into();
+            let mut db = object(name, spec);
+            db.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(crate::labels::QUIESCED_BY.to_string(), holder.to_string());
+            db
+        };
+        let apply = |kind, object| index.apply(kind, &Event::Apply(object));
+        apply(ConsumerKind::Deployment, stopped("db", 0, "r-1"));
+        let still = |kind, name: &str, uid: &str| index.still_stopped_by(kind, "shop", name, uid);
+        assert!(still(ConsumerKind::Deployment, "db", "r-1"));
+        assert!(
+            !still(ConsumerKind::Deployment, "db", "r-2"),
+            "another restore's mark"
+        );
+        assert!(
+            !still(ConsumerKind::StatefulSet, "db", "r-1"),
+            "another kind"
+        );
+        assert!(!still(ConsumerKind::Deployment, "web", "r-1"), "not kept");
+
+        apply(ConsumerKind::Deployment, stopped("db", 3, "r-1"));
+        assert!(!still(ConsumerKind::Deployment, "db", "r-1"), "scaled back");
+        apply(ConsumerKind::Deployment, object("db", mounting("data")));
+        assert!(
+            !still(ConsumerKind::Deployment, "db", "r-1"),
+            "its mark went"
+        );
+
+        // A kind stopped otherwise than by scaling is never answered from the index.
+        apply(ConsumerKind::DaemonSet, stopped("agent", 0, "r-1"));
+        assert!(!still(ConsumerKind::DaemonSet, "agent", "r-1"));
     }
 
     #[test]

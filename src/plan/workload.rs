@@ -180,6 +180,11 @@ impl Listed {
         crate::labels::ORIGINAL_REPLICAS,
     ];
 
+    /// The replicas its spec sets now, refill's stop included.
+    pub(crate) fn spec_replicas(&self) -> Option<i32> {
+        self.spec.replicas
+    }
+
     /// The replicas it asks for, for the scalable kinds (see [`replicas_asked`]).
     pub(crate) fn replicas(&self, kind: ConsumerKind) -> Option<i32> {
         kind.is_scalable()

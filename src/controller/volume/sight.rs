@@ -551,6 +551,17 @@ async fn restarted<'a>(
         let read = match worth_reading(record.stopped_at.as_ref().map(|t| t.0), live_since, now) {
             Reading::Skip => false,
             Reading::Now => true,
+            // The workload watch shows it as the stop left it: nothing a read could add.
+            Reading::Paced(_)
+                if ctx.known.templates.still_stopped_by(
+                    record.kind,
+                    &record.namespace,
+                    &record.name,
+                    uid,
+                ) =>
+            {
+                false
+            }
             Reading::Paced(pace) => {
                 ctx.paced_read(&format!("{uid}/{}", consumer::describe(record)), pace)
             }
@@ -595,7 +606,8 @@ pub(crate) enum Reading {
 /// workload on every pass meanwhile costs a request each time: those reads are paced,
 /// as far apart as the stop is old (within the pacer's bounds), so that the longer a
 /// larger restore's control plane takes, the fewer times each workload is read
-/// meanwhile. Skipping a read never lets anything write: the volume waits while any
+/// meanwhile; and not at all while the workload watch shows it as the stop left it
+/// ([`crate::template_mounts::TemplateMounts::still_stopped_by`]). Skipping a read never lets anything write: the volume waits while any
 /// pod mounts its claim; a read only tells sooner why it waits.
 pub(crate) fn worth_reading(
     stopped_at: Option<Timestamp>,
