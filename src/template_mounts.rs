@@ -206,17 +206,11 @@ impl TemplateMounts {
         name: &str,
         uid: &str,
     ) -> Option<Vec<OwnerReference>> {
-        let kinds = self
-            .kinds
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let kept = kinds
-            .get(&kind)?
-            .live
-            .by_name
-            .get(&(namespace.to_string(), name.to_string()))?;
-        // A ReplicaSet made again under the same name is another object.
-        (kept.uid.as_deref() == Some(uid)).then(|| kept.owners.to_vec())
+        self.with_kept(kind, namespace, name, |kept| {
+            // A ReplicaSet made again under the same name is another object.
+            (kept.uid.as_deref() == Some(uid)).then(|| kept.owners.to_vec())
+        })
+        .flatten()
     }
 
     /// Whether the watch last showed the scalable workload `kind` `namespace/name` as
@@ -237,24 +231,36 @@ impl TemplateMounts {
         if !kind.is_scalable() {
             return false;
         }
+        self.with_kept(kind, namespace, name, |kept| {
+            let marked = kept.annotations.as_ref().is_some_and(|pairs| {
+                pairs
+                    .iter()
+                    .any(|(key, value)| key == crate::labels::QUIESCED_BY && value == uid)
+            });
+            marked && kept.spec_replicas == Some(0)
+        })
+        .unwrap_or(false)
+    }
+
+    /// What `read` says of the kept workload `kind` `namespace/name`; None when the
+    /// index does not hold it.
+    fn with_kept<T>(
+        &self,
+        kind: ConsumerKind,
+        namespace: &str,
+        name: &str,
+        read: impl FnOnce(&Kept) -> T,
+    ) -> Option<T> {
         let kinds = self
             .kinds
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(kept) = kinds.get(&kind).and_then(|state| {
-            state
-                .live
-                .by_name
-                .get(&(namespace.to_string(), name.to_string()))
-        }) else {
-            return false;
-        };
-        let marked = kept.annotations.as_ref().is_some_and(|pairs| {
-            pairs
-                .iter()
-                .any(|(key, value)| key == crate::labels::QUIESCED_BY && value == uid)
-        });
-        marked && kept.spec_replicas == Some(0)
+        let kept = kinds
+            .get(&kind)?
+            .live
+            .by_name
+            .get(&(namespace.to_string(), name.to_string()))?;
+        Some(read(kept))
     }
 
     /// How many workloads are kept, of every kind.

@@ -21,7 +21,7 @@ use super::writes::{self, WriteSpan};
 
 use super::agent::{Shared, Stop, mark_canceled, now, volume_root};
 
-/// How long a phase write that found no API server is tried again.
+/// How long a write the API server could not take is sent again.
 const STATUS_RETRY_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How a data path ended without restoring.

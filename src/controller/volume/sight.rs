@@ -607,8 +607,9 @@ pub(crate) enum Reading {
 /// as far apart as the stop is old (within the pacer's bounds), so that the longer a
 /// larger restore's control plane takes, the fewer times each workload is read
 /// meanwhile; and not at all while the workload watch shows it as the stop left it
-/// ([`crate::template_mounts::TemplateMounts::still_stopped_by`]). Skipping a read never lets anything write: the volume waits while any
-/// pod mounts its claim; a read only tells sooner why it waits.
+/// ([`crate::template_mounts::TemplateMounts::still_stopped_by`]). Skipping a read
+/// never lets anything write: the volume waits while any pod mounts its claim; a read
+/// only tells sooner why it waits.
 pub(crate) fn worth_reading(
     stopped_at: Option<Timestamp>,
     live_since: &[Option<Timestamp>],
