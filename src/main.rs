@@ -3,6 +3,10 @@
 
 use clap::{Parser, Subcommand};
 
+/// See Cargo.toml: memory a restore has freed goes back to the system.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Put the files of chosen PVCs back as a Velero file-system backup holds them,
 /// restoring no other object.
 #[derive(Parser)]

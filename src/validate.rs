@@ -141,8 +141,8 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
             .or_default()
             .push(name.to_string());
     }
-    facts.pvs = existing::<PersistentVolume>(client, pv_names).await?;
-    facts.storage_classes = existing::<StorageClass>(client, classes).await?;
+    facts.pv_nodes = existing::<PersistentVolume, _>(client, pv_names, plan::pv_nodes).await?;
+    facts.storage_classes = existing::<StorageClass, _>(client, classes, Clone::clone).await?;
     if !dr.spec.candidate_nodes.is_empty() {
         // Their names alone, a page at a time: a cluster may have thousands.
         let api = &Api::<Node>::all(client.clone());
@@ -212,11 +212,13 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     Ok(facts)
 }
 
-/// The cluster-scoped objects of kind `K` with these names that exist, by name.
-async fn existing<K>(
+/// What `keep` takes of each cluster-scoped object of kind `K` with these names that
+/// exists, by name; the objects themselves are dropped as they are read.
+async fn existing<K, T>(
     client: &Client,
     names: BTreeSet<String>,
-) -> Result<BTreeMap<String, K>, ValidateError>
+    keep: fn(&K) -> T,
+) -> Result<BTreeMap<String, T>, ValidateError>
 where
     K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
         + Clone
@@ -226,18 +228,10 @@ where
 {
     let found = side_by_side(names, |name| async move {
         let found = Api::<K>::all(client.clone()).get_opt(&name).await?;
-        // Kept for the whole validation: without who-wrote-which-field, most of them.
-        Ok(found.map(|mut object| {
-            object.meta_mut().managed_fields = None;
-            object
-        }))
+        Ok(found.map(|object| (name, keep(&object))))
     })
     .await?;
-    Ok(found
-        .into_iter()
-        .flatten()
-        .map(|object| (object.name_any(), object))
-        .collect())
+    Ok(found.into_iter().flatten().collect())
 }
 
 /// Runs one read per item, several at once (a restore of many namespaces would otherwise

@@ -16,7 +16,7 @@ mod workload;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::api::{
@@ -28,7 +28,7 @@ pub(crate) use backup::{BackupChoice, resolve_backup};
 pub(crate) use consumers::{
     ConsumerRef, Owner, consumer_actions, mounts_claim, template_claim_names, top_owner,
 };
-pub(crate) use placement::{beside_original, beside_running_consumers, placement};
+pub(crate) use placement::{beside_original, beside_running_consumers, placement, pv_nodes};
 pub(crate) use selector::{label_selector, parse_pvc_key};
 pub(crate) use spec::{duration, spec_errors};
 pub(crate) use switch::{Labelled, switches};
@@ -42,7 +42,9 @@ pub(crate) struct Facts {
     pub pod_volume_backups: Vec<PodVolumeBackup>,
     /// Current PVCs by `namespace/name`.
     pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
-    pub pvs: BTreeMap<String, PersistentVolume>,
+    /// The nodes each existing PV of a selected claim is pinned to, by PV name
+    /// ([`placement::pv_nodes`]).
+    pub pv_nodes: BTreeMap<String, Vec<String>>,
     pub storage_classes: BTreeMap<String, StorageClass>,
     pub nodes: BTreeSet<String>,
     /// PVCs held by another active DataRestore, with its name.
@@ -231,7 +233,7 @@ pub(crate) fn plan(spec: &DataRestoreSpec, restore: &str, facts: &Facts) -> Resu
         let placed = placement(
             pvc_key,
             pvc,
-            &facts.pvs,
+            &facts.pv_nodes,
             &facts.storage_classes,
             candidates,
             &facts.nodes,
@@ -341,7 +343,7 @@ mod tests {
     };
     use crate::labels::PVC_NAME_ANNOTATION;
     use k8s_openapi::api::core::v1::{
-        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
         PersistentVolumeClaimSpec, PersistentVolumeSpec, VolumeNodeAffinity,
     };
 
@@ -408,7 +410,7 @@ mod tests {
             ..Default::default()
         };
         let mut facts = facts();
-        facts.pvs.insert("pv-1".into(), pv);
+        facts.pv_nodes.insert("pv-1".into(), pv_nodes(&pv));
         facts
     }
 

@@ -22,8 +22,9 @@ fn bound_volume(pvc: &PersistentVolumeClaim) -> Option<&str> {
 }
 
 /// The values of node-affinity terms on `kubernetes.io/hostname`, which is how local
-/// PVs say where they are.
-fn pv_nodes(pv: &PersistentVolume) -> Vec<String> {
+/// PVs say where they are. All a plan needs of a PV: validation keeps this and drops the
+/// PV as it is read (a PV is a few KB, and a restore may select thousands).
+pub(crate) fn pv_nodes(pv: &PersistentVolume) -> Vec<String> {
     let terms = pv
         .spec
         .as_ref()
@@ -44,13 +45,13 @@ fn pv_nodes(pv: &PersistentVolume) -> Vec<String> {
 pub(crate) fn placement(
     key: &str,
     pvc: &PersistentVolumeClaim,
-    pvs: &BTreeMap<String, PersistentVolume>,
+    pv_nodes: &BTreeMap<String, Vec<String>>,
     storage_classes: &BTreeMap<String, StorageClass>,
     candidates: Option<&[String]>,
     nodes: &BTreeSet<String>,
 ) -> Result<(Placement, Option<String>), String> {
     if let Some(pv_name) = bound_volume(pvc) {
-        let nodes = pvs.get(pv_name).map(pv_nodes).unwrap_or_default();
+        let nodes = pv_nodes.get(pv_name).cloned().unwrap_or_default();
         let warning = candidates.map(|_| {
             format!(
                 "{key} is bound to PV {pv_name}; its candidate nodes are not needed and are ignored"
@@ -189,8 +190,9 @@ mod tests {
         [("local".to_string(), wffc), ("fast".to_string(), immediate)].into()
     }
 
-    fn local_pv(node: &str) -> PersistentVolume {
-        PersistentVolume {
+    /// The nodes a local PV on `node` is pinned to, as validation keeps them.
+    fn local_pv(node: &str) -> Vec<String> {
+        pv_nodes(&PersistentVolume {
             spec: Some(PersistentVolumeSpec {
                 node_affinity: Some(VolumeNodeAffinity {
                     required: Some(NodeSelector {
@@ -207,7 +209,7 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        })
     }
 
     fn nodes() -> BTreeSet<String> {
