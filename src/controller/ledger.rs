@@ -363,25 +363,21 @@ impl Ledger {
         let api: Api<VolumePluginRestore> =
             Api::namespaced(client.clone(), &dr.namespace().unwrap_or_default());
         let backup = after.backup_name.as_deref().unwrap_or_default();
-        let jobs: Vec<(usize, VolumeRecord, Option<String>)> = changed
-            .into_iter()
-            .map(|i| {
-                let entry = &new[i];
-                let record = VolumeRecord {
-                    index: i as u32,
-                    volume: entry.volume.clone(),
-                    consumers: entry.consumers.iter().map(|c| (*c).clone()).collect(),
-                    git_ops: entry.git_ops.iter().map(|g| (*g).clone()).collect(),
-                };
-                (i, record, versions[i].clone())
-            })
-            .collect();
         // One copy of the restore for all writes: its spec may name thousands of claims.
         let shared = Arc::new((dr.clone(), backup.to_string()));
+        // Each record is copied out as its write starts, not all before the first: the
+        // first pass of a restore of 10,000 volumes writes every one of them.
         let results: std::result::Result<Vec<(usize, Option<String>)>, Error> =
-            futures::stream::iter(jobs)
-                .map(|(i, record, version)| {
-                    let written = write(api.clone(), shared.clone(), record, version);
+            futures::stream::iter(changed)
+                .map(|i| {
+                    let entry = &new[i];
+                    let record = VolumeRecord {
+                        index: i as u32,
+                        volume: entry.volume.clone(),
+                        consumers: entry.consumers.iter().map(|c| (*c).clone()).collect(),
+                        git_ops: entry.git_ops.iter().map(|g| (*g).clone()).collect(),
+                    };
+                    let written = write(api.clone(), shared.clone(), record, versions[i].clone());
                     async move { Ok::<_, Error>((i, written.await?)) }
                 })
                 .buffer_unordered(WRITES_IN_FLIGHT)

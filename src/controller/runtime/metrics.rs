@@ -72,12 +72,15 @@ pub(crate) fn observations(
             took: between(after.start_time.as_ref(), after.completion_time.as_ref()),
         });
     }
+    // Looked up by key, not searched: a pass of a restore of 10,000 volumes compared
+    // 50 million claim names here, half of the controller's time.
+    let phases: HashMap<&str, VolumePhase> = before
+        .volumes
+        .iter()
+        .map(|v| (v.pvc.as_str(), v.phase))
+        .collect();
     for volume in &after.volumes {
-        let was = before
-            .volumes
-            .iter()
-            .find(|v| v.pvc == volume.pvc)
-            .map(|v| v.phase);
+        let was = phases.get(volume.pvc.as_str()).copied();
         if volume.phase.is_terminal() && !was.is_some_and(VolumePhase::is_terminal) {
             let bytes = match volume.phase {
                 VolumePhase::Completed => u64::try_from(volume.bytes_done).unwrap_or(0),
@@ -89,12 +92,13 @@ pub(crate) fn observations(
             });
         }
     }
+    let states: HashMap<_, ConsumerState> = before
+        .consumers
+        .iter()
+        .map(|c| (c.key(), c.state))
+        .collect();
     for consumer in &after.consumers {
-        let was = before
-            .consumers
-            .iter()
-            .find(|c| c.key() == consumer.key())
-            .map(|c| c.state);
+        let was = states.get(&consumer.key()).copied();
         let back = matches!(
             consumer.state,
             ConsumerState::Resumed | ConsumerState::Switched
