@@ -141,8 +141,13 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
             .or_default()
             .push(name.to_string());
     }
-    facts.pv_nodes = existing::<PersistentVolume, _>(client, pv_names, plan::pv_nodes).await?;
-    facts.storage_classes = existing::<StorageClass, _>(client, classes, Clone::clone).await?;
+    facts.pv_nodes = existing(client, pv_names, |pv: PersistentVolume| plan::pv_nodes(&pv)).await?;
+    facts.storage_classes = existing(client, classes, |mut class: StorageClass| {
+        // Kept for the whole validation: without who-wrote-which-field, most of it.
+        class.metadata.managed_fields = None;
+        class
+    })
+    .await?;
     if !dr.spec.candidate_nodes.is_empty() {
         // Their names alone, a page at a time: a cluster may have thousands.
         let api = &Api::<Node>::all(client.clone());
@@ -212,12 +217,12 @@ async fn gather(reads: Reads<'_>, dr: &DataRestore) -> Result<Facts, ValidateErr
     Ok(facts)
 }
 
-/// What `keep` takes of each cluster-scoped object of kind `K` with these names that
-/// exists, by name; the objects themselves are dropped as they are read.
+/// What `keep` makes of each cluster-scoped object of kind `K` with these names that
+/// exists, by name; it takes each object as it is read.
 async fn existing<K, T>(
     client: &Client,
     names: BTreeSet<String>,
-    keep: fn(&K) -> T,
+    keep: fn(K) -> T,
 ) -> Result<BTreeMap<String, T>, ValidateError>
 where
     K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
@@ -228,7 +233,7 @@ where
 {
     let found = side_by_side(names, |name| async move {
         let found = Api::<K>::all(client.clone()).get_opt(&name).await?;
-        Ok(found.map(|object| (name, keep(&object))))
+        Ok(found.map(|object| (name, keep(object))))
     })
     .await?;
     Ok(found.into_iter().flatten().collect())
