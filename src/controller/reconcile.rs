@@ -57,7 +57,7 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
         let mut status = before.clone();
         // What a pass did is in `status` even when it failed part-way: it is written
         // before the error is reported, so no effect goes unrecorded.
-        let result = phase::pass(&dr, &ctx, &mut status, deleting).await;
+        let result = phase::pass(&dr, &ctx, &before, &mut status, deleting).await;
         ledger::in_read_order(&mut status);
         status.summary = (!status.volumes.is_empty()).then(|| status::summary(&status.volumes));
         status.tally(|v| ledger::record_name(&dr, v));
@@ -65,45 +65,12 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
         let online = dr.spec.writes_under_running_consumers();
         status.conditions = status::conditions(&status, dr.metadata.generation, online);
 
-        let mut wait = None;
         let changed = status != before;
-        if changed {
-            let progress_only = status::only_progress_differs(&before, &status);
-            match ctx
-                .progress_wait(&uid)
-                .filter(|_| progress_only && result.is_ok())
-            {
-                Some(throttled) => wait = Some(throttled),
-                None => {
-                    // The volumes' records first: the DataRestore's counts follow them.
-                    ctx.ledger.save(&ctx.client, &dr, &before, &status).await?;
-                    if head_differs(&before, &status) {
-                        let tally_only =
-                            result.is_ok() && status::only_tally_differs(&before, &status);
-                        match ctx.progress_wait(&uid).filter(|_| tally_only) {
-                            // The counts catch up with the records within a second.
-                            Some(throttled) => wait = Some(throttled),
-                            None => {
-                                // The resourceVersion makes a pass that started from a
-                                // stale copy (its own last write not yet seen) fail with
-                                // a conflict instead of writing old phases back.
-                                let read = Precondition::At(dr.resource_version());
-                                dr = object_writes::apply_status(
-                                    &api,
-                                    &dr.name_any(),
-                                    read,
-                                    &status,
-                                )
-                                .await?;
-                                ctx.wrote(&uid, dr.resource_version());
-                            }
-                        }
-                    }
-                    // `before` is the status last written: `dr` is what a write returned.
-                    ctx.config.metrics.written(&uid, &before, &status);
-                }
-            }
-        }
+        let written = if changed {
+            write(&ctx, &api, &mut dr, &before, &status, result.is_ok()).await
+        } else {
+            Ok(None)
+        };
         debug!(
             restore = %dr.name_any(),
             phase = ?status.phase,
@@ -112,8 +79,11 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
             "pass took {} ms",
             started.elapsed().as_millis()
         );
-        // Unless a save kept what it wrote, the records loaded are still the cluster's.
-        ctx.ledger.give_back(&uid, &mut before);
+        // Whatever the write did, the ledger takes back the records the cluster holds
+        // now: a DataRestore write that failed (a conflict) leaves no re-read of every
+        // record behind. A record write that failed made it forget them (see save).
+        ctx.ledger.give_back(&uid, &mut before, &mut status);
+        let wait = written?;
         let next = result?;
         ctx.backoffs.reset(&uid);
         match next {
@@ -128,6 +98,45 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
         }
     }
     Ok(Action::requeue(Duration::ZERO))
+}
+
+/// Writes a pass's changed status: the volumes' records first, the DataRestore's counts
+/// after them. Answers how soon to come back when a write was put off: progress alone
+/// (`clean`: the pass did not fail) goes out at most once a second.
+async fn write(
+    ctx: &Context,
+    api: &Api<DataRestore>,
+    dr: &mut DataRestore,
+    before: &DataRestoreStatus,
+    status: &DataRestoreStatus,
+    clean: bool,
+) -> Result<Option<Duration>> {
+    let uid = dr.uid().unwrap_or_default();
+    let progress_only = status::only_progress_differs(before, status);
+    if let Some(throttled) = ctx.progress_wait(&uid).filter(|_| progress_only && clean) {
+        return Ok(Some(throttled));
+    }
+    // The volumes' records first: the DataRestore's counts follow them.
+    ctx.ledger.save(&ctx.client, dr, before, status).await?;
+    let mut wait = None;
+    if head_differs(before, status) {
+        let tally_only = clean && status::only_tally_differs(before, status);
+        match ctx.progress_wait(&uid).filter(|_| tally_only) {
+            // The counts catch up with the records within a second.
+            Some(throttled) => wait = Some(throttled),
+            None => {
+                // The resourceVersion makes a pass that started from a stale copy (its
+                // own last write not yet seen) fail with a conflict instead of writing
+                // old phases back.
+                let read = Precondition::At(dr.resource_version());
+                *dr = object_writes::apply_status(api, &dr.name_any(), read, status).await?;
+                ctx.wrote(&uid, dr.resource_version());
+            }
+        }
+    }
+    // `before` is the status last written: `dr` is what a write returned.
+    ctx.config.metrics.written(&uid, before, status);
+    Ok(wait)
 }
 
 /// Whether what the DataRestore object itself holds of the status differs: its

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{ConsumerState, VolumePhase};
-use crate::controller::testing::api_mock::{APPLY_PATCH, ApiMock, patch, post};
+use crate::controller::testing::api_mock::{APPLY_PATCH, ApiMock, Expect, patch, post};
 use crate::controller::testing::fixtures::{UID, VELERO, as_json, consumer, data_restore};
 
 const RECORDS: &str = "/apis/refill.dev/v1alpha1/namespaces/velero/volumepluginrestores";
@@ -91,13 +91,13 @@ async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
     saved.unwrap();
 }
 
-#[tokio::test]
-async fn records_lent_to_a_pass_are_read_again_only_if_never_given_back() {
+/// One volume kept with its consumer, and a list of its VolumePluginRestore as the API
+/// server answers it (at resourceVersion 7).
+fn one_listed(phase: VolumePhase) -> (VolumeStatus, impl Fn() -> Expect) {
     use crate::controller::testing::api_mock::get;
-    let dr = data_restore();
     let volume = VolumeStatus {
         pvc: "shop/data".into(),
-        phase: VolumePhase::Restoring,
+        phase,
         volume: "data".into(),
         ..Default::default()
     };
@@ -110,7 +110,7 @@ async fn records_lent_to_a_pass_are_read_again_only_if_never_given_back() {
     let listed = stored(&volume, "7")(
         &json!({"status": {"record": serde_json::to_value(&record).unwrap()}}),
     );
-    let list = || {
+    let list = move || {
         get(RECORDS).answer(
             200,
             json!({
@@ -121,17 +121,29 @@ async fn records_lent_to_a_pass_are_read_again_only_if_never_given_back() {
             }),
         )
     };
-    // Read once; given back, the next pass reads nothing; kept by a pass that never
-    // gave them back (it panicked), the one after reads the cluster again.
-    let (client, mock) = ApiMock::new([list(), list()]);
-    let ledger = Ledger::default();
-    let head = DataRestoreStatus {
+    (volume, list)
+}
+
+/// A DataRestore's own status that says it has one volume.
+fn one_volume_head() -> DataRestoreStatus {
+    DataRestoreStatus {
         volume_counts: Some(crate::api::VolumeCounts {
             total: 1,
             ..Default::default()
         }),
         ..Default::default()
-    };
+    }
+}
+
+#[tokio::test]
+async fn records_lent_to_a_pass_are_read_again_only_if_never_given_back() {
+    let dr = data_restore();
+    let (volume, list) = one_listed(VolumePhase::Restoring);
+    // Read once; given back, the next pass reads nothing; kept by a pass that never
+    // gave them back (it panicked), the one after reads the cluster again.
+    let (client, mock) = ApiMock::new([list(), list()]);
+    let ledger = Ledger::default();
+    let head = one_volume_head();
     let loads = mock
         .run(async {
             let mut seen = Vec::new();
@@ -140,7 +152,8 @@ async fn records_lent_to_a_pass_are_read_again_only_if_never_given_back() {
                 ledger.load(&client, &dr, &mut status).await?;
                 seen.push((status.volumes.clone(), status.consumers.len()));
                 if give_back {
-                    ledger.give_back(UID, &mut status);
+                    // Nothing was written: what it was lent goes back, not its copy.
+                    ledger.give_back(UID, &mut status, &mut DataRestoreStatus::default());
                 }
             }
             Ok::<_, Error>(seen)
@@ -150,4 +163,37 @@ async fn records_lent_to_a_pass_are_read_again_only_if_never_given_back() {
     assert!(loads.iter().all(|(volumes, consumers)| {
         volumes.as_slice() == std::slice::from_ref(&volume) && *consumers == 1
     }));
+}
+
+#[tokio::test]
+async fn what_a_pass_wrote_is_what_the_next_pass_is_lent_without_a_read() {
+    let dr = data_restore();
+    let (volume, list) = one_listed(VolumePhase::Quiescing);
+    let name = record_name(&dr, &volume);
+    // One list, one write; the second load reads nothing.
+    let (client, mock) = ApiMock::new([
+        list(),
+        patch(&format!("{RECORDS}/{name}/status"), APPLY_PATCH)
+            .body("/metadata/resourceVersion", json!("7"))
+            .body("/status/record/consumers/0/state", json!("Stopping"))
+            .answer_with(200, stored(&volume, "8")),
+    ]);
+    let ledger = Ledger::default();
+    let head = one_volume_head();
+    let lent = mock
+        .run(async {
+            let mut loaded = head.clone();
+            ledger.load(&client, &dr, &mut loaded).await?;
+            let mut passed = loaded.clone();
+            passed.consumers[0].state = ConsumerState::Stopping;
+            ledger.save(&client, &dr, &loaded, &passed).await?;
+            ledger.give_back(UID, &mut loaded, &mut passed);
+            let mut next = head.clone();
+            ledger.load(&client, &dr, &mut next).await?;
+            Ok::<_, Error>(next)
+        })
+        .await
+        .unwrap();
+    assert_eq!(lent.volumes, vec![volume]);
+    assert_eq!(lent.consumers[0].state, ConsumerState::Stopping);
 }

@@ -37,17 +37,20 @@ pub(super) fn stopping(dr: &DataRestore, deleting: bool) -> bool {
     deleting || dr.spec.cancel
 }
 
-/// Runs the current phase once.
+/// Runs the current phase once, on `status`, a copy of `loaded`: the status as the
+/// cluster holds it, against which a phase tells what it changed without a copy of its
+/// own.
 pub(super) async fn pass(
     dr: &DataRestore,
     ctx: &Context,
+    loaded: &DataRestoreStatus,
     status: &mut DataRestoreStatus,
     deleting: bool,
 ) -> Result<Next> {
     match status.phase {
         Phase::New => Ok(validating::accept(status)),
         Phase::Validating => validating::validate(dr, ctx, status, deleting).await,
-        Phase::Restoring => restoring::restore(dr, ctx, status, deleting).await,
+        Phase::Restoring => restoring::restore(dr, ctx, loaded, status, deleting).await,
         Phase::Finalizing => finalizing::finalize(dr, ctx, status, deleting).await,
         Phase::Completed | Phase::PartiallyFailed | Phase::Failed | Phase::Canceled => {
             Ok(Next::Done)

@@ -123,12 +123,12 @@ pub(super) fn rules(
 pub(super) async fn restore(
     dr: &DataRestore,
     ctx: &Context,
+    loaded: &DataRestoreStatus,
     status: &mut DataRestoreStatus,
     deleting: bool,
 ) -> Result<Next> {
-    let before = status.clone();
     record(dr, ctx, status, deleting, None).await?;
-    if *status != before {
+    if status != loaded {
         return Ok(Next::Again);
     }
     work(dr, ctx, status, deleting).await?;
@@ -191,6 +191,11 @@ pub(super) async fn record(
     Ok(())
 }
 
+/// Namespaces whose pods are looked at, and whose volumes are recorded, before the next
+/// ones: each holds its pods (whole, as read) until its volumes are recorded, and a first
+/// pass that starts 10,000 volumes at once would hold every pod of the restore.
+const NAMESPACES_PER_LOOK: usize = 256;
+
 /// Moves volumes on from Pending (to Quiescing, or for a volume whose scratch claim is
 /// filled first to StartingStandIn), recording their consumers as found now (new ones
 /// may have appeared since validation) and what brings each back; and records again
@@ -202,7 +207,6 @@ async fn start_volumes(
     starting: &[usize],
     seen: Option<&validate::Consumers>,
 ) -> Result<()> {
-    let uid = dr.uid().unwrap_or_default();
     let mut by_ns: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for &i in starting {
         by_ns
@@ -210,54 +214,78 @@ async fn start_volumes(
             .or_default()
             .push(i);
     }
-    // Namespaces are looked at side by side: each may need a few reads.
     let namespaces: Vec<(String, Vec<usize>)> = by_ns.into_iter().collect();
-    let mut looked = Vec::new();
-    {
-        let (volumes, uid) = (&status.volumes, &uid);
-        let git_ops = dr.spec.git_ops();
-        let git_ops = git_ops.as_ref();
-        for_each_concurrently(
-            0..namespaces.len(),
-            |n| {
-                let (ns, indices) = &namespaces[n];
-                async move {
-                    let claims: Vec<&str> =
-                        indices.iter().map(|&i| split(&volumes[i].pvc).1).collect();
-                    let pods = observe::consumers::pods_mounting(ctx.reads(), ns, &claims).await?;
-                    let keys: Vec<String> =
-                        indices.iter().map(|&i| volumes[i].pvc.clone()).collect();
-                    let found = match seen_for(seen, &keys) {
-                        Some(found) => found,
-                        None => {
-                            let found = observe::consumers::Search {
-                                pods: &pods,
-                                claims: &claims,
-                                own_uid: uid,
-                                git_ops,
-                            };
-                            observe::consumers::consumers_in(ctx.reads(), ns, found, Replicas::Skip)
-                                .await?
-                        }
-                    };
-                    Ok((pods, found))
-                }
-            },
-            |n, found| looked.push((n, found)),
-        )
-        .await?;
+    for some in namespaces.chunks(NAMESPACES_PER_LOOK) {
+        let looked = look(dr, ctx, &status.volumes, some, seen).await?;
+        record_found(dr, ctx, status, some, looked).await?;
     }
+    Ok(())
+}
+
+/// What [`look`] found in one namespace: the pods mounting its starting volumes'
+/// claims, and the consumers of each claim.
+type Looked = (Vec<Arc<Pod>>, BTreeMap<String, Vec<plan::ConsumerRef>>);
+
+/// The pods and consumers of the starting volumes of `namespaces`, in their order.
+async fn look(
+    dr: &DataRestore,
+    ctx: &Context,
+    volumes: &[VolumeStatus],
+    namespaces: &[(String, Vec<usize>)],
+    seen: Option<&validate::Consumers>,
+) -> Result<Vec<Looked>> {
+    let uid = &dr.uid().unwrap_or_default();
+    let git_ops = &dr.spec.git_ops();
+    let mut looked = Vec::new();
+    // Namespaces are looked at side by side: each may need a few reads.
+    for_each_concurrently(
+        0..namespaces.len(),
+        |n| {
+            let (ns, indices) = &namespaces[n];
+            async move {
+                let keys: Vec<&str> = indices.iter().map(|&i| volumes[i].pvc.as_str()).collect();
+                let claims: Vec<&str> = keys.iter().map(|k| split(k).1).collect();
+                let pods = observe::consumers::pods_mounting(ctx.reads(), ns, &claims).await?;
+                let found = match seen_for(seen, &keys) {
+                    Some(found) => found,
+                    None => {
+                        let found = observe::consumers::Search {
+                            pods: &pods,
+                            claims: &claims,
+                            own_uid: uid,
+                            git_ops: git_ops.as_ref(),
+                        };
+                        let reads = ctx.reads();
+                        observe::consumers::consumers_in(reads, ns, found, Replicas::Skip).await?
+                    }
+                };
+                Ok((pods, found))
+            }
+        },
+        |n, found| looked.push((n, found)),
+    )
+    .await?;
     // Recorded in a fixed order, whatever order the reads finished in.
     looked.sort_by_key(|(n, _)| *n);
+    Ok(looked.into_iter().map(|(_, found)| found).collect())
+}
+
+/// Records what [`look`] found for the starting volumes of `namespaces`.
+async fn record_found(
+    dr: &DataRestore,
+    ctx: &Context,
+    status: &mut DataRestoreStatus,
+    namespaces: &[(String, Vec<usize>)],
+    looked: Vec<Looked>,
+) -> Result<()> {
     // The GitOps objects their marks name, read for the consumers no record holds yet.
     let git_ops = dr.spec.git_ops();
-    let named =
-        observe::managers::named(looked.iter().flat_map(|(_, (_, f))| f.values().flatten()));
+    let named = observe::managers::named(looked.iter().flat_map(|(_, f)| f.values().flatten()));
     let to_read = plan::gitops::to_read(&git_ops, named, &status.git_ops);
     let seen = observe::managers::seen(&ctx.client, to_read).await?;
     let now = crate::controller::status::now();
-    for (n, (pods, found)) in looked {
-        for &i in &namespaces[n].1 {
+    for ((_, indices), (pods, found)) in namespaces.iter().zip(looked) {
+        for &i in indices {
             let key = status.volumes[i].pvc.clone();
             let refs = found.get(&key).cloned().unwrap_or_default();
             let single = BTreeMap::from([(key.clone(), refs.clone())]);
@@ -325,12 +353,12 @@ async fn start_volumes(
 /// The consumers of `claims` from `seen`, when it covers every one of them.
 fn seen_for(
     seen: Option<&validate::Consumers>,
-    claims: &[String],
+    claims: &[&str],
 ) -> Option<BTreeMap<String, Vec<plan::ConsumerRef>>> {
     let seen = seen?;
     claims
         .iter()
-        .map(|c| Some((c.clone(), seen.get(c)?.clone())))
+        .map(|&c| Some((c.to_string(), seen.get(c)?.clone())))
         .collect()
 }
 

@@ -72,19 +72,19 @@ pub(super) async fn validate(
         }
         Err(ValidateError::Kube(e)) => return Err(Error::Kube(e)),
     };
-    status.backup_name = Some(plan.backup_name.clone());
-    status.warnings = crate::controller::status::bounded(plan.warnings.clone());
-    status.volumes = plan
-        .volumes
-        .iter()
+    // The plan moves into the status piece by piece, so that it is gone before the
+    // first volumes start: at 10,000 claims it is tens of megabytes.
+    let crate::plan::Plan {
+        backup_name,
+        volumes,
+        consumers: planned,
+        git_ops,
+        warnings,
+    } = plan;
+    status.warnings = crate::controller::status::bounded(warnings);
+    status.volumes = volumes
+        .into_iter()
         .map(|v| VolumeStatus {
-            pvc: v.pvc.clone(),
-            phase: VolumePhase::Pending,
-            pod_volume_backup: Some(v.pod_volume_backup.clone()),
-            uploader_type: v.uploader_type.clone(),
-            volume: v.volume.clone(),
-            snapshot_id: Some(v.snapshot_id.clone()),
-            total_bytes: v.total_bytes,
             candidate_nodes: v.placement.pinned_nodes().to_vec(),
             node: v.placement.volume_node().map(str::to_string),
             target_pvc: (dr.spec.target == RestoreTarget::NewClaim)
@@ -95,36 +95,43 @@ pub(super) async fn validate(
                 .fills_scratch_first(&v.pvc)
                 .then(|| labels::scratch_claim_name(split(&v.pvc).1, &dr.name_any())),
             keep_extra_files: dr.spec.keeps_extra_files(),
-            pvc_uid: v.pvc_uid.clone(),
+            pvc: v.pvc,
+            phase: VolumePhase::Pending,
+            pod_volume_backup: Some(v.pod_volume_backup),
+            uploader_type: v.uploader_type,
+            volume: v.volume,
+            snapshot_id: Some(v.snapshot_id),
+            total_bytes: v.total_bytes,
+            pvc_uid: v.pvc_uid,
             ..Default::default()
         })
         .collect();
-    status.consumers = plan
-        .consumers
-        .iter()
+    status.consumers = planned
+        .into_iter()
         .map(|c| ConsumerRecord {
             kind: c.kind,
-            namespace: c.namespace.clone(),
-            name: c.name.clone(),
-            pvcs: c.pvcs.clone(),
+            namespace: c.namespace,
+            name: c.name,
+            pvcs: c.pvcs,
             state: ConsumerState::Running,
             replicas: c.replicas,
             original: None,
             held_by: None,
-            switch_to: c.switch_to.clone(),
+            switch_to: c.switch_to,
             stopped_at: None,
             resumed_at: None,
             uid: None,
         })
         .collect();
-    status.git_ops = plan.git_ops.clone();
+    status.git_ops = git_ops;
     status.phase = Phase::Restoring;
     let note = format!(
         "restoring {} volumes from backup {}. {}",
         status.volumes.len(),
-        plan.backup_name,
+        backup_name,
         dr.spec.way()
     );
+    status.backup_name = Some(backup_name);
     ctx.event(dr, false, reasons::VALIDATED, note);
     if dr.spec.writes_under_running_consumers() {
         let note = crate::plan::ONLINE_WARNING.to_string();
