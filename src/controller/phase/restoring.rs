@@ -7,7 +7,7 @@
 //! [`work`] then acts on what is recorded, so a controller killed at any point finds
 //! every record it needs after a restart. Finalizing runs the same [`work`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -215,9 +215,10 @@ async fn start_volumes(
             .push(i);
     }
     let namespaces: Vec<(String, Vec<usize>)> = by_ns.into_iter().collect();
+    let mut index = record_index(&status.consumers);
     for some in namespaces.chunks(NAMESPACES_PER_LOOK) {
         let looked = look(dr, ctx, &status.volumes, some, seen).await?;
-        record_found(dr, ctx, status, some, looked).await?;
+        record_found(dr, ctx, status, &mut index, some, looked).await?;
     }
     Ok(())
 }
@@ -275,6 +276,7 @@ async fn record_found(
     dr: &DataRestore,
     ctx: &Context,
     status: &mut DataRestoreStatus,
+    index: &mut RecordIndex,
     namespaces: &[(String, Vec<usize>)],
     looked: Vec<Looked>,
 ) -> Result<()> {
@@ -317,7 +319,7 @@ async fn record_found(
                 }
                 Ok(planned) => {
                     for consumer in planned {
-                        merge_consumer(status, consumer, &pods);
+                        merge_consumer(status, index, consumer, &pods);
                     }
                     let first_pod = refs.iter().find_map(|r| {
                         let name = r.pod.as_deref()?;
@@ -456,14 +458,33 @@ fn pod_manifest(pod: Option<&Pod>) -> Option<String> {
     pod.and_then(|p| serde_json::to_string(&consumer::recreatable_pod(p)).ok())
 }
 
+/// Where each consumer's record is in the status, by kind, namespace and name: a search
+/// of every record for each consumer of each starting volume would make a restore's cost
+/// grow with the square of its volumes.
+type RecordIndex = HashMap<(ConsumerKind, String, String), usize>;
+
+fn record_index(consumers: &[ConsumerRecord]) -> RecordIndex {
+    consumers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ((c.kind, c.namespace.clone(), c.name.clone()), i))
+        .collect()
+}
+
+/// Records `planned` (a consumer of a starting volume), or adds to its record: `index`
+/// says where the records of `status` are, and learns where a new one goes.
 fn merge_consumer(
     status: &mut DataRestoreStatus,
+    index: &mut RecordIndex,
     planned: plan::PlannedConsumer,
     pods: &[Arc<Pod>],
 ) {
-    let existing = status.consumers.iter_mut().find(|c| {
-        c.kind == planned.kind && c.namespace == planned.namespace && c.name == planned.name
-    });
+    let key = (
+        planned.kind,
+        planned.namespace.clone(),
+        planned.name.clone(),
+    );
+    let existing = index.get(&key).and_then(|&i| status.consumers.get_mut(i));
     let pod = found_pod(&planned, pods);
     match existing {
         Some(record) => {
@@ -496,6 +517,7 @@ fn merge_consumer(
         None => {
             let original = pod_manifest(pod);
             let uid = pod.and_then(|p| p.metadata.uid.clone());
+            index.insert(key, status.consumers.len());
             status.consumers.push(ConsumerRecord {
                 kind: planned.kind,
                 namespace: planned.namespace,
@@ -696,10 +718,23 @@ mod tests {
             managed_by: vec![],
         };
         let mut status = DataRestoreStatus::default();
-        merge_consumer(&mut status, planned(), &[pod("u-first", "app:1")]);
+        // Learns where the record it adds is, so the next volume finds it there.
+        let mut index = RecordIndex::default();
+        merge_consumer(
+            &mut status,
+            &mut index,
+            planned(),
+            &[pod("u-first", "app:1")],
+        );
         status.consumers[0].state = ConsumerState::Replaced;
         // A second volume of the restore starts once another pod took the name.
-        merge_consumer(&mut status, planned(), &[pod("u-theirs", "theirs:1")]);
+        merge_consumer(
+            &mut status,
+            &mut index,
+            planned(),
+            &[pod("u-theirs", "theirs:1")],
+        );
+        assert_eq!(status.consumers.len(), 1);
         let record = &status.consumers[0];
         assert_eq!(record.state, ConsumerState::Running);
         assert_eq!(record.uid.as_deref(), Some("u-theirs"));
@@ -709,7 +744,12 @@ mod tests {
         );
         // Once stopped, the record is what brings it back: kept as it is.
         status.consumers[0].state = ConsumerState::Stopped;
-        merge_consumer(&mut status, planned(), &[pod("u-later", "later:1")]);
+        merge_consumer(
+            &mut status,
+            &mut index,
+            planned(),
+            &[pod("u-later", "later:1")],
+        );
         let record = &status.consumers[0];
         assert_eq!(record.uid.as_deref(), Some("u-theirs"));
         assert!(record.original.as_deref().unwrap().contains("theirs:1"));
