@@ -214,8 +214,8 @@ async fn start_volumes(
             .or_default()
             .push(i);
     }
+    let mut index = record_index(&status.consumers, |ns| by_ns.contains_key(ns));
     let namespaces: Vec<(String, Vec<usize>)> = by_ns.into_iter().collect();
-    let mut index = record_index(&status.consumers);
     for some in namespaces.chunks(NAMESPACES_PER_LOOK) {
         let looked = look(dr, ctx, &status.volumes, some, seen).await?;
         record_found(dr, ctx, status, &mut index, some, looked).await?;
@@ -463,12 +463,20 @@ fn pod_manifest(pod: Option<&Pod>) -> Option<String> {
 /// grow with the square of its volumes.
 type RecordIndex = HashMap<(ConsumerKind, String, String), usize>;
 
-fn record_index(consumers: &[ConsumerRecord]) -> RecordIndex {
-    consumers
-        .iter()
-        .enumerate()
-        .map(|(i, c)| ((c.kind, c.namespace.clone(), c.name.clone()), i))
-        .collect()
+/// The index of the records in the namespaces `starting` answers true for: a volume's
+/// consumers are in its own namespace (a pod mounts only claims of its namespace), so
+/// at `parallel: 8` a pass indexes the few records it may add to, not all of them.
+fn record_index(consumers: &[ConsumerRecord], starting: impl Fn(&str) -> bool) -> RecordIndex {
+    let mut index = RecordIndex::new();
+    for (i, c) in consumers.iter().enumerate() {
+        if starting(&c.namespace) {
+            // The first record of a key, as a search would find (the plan never makes two).
+            index
+                .entry((c.kind, c.namespace.clone(), c.name.clone()))
+                .or_insert(i);
+        }
+    }
+    index
 }
 
 /// Records `planned` (a consumer of a starting volume), or adds to its record: `index`
@@ -689,6 +697,37 @@ mod tests {
         let why = manifest_fits(Some(&pod)).unwrap_err();
         assert!(why.starts_with("bare pod big is 70 KiB"), "{why}");
         assert!(manifest_fits(None).is_ok());
+    }
+
+    #[test]
+    fn only_the_records_of_starting_namespaces_are_indexed_each_at_its_first_place() {
+        let record = |namespace: &str, name: &str| ConsumerRecord {
+            kind: ConsumerKind::Deployment,
+            namespace: namespace.into(),
+            name: name.into(),
+            pvcs: vec![format!("{namespace}/data")],
+            state: ConsumerState::Running,
+            replicas: Some(1),
+            original: None,
+            held_by: None,
+            switch_to: None,
+            stopped_at: None,
+            resumed_at: None,
+            uid: None,
+        };
+        let consumers = [
+            record("shop", "web"),
+            record("blog", "web"),
+            record("shop", "db"),
+            record("shop", "web"),
+        ];
+        let index = record_index(&consumers, |ns| ns == "shop");
+        let key =
+            |ns: &str, name: &str| (ConsumerKind::Deployment, ns.to_string(), name.to_string());
+        assert_eq!(index.len(), 2, "{index:?}");
+        assert_eq!(index.get(&key("shop", "web")), Some(&0));
+        assert_eq!(index.get(&key("shop", "db")), Some(&2));
+        assert_eq!(index.get(&key("blog", "web")), None);
     }
 
     #[test]
