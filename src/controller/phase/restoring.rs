@@ -702,18 +702,9 @@ mod tests {
     #[test]
     fn only_the_records_of_starting_namespaces_are_indexed_each_at_its_first_place() {
         let record = |namespace: &str, name: &str| ConsumerRecord {
-            kind: ConsumerKind::Deployment,
             namespace: namespace.into(),
             name: name.into(),
-            pvcs: vec![format!("{namespace}/data")],
-            state: ConsumerState::Running,
-            replicas: Some(1),
-            original: None,
-            held_by: None,
-            switch_to: None,
-            stopped_at: None,
-            resumed_at: None,
-            uid: None,
+            ..crate::controller::testing::fixtures::consumer()
         };
         let consumers = [
             record("shop", "web"),
