@@ -75,6 +75,7 @@ async fn measure(
 ) -> Result<RefillRun> {
     let _agent = refill_e2e::node_agent::spawn(admin.clone(), super::agent_config(scene));
     let _kubelet = refill_e2e::kubelet::spawn(admin.clone(), None);
+    super::quiet_before("refill", options.quiet_wait).await;
     super::refill_at_once(cluster, admin, options, scene).await
 }
 

@@ -159,6 +159,9 @@ pub struct Outcome {
     pub floor: FloorRun,
     pub restore_floor: restore_floor::RestoreFloorRun,
     pub baseline: Option<baseline::BaselineRun>,
+    /// The 1-minute load average as each way began, after its quiet wait, in the order
+    /// they ran: refill, floor, restore floor, refill at its default, kubectl script.
+    pub loads: Vec<(&'static str, f64)>,
     /// Whose end state was checked and found right.
     pub end_state_checked: Vec<String>,
 }
@@ -291,17 +294,21 @@ async fn measure(
     // volume first).
     let _kubelet = refill_e2e::kubelet::spawn(admin.clone(), None);
     let mut end_state_checked = Vec::new();
+    let mut loads = Vec::new();
 
     // --- refill, every volume at once ---------------------------------------------
+    loads.push(quiet_before("refill", options.quiet_wait).await);
     let refill = refill_at_once(cluster, admin, options, scene).await?;
     end_state_checked.push("refill".to_string());
 
     // --- the floor, on the same Deployments -----------------------------------------
+    loads.push(quiet_before("floor", options.quiet_wait).await);
     let floor = floor::run(admin, scene, Side::Refill)
         .await
         .context("the floor")?;
     end_state_checked.push("floor".to_string());
     let exact = options.extra_files == ExtraFiles::Delete;
+    loads.push(quiet_before("restore floor", options.quiet_wait).await);
     let restore_floor = restore_floor::run(admin, scene, Side::Refill, exact)
         .await
         .context("the restore floor")?;
@@ -314,6 +321,7 @@ async fn measure(
     // --- refill again, parallel at its default ----------------------------------------
     forget_restore(admin, scene, "bench").await?;
     scene.damage(Side::Refill)?;
+    loads.push(quiet_before("refill, default parallel", options.quiet_wait).await);
     let refill_default = refill_run(cluster, admin, options, scene, "bench-default", None).await?;
     scene
         .verify(admin, Side::Refill)
@@ -324,6 +332,7 @@ async fn measure(
 
     // --- the kubectl script -----------------------------------------------------
     let baseline = if scene.baseline_claims > 0 {
+        loads.push(quiet_before("kubectl script", options.quiet_wait).await);
         let run = baseline::run(cluster, scene).await?;
         scene
             .verify(admin, Side::Baseline)
@@ -349,6 +358,7 @@ async fn measure(
         floor,
         restore_floor,
         baseline,
+        loads,
         end_state_checked,
     })
 }
@@ -531,6 +541,16 @@ pub fn absent_is_fine<T>(answer: kube::Result<T>) -> Result<()> {
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Waits for the machine to be quiet before one way of restoring starts, as before each
+/// size: what the last way or the setup left running (pods still going, deletions,
+/// the load average's own minute of memory) would otherwise slow the next, and the
+/// ways compared would not start alike. Answers the way and the load it starts with.
+pub(crate) async fn quiet_before(way: &'static str, wait: Duration) -> (&'static str, f64) {
+    let load = settled_load(wait).await;
+    eprintln!("[bench] load average (1 min) {load:.2} as {way} begins");
+    (way, load)
 }
 
 /// The 1-minute load average below which the machine counts as quiet.

@@ -241,8 +241,9 @@ pub fn markdown(
          pods are Ready too, as the floors' times, from their first scale-down. refill / floor \
          and refill / restore floor are \"all Ready\" over each. The script's time is its whole run. The load is the \
          machine's as each N began, before its setup (`e2e/bench/run` has each N wait up \
-         to 3 minutes for it to fall below 1.0); setup is everything before the \
-         restores (namespaces, PVs, claims, Deployments Ready, the backup)."
+         to 3 minutes for it to fall below 1.0, and each way after it likewise); setup is \
+         everything before the restores (namespaces, PVs, claims, Deployments Ready, the \
+         backup)."
     );
 
     let _ = writeln!(s, "\n## The controller's work\n");
@@ -516,9 +517,10 @@ pub fn markdown(
     }
     let _ = writeln!(
         s,
-        "\nController: {}. Load average (1 min) as each N began: {}; as each restore began \
-         (parallel N, default): {}. Other work on the machine slows refill, the floor and the \
-         script alike but not equally, so compare runs made under similar load.",
+        "\nController: {}. Load average (1 min) as each N began: {}; as each way began, after \
+         waiting (up to 3 minutes) for it to fall below 1.0: {}. Other work on the machine slows \
+         refill, the floor and the script alike but not equally, so compare runs made under \
+         similar load.",
         outcomes
             .first()
             .map_or("-".into(), |o| o.refill.controller_binary.clone()),
@@ -529,10 +531,7 @@ pub fn markdown(
             .join(", "),
         outcomes
             .iter()
-            .map(|o| format!(
-                "N = {}: {:.1}, {:.1}",
-                o.n, o.refill.load_average, o.refill_default.load_average
-            ))
+            .map(|o| format!("N = {}: {}", o.n, ways_loads(&o.loads)))
             .collect::<Vec<_>>()
             .join("; ")
     );
@@ -826,6 +825,15 @@ fn total(p: &ProgressOutcome, resource: &str) -> usize {
         .status_writes
         .get(resource)
         .map_or(0, |(_, writes)| *writes)
+}
+
+/// The loads each way began at, as "refill 0.8, floor 0.9, ...".
+fn ways_loads(loads: &[(&str, f64)]) -> String {
+    loads
+        .iter()
+        .map(|(way, load)| format!("{way} {load:.1}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
