@@ -554,7 +554,7 @@ pub(crate) async fn quiet_before(way: &'static str, wait: Duration) -> (&'static
 }
 
 /// The 1-minute load average below which the machine counts as quiet.
-const QUIET_LOAD: f64 = 1.0;
+pub(crate) const QUIET_LOAD: f64 = 1.0;
 
 /// Waits (at most `wait`) for the load of what ran before (the build, the last size and
 /// its namespaces' deletion) to fade below [`QUIET_LOAD`], so that each size starts on

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use refill::controller::DEFAULT_PARALLEL;
 
 use super::progress::ProgressOutcome;
-use super::{Options, Outcome, RefillRun};
+use super::{Options, Outcome, QUIET_LOAD, RefillRun};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -518,8 +518,8 @@ pub fn markdown(
     let _ = writeln!(
         s,
         "\nController: {}. Load average (1 min) as each N began: {}; as each way began, after \
-         waiting (up to 3 minutes) for it to fall below 1.0: {}. Other work on the machine slows \
-         refill, the floor and the script alike but not equally, so compare runs made under \
+         waiting (up to {} s) for it to fall below {QUIET_LOAD:.1}: {}. Other work on the machine \
+         slows refill, the floor and the script alike but not equally, so compare runs made under \
          similar load.",
         outcomes
             .first()
@@ -529,6 +529,7 @@ pub fn markdown(
             .map(|o| format!("N = {}: {:.1}", o.n, o.load_average))
             .collect::<Vec<_>>()
             .join(", "),
+        options.quiet_wait.as_secs(),
         outcomes
             .iter()
             .map(|o| format!("N = {}: {}", o.n, ways_loads(&o.loads)))
