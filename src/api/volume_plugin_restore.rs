@@ -92,10 +92,55 @@ pub struct VolumePluginRestoreStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugin_specific: BTreeMap<String, String>,
     /// refill's own record of the volume: the DataRestore's state of it, and of the
-    /// consumers that come back through it. The DataRestore keeps only counts, so that
-    /// its size does not grow with its volumes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// consumers that come back through it, as one JSON text (`jq '.status.record |
+    /// fromjson'` reads it). The DataRestore keeps only counts, so that its size does
+    /// not grow with its volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "record_text")]
+    #[schemars(with = "Option<String>")]
     pub record: Option<VolumeRecord>,
+}
+
+/// The record as written: a restore writes each volume's record about ten times, and
+/// the API server checks and tracks an object of a custom resource field by field on
+/// every write (the record's fields were about half of what a write cost it), a string
+/// once. A record written as an object, by a refill before this, is read as well, so a
+/// restore it began goes on.
+mod record_text {
+    use serde::de::Error as _;
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::VolumeRecord;
+
+    pub(super) fn serialize<S: Serializer>(
+        record: &Option<VolumeRecord>,
+        to: S,
+    ) -> Result<S::Ok, S::Error> {
+        match record {
+            Some(record) => {
+                to.serialize_str(&serde_json::to_string(record).map_err(S::Error::custom)?)
+            }
+            None => to.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        from: D,
+    ) -> Result<Option<VolumeRecord>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Text(String),
+            Object(Box<VolumeRecord>),
+        }
+        Ok(match Option::<Written>::deserialize(from)? {
+            None => None,
+            Some(Written::Text(text)) => {
+                Some(serde_json::from_str(&text).map_err(D::Error::custom)?)
+            }
+            Some(Written::Object(record)) => Some(*record),
+        })
+    }
 }
 
 /// One volume of a DataRestore as refill keeps it.
@@ -114,4 +159,65 @@ pub struct VolumeRecord {
     /// what puts each back. Written before any of them is paused.
     #[serde(default, rename = "gitOps", skip_serializing_if = "Vec::is_empty")]
     pub git_ops: Vec<GitOpsRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::VolumePhase;
+
+    fn status() -> VolumePluginRestoreStatus {
+        VolumePluginRestoreStatus {
+            phase: Some("Restoring".into()),
+            record: Some(VolumeRecord {
+                index: 3,
+                volume: VolumeStatus {
+                    pvc: "shop/data".into(),
+                    phase: VolumePhase::Restoring,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_record_is_written_as_one_json_text_and_read_back_as_written() {
+        let written = serde_json::to_value(status()).unwrap();
+        let text = written["record"].as_str().expect("a JSON text");
+        let record: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            (&record["index"], &record["volume"]["pvc"]),
+            (&json!(3), &json!("shop/data"))
+        );
+        let read: VolumePluginRestoreStatus = serde_json::from_value(written).unwrap();
+        assert_eq!(read, status());
+        let none = serde_json::to_value(VolumePluginRestoreStatus::default()).unwrap();
+        assert_eq!(none, json!({}));
+        let read: VolumePluginRestoreStatus = serde_json::from_value(none).unwrap();
+        assert_eq!(read.record, None);
+    }
+
+    #[test]
+    fn a_record_an_earlier_refill_wrote_as_an_object_is_read_too() {
+        let mut written = serde_json::to_value(status()).unwrap();
+        written["record"] = serde_json::to_value(status().record).unwrap();
+        assert!(written["record"].is_object());
+        let read: VolumePluginRestoreStatus = serde_json::from_value(written).unwrap();
+        assert_eq!(read, status());
+    }
+
+    #[test]
+    fn a_record_that_is_not_one_is_refused_not_taken_as_empty() {
+        for bad in [json!("{\"index\": \"three\"}"), json!("not json"), json!(7)] {
+            let written = json!({"phase": "Restoring", "record": bad});
+            assert!(
+                serde_json::from_value::<VolumePluginRestoreStatus>(written).is_err(),
+                "{bad} was read"
+            );
+        }
+    }
 }

@@ -30,7 +30,7 @@ use crate::controller::build::pod_volume_restore as pvr;
 use crate::labels;
 
 use super::runtime::error::is_conflict;
-use super::runtime::object_writes::{self, Precondition};
+use super::runtime::object_writes;
 use super::{Error, Result};
 
 /// VolumePluginRestores written at once.
@@ -431,29 +431,28 @@ async fn write(
 ) -> Result<Option<String>> {
     let (dr, backup) = (&restore.0, restore.1.as_str());
     let name = record_name(dr, &record.volume);
+    let mut object = pvr::volume_plugin_restore(
+        dr,
+        &name,
+        backup,
+        &record.volume,
+        record.volume.uploader_type.as_deref(),
+    );
     let version = match version {
         Some(version) => Some(version),
-        None => {
-            let object = pvr::volume_plugin_restore(
-                dr,
-                &name,
-                backup,
-                &record.volume,
-                record.volume.uploader_type.as_deref(),
-            );
-            match api.create(&PostParams::default(), &object).await {
-                Ok(made) => made.resource_version(),
-                // Made by a pass whose status write did not go through: written over,
-                // with no precondition, as it holds nothing newer than this pass.
-                Err(e) if is_conflict(&e) => None,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        None => match api.create(&PostParams::default(), &object).await {
+            Ok(made) => made.resource_version(),
+            // Made by a pass whose status write did not go through: written over, as
+            // it holds nothing newer than this pass.
+            Err(e) if is_conflict(&e) => api.get(&name).await?.resource_version(),
+            Err(e) => return Err(e.into()),
+        },
     };
     let mut status: VolumePluginRestoreStatus = pvr::plugin_status(&record.volume);
     status.record = Some(record);
-    let written =
-        object_writes::apply_status(&api, &name, Precondition::At(version), &status).await?;
+    object.metadata.resource_version = version;
+    object.status = Some(status);
+    let written = object_writes::replace_status(&api, &object).await?;
     Ok(written.resource_version())
 }
 

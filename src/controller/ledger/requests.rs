@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{ConsumerState, VolumePhase};
-use crate::controller::testing::api_mock::{APPLY_PATCH, ApiMock, Expect, patch, post};
+use crate::controller::testing::api_mock::{ApiMock, Expect, post, put};
 use crate::controller::testing::fixtures::{UID, VELERO, as_json, consumer, data_restore};
 
 const RECORDS: &str = "/apis/refill.dev/v1alpha1/namespaces/velero/volumepluginrestores";
@@ -28,9 +28,8 @@ fn stored(
     }
 }
 
-#[tokio::test]
-async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
-    let dr = data_restore();
+/// A pending volume with one consumer: the volume, and a DataRestore status holding it.
+fn pending() -> (VolumeStatus, DataRestoreStatus) {
     let volume = VolumeStatus {
         pvc: "shop/data".into(),
         phase: VolumePhase::Pending,
@@ -38,12 +37,19 @@ async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
         snapshot_id: Some("snap-1".into()),
         ..Default::default()
     };
-    let first = DataRestoreStatus {
+    let status = DataRestoreStatus {
         backup_name: Some("nightly".into()),
         volumes: vec![volume.clone()],
         consumers: vec![consumer()],
         ..Default::default()
     };
+    (volume, status)
+}
+
+#[tokio::test]
+async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
+    let dr = data_restore();
+    let (volume, first) = pending();
     let mut marked = first.clone();
     marked.consumers[0].state = ConsumerState::Stopping;
     let name = record_name(&dr, &volume);
@@ -65,17 +71,18 @@ async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
             .body("/spec/backupName", json!("nightly"))
             .answer_with(201, stored(&volume, "1")),
         // Written conditional on the version the create answered.
-        patch(&status, APPLY_PATCH)
+        put(&status)
+            .body("/metadata/name", json!(name))
             .body("/metadata/resourceVersion", json!("1"))
             .body("/status/phase", json!("Pending"))
-            .body("/status/record/index", json!(0))
-            .body("/status/record/volume/pvc", json!("shop/data"))
-            .body("/status/record/consumers/0/state", json!("Running"))
+            .record_holds("/index", json!(0))
+            .record_holds("/volume/pvc", json!("shop/data"))
+            .record_holds("/consumers/0/state", json!("Running"))
             .answer_with(200, stored(&volume, "2")),
         // The next change: no second create, the version the last write answered.
-        patch(&status, APPLY_PATCH)
+        put(&status)
             .body("/metadata/resourceVersion", json!("2"))
-            .body("/status/record/consumers/0/state", json!("Stopping"))
+            .record_holds("/consumers/0/state", json!("Stopping"))
             .answer_with(200, stored(&volume, "3")),
     ]);
     let ledger = Ledger::default();
@@ -87,6 +94,28 @@ async fn a_volume_s_record_is_made_once_then_only_its_changes_are_written() {
             // Unchanged: nothing is written.
             ledger.save(&client, &dr, &marked, &marked).await
         })
+        .await;
+    saved.unwrap();
+}
+
+#[tokio::test]
+async fn a_record_made_by_a_pass_whose_write_failed_is_read_for_its_version_and_written_over() {
+    use crate::controller::testing::api_mock::get;
+    let dr = data_restore();
+    let (volume, first) = pending();
+    let name = record_name(&dr, &volume);
+    let (client, mock) = ApiMock::new([
+        post(RECORDS).refuse(409, "AlreadyExists"),
+        get(&format!("{RECORDS}/{name}")).answer_with(200, stored(&volume, "4")),
+        // A PUT of a custom resource needs a resourceVersion: the one just read.
+        put(&format!("{RECORDS}/{name}/status"))
+            .body("/metadata/resourceVersion", json!("4"))
+            .record_holds("/consumers/0/state", json!("Running"))
+            .answer_with(200, stored(&volume, "5")),
+    ]);
+    let ledger = Ledger::default();
+    let saved = mock
+        .run(ledger.save(&client, &dr, &DataRestoreStatus::default(), &first))
         .await;
     saved.unwrap();
 }
@@ -173,9 +202,9 @@ async fn what_a_pass_wrote_is_what_the_next_pass_is_lent_without_a_read() {
     // One list, one write; the second load reads nothing.
     let (client, mock) = ApiMock::new([
         list(),
-        patch(&format!("{RECORDS}/{name}/status"), APPLY_PATCH)
+        put(&format!("{RECORDS}/{name}/status"))
             .body("/metadata/resourceVersion", json!("7"))
-            .body("/status/record/consumers/0/state", json!("Stopping"))
+            .record_holds("/consumers/0/state", json!("Stopping"))
             .answer_with(200, stored(&volume, "8")),
     ]);
     let ledger = Ledger::default();

@@ -9,7 +9,9 @@ use crate::api::{
     ConsumerCounts, ConsumerState, Phase, VolumeCounts, VolumePhase, VolumeRecord, VolumeStatus,
 };
 use crate::controller::build::pod_volume_restore as pvr;
-use crate::controller::testing::api_mock::{APPLY_PATCH, ApiMock, Expect, MERGE_PATCH, get, patch};
+use crate::controller::testing::api_mock::{
+    APPLY_PATCH, ApiMock, Expect, MERGE_PATCH, get, patch, put,
+};
 use crate::controller::testing::fixtures::{UID, as_json, consumer, context, data_restore};
 use crate::labels::{FIELD_MANAGER, FINALIZER};
 
@@ -152,13 +154,12 @@ async fn a_consumer_about_to_stop_is_recorded_and_nothing_else_is_touched_in_tha
         get(RECORDS).answer(200, list_of(vec![kept.clone()])),
         // The record that brings it back goes out first, marked Stopping: from then on
         // the finish step looks at the workload whatever happens.
-        patch(&format!("{RECORDS}/{name}/status"), APPLY_PATCH)
+        put(&format!("{RECORDS}/{name}/status"))
             .query("fieldManager", FIELD_MANAGER)
-            .query("force", "true")
             .body("/metadata/resourceVersion", json!("5"))
-            .body("/status/record/consumers/0/name", json!("web"))
-            .body("/status/record/consumers/0/state", json!("Stopping"))
-            .body("/status/record/consumers/0/replicas", json!(3))
+            .record_holds("/consumers/0/name", json!("web"))
+            .record_holds("/consumers/0/state", json!("Stopping"))
+            .record_holds("/consumers/0/replicas", json!(3))
             .answer(200, kept),
         // Then the counts; a conflict here ends the reconcile before any workload is
         // written (the stop is the next pass's).

@@ -1,10 +1,11 @@
 //! The writes every controller makes to its own objects, in one place so that each
 //! kind gets the same requests for the same thing: refill's finalizer put on and taken
 //! off (a merge patch of the whole list, conditional on the copy read), and the status
-//! written with server-side apply (refill's field manager, forced, so that fields the
-//! status no longer has really go). The bodies are built by pure functions below.
+//! written whole, so that fields it no longer has really go: with server-side apply
+//! (refill's field manager, forced), or by a PUT where the status is written most. The
+//! bodies are built by pure functions below.
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -108,6 +109,24 @@ where
         &Patch::Apply(status_body::<K, S>(precondition, status)),
     )
     .await
+}
+
+/// Writes the status `object` carries as its whole status, by a PUT of its status: the
+/// server keeps all else as it is, and refuses with a conflict unless the object is
+/// still at the resourceVersion `object` carries (a custom resource takes no PUT
+/// without one). For the objects written most, a restore's VolumePluginRestores: a PUT
+/// of the same status cost the API server about a millisecond (a fifth) less than
+/// server-side apply.
+pub(crate) async fn replace_status<K>(api: &Api<K>, object: &K) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    api.replace_status(&object.name_any(), &params, object)
+        .await
 }
 
 /// The body of a status write: the kind's identity, the precondition if any, the

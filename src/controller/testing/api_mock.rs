@@ -64,6 +64,11 @@ pub(crate) fn post(path: &str) -> Expect {
     Expect::new(Method::POST, path)
 }
 
+/// A `PUT` (replace) of `path`.
+pub(crate) fn put(path: &str) -> Expect {
+    Expect::new(Method::PUT, path)
+}
+
 /// A `PATCH` of `path`, of the given Content-Type ([`MERGE_PATCH`], ...).
 pub(crate) fn patch(path: &str, content_type: &'static str) -> Expect {
     Expect {
@@ -114,6 +119,23 @@ impl Expect {
         self.check(move |body| match body.pointer(&pointer) {
             None => Ok(()),
             Some(found) => Err(format!("{at} is {found}, expected nothing there")),
+        })
+    }
+
+    /// The record a VolumePluginRestore's status write carries (one JSON text in
+    /// `status.record`) must hold `value` at the JSON `pointer`.
+    pub(crate) fn record_holds(self, pointer: &str, value: Value) -> Self {
+        let pointer = pointer.to_string();
+        self.check(move |body| {
+            let sent = &body["status"]["record"];
+            let text = sent
+                .as_str()
+                .ok_or_else(|| format!("status.record is {sent}, expected a JSON text"))?;
+            let record: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            match record.pointer(&pointer) {
+                Some(found) if *found == value => Ok(()),
+                found => Err(format!("record{pointer} is {found:?}, expected {value}")),
+            }
         })
     }
 
