@@ -97,12 +97,9 @@ pub(super) fn clearing(volume: &VolumeStatus, seen: &VolumeSeen, rules: &Rules) 
                 StandInSeen::Ours { waiting, .. } => waiting.as_deref(),
                 _ => None,
             };
-            stay(match waiting {
-                Some(why) => format!("stand-in pod {name} is not running yet: {why}"),
-                None => format!(
-                    "setting aside what PVC {pvc} holds before the backup is written into it (stand-in pod {name})"
-                ),
-            })
+            // Running as it should, the phase and the pod (`pluginSpecific.pod`) say all
+            // there is: a message saying it again cost each volume a write of its record.
+            stay(waiting.map(|why| format!("stand-in pod {name} is not running yet: {why}")))
         }
     }
 }

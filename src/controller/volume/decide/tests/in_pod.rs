@@ -50,6 +50,26 @@ fn tidied(v: VolumeStatus) -> VolumeStatus {
 }
 
 #[test]
+fn a_set_aside_that_runs_as_it_should_changes_nothing_but_a_waiting_pod_is_told() {
+    let volume = made(exact(volume(VolumePhase::Clearing)));
+    let running = seen(one_pod(None, false, None), None);
+    let quiet = Change::Stay {
+        message: None,
+        warning: None,
+    };
+    assert_eq!(decide(&volume, &running, &rules(), at(NOW)).change, quiet);
+    let mut waiting = running;
+    if let StandInSeen::Ours { waiting: why, .. } = &mut waiting.stand_in {
+        *why = Some("ContainerCreating".into());
+    }
+    check(
+        "the stand-in waits",
+        &decide(&volume, &waiting, &rules(), at(NOW)),
+        &Want::Stay(None, Some("is not running yet: ContainerCreating")),
+    );
+}
+
+#[test]
 fn one_pod_sets_aside_waits_for_the_node_agent_and_tidies() {
     use PodVolumePhase as P;
     use VolumePhase::*;
@@ -60,7 +80,7 @@ fn one_pod_sets_aside_waits_for_the_node_agent_and_tidies() {
             made(exact(volume(Clearing))),
             seen(one_pod(None, false, None), None),
             rules(),
-            Want::Stay(None, Some("setting aside what PVC shop/data holds")),
+            Want::Stay(None, None),
         ),
         (
             "set aside: recorded, and only now the PodVolumeRestore",
