@@ -273,11 +273,14 @@ impl Requests {
         self.by_verb.get("watch").copied().unwrap_or(0)
     }
 
-    /// Writes to a `status` subresource (phase changes and progress).
-    pub fn status_patches(&self) -> usize {
+    /// Writes to a `status` subresource (phase changes and progress), by patch or by
+    /// PUT (`update`).
+    pub fn status_write_count(&self) -> usize {
         self.by_verb_resource
             .iter()
-            .filter(|(k, _)| k.starts_with("patch ") && k.ends_with("/status"))
+            .filter(|(k, _)| {
+                (k.starts_with("patch ") || k.starts_with("update ")) && k.ends_with("/status")
+            })
             .map(|(_, v)| v)
             .sum()
     }
@@ -487,7 +490,7 @@ mod tests {
             ),
             event(
                 "ResponseComplete",
-                "patch",
+                "update",
                 "datarestores",
                 "status",
                 "2026-01-01T00:00:00.9Z",
@@ -505,7 +508,7 @@ mod tests {
         let from = SystemTime::from(Timestamp::from_str("2026-01-01T00:00:00Z").unwrap());
         let r = count(&mine, from, from + Duration::from_secs(10));
         assert_eq!((r.total, r.reads(), r.watches(), r.writes()), (5, 1, 1, 3));
-        assert_eq!(r.status_patches(), 3);
+        assert_eq!(r.status_write_count(), 3);
         assert_eq!(r.max_status_writes_per_second["datarestores/status"], 2);
         assert_eq!(r.status_writes["datarestores/status"], (1, 3));
         assert!((r.min_status_gap["datarestores/status"] - 0.6).abs() < 1e-6);

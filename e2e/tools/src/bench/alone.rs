@@ -150,7 +150,7 @@ impl Row {
             ready_s: o.refill.ready_wall.as_secs_f64(),
             requests: r.total,
             writes: r.writes(),
-            status_writes: r.status_patches(),
+            status_writes: r.status_write_count(),
             reads: r.reads(),
             watches: r.watches(),
             peak_rss_bytes: o.refill.controller_peak_rss,

@@ -97,7 +97,7 @@ pub(super) async fn progress_check(
         eprintln!(
             "[bench] progress check: {n} PVCs in {:.1}s, {} status writes",
             wall.as_secs_f64(),
-            requests.status_patches()
+            requests.status_write_count()
         );
         Ok(ProgressOutcome {
             pvcs: n,

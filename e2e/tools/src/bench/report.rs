@@ -264,8 +264,8 @@ pub fn markdown(
                 o.n,
                 parallel(run),
                 per(r.writes(), o.n),
-                per(r.writes() - r.status_patches(), o.n),
-                per(r.status_patches(), o.n),
+                per(r.writes() - r.status_write_count(), o.n),
+                per(r.status_write_count(), o.n),
                 per(r.reads(), o.n),
                 r.watches(),
                 rss(run.controller_peak_rss),
@@ -280,7 +280,7 @@ pub fn markdown(
         s,
         "\nRequests are the controller's, counted in the apiserver's audit log by its token \
          and user agent from the DataRestore's creation until it was idle again (one per \
-         request; a watch counts when it opens). Status writes are patches of \
+         request; a watch counts when it opens). Status writes are patches and PUTs of \
          `datarestores/status` and `volumepluginrestores/status`: phase changes and progress. \
          CPU is seconds spent over the same time (user and system, from `/proc`): the \
          controller process's, and the whole machine's on both cores (cluster, simulated node \
@@ -677,7 +677,7 @@ fn targets(s: &mut String, outcomes: &[Outcome], progress: Option<&ProgressOutco
             &runs_of(n),
             |o| {
                 let r = &o.refill.requests;
-                (r.writes() - r.status_patches()) as f64 / o.n.max(1) as f64
+                (r.writes() - r.status_write_count()) as f64 / o.n.max(1) as f64
             },
             "",
             1,
