@@ -201,16 +201,25 @@ async fn statefulset_with_three_claims_is_stopped_once_and_restored_whole() -> R
         ensure!(sts.spec.unwrap().replicas == Some(3));
         s.ready_pods("db", 3).await?;
         s.no_stand_ins().await?;
-        // One event per volume, each naming its claim.
+        // Each volume named once in the VolumeRestored Events: one per pass, listing
+        // the volumes restored in it.
         let events =
             Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), &s.ns)
                 .list(&ListParams::default())
                 .await?;
-        let mut restored: Vec<String> = events
+        let restored_events: Vec<String> = events
             .items
             .iter()
             .filter(|e| e.reason.as_deref() == Some("VolumeRestored"))
             .filter_map(|e| e.note.clone())
+            .collect();
+        ensure!(
+            !restored_events.is_empty() && restored_events.len() <= claims.len(),
+            "{restored_events:?}"
+        );
+        let mut restored: Vec<String> = restored_events
+            .iter()
+            .flat_map(|note| note.split("; ").map(str::to_string))
             .collect();
         restored.sort();
         let expected: Vec<String> = claims

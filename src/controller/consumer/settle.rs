@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 
 use crate::api::{ConsumerRecord, ConsumerState, DataRestore, DataRestoreStatus};
 use crate::controller::runtime::concurrent::for_each_concurrently;
+use crate::controller::runtime::events::digest;
 use crate::controller::{Context, Result, reasons};
 
 use super::{ConsumerStep, Stopped, consumer_steps};
@@ -36,7 +38,7 @@ pub(crate) async fn settle_consumers(
         .map(|&i| (i, status.consumers[i].clone()))
         .collect();
     let restore = format!("{}/{}", dr.namespace().unwrap_or_default(), dr.name_any());
-    let mut news: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut news: BTreeMap<&'static str, Vec<(String, Option<ObjectReference>)>> = BTreeMap::new();
     let settled = for_each_concurrently(
         steps.keys().copied(),
         |i| {
@@ -50,50 +52,25 @@ pub(crate) async fn settle_consumers(
         },
         |i, (record, news_of_one)| {
             status.consumers[i] = record;
-            if let Some((reason, note)) = news_of_one {
-                news.entry(reason).or_default().push(note);
+            if let Some((reason, note, about)) = news_of_one {
+                news.entry(reason).or_default().push((note, about));
             }
         },
     )
     .await;
     // One Event per kind of news and pass, not one per consumer: a restore of many
     // claims would otherwise write hundreds of Events, each a request and an etcd key.
-    for (reason, notes) in news {
-        let note = summary(&notes);
+    for (reason, news) in news {
+        let (note, about) = digest(news);
         // Another pod under a consumer's name needs a person, who may read only the
         // status (a team's request mirrors it, not the Events of Velero's namespace).
         let warning = reason == reasons::CONSUMER_REPLACED;
         if warning && !status.warnings.contains(&note) {
             status.warnings.push(note.clone());
         }
-        ctx.event(dr, warning, reason, note);
+        ctx.event_about(dr, warning, reason, note, about);
     }
     settled
-}
-
-/// The longest note an Event may carry (events.k8s.io/v1).
-const NOTE_LIMIT: usize = 1024;
-
-/// The notes of one pass as one Event note: all of them while they fit, else as many
-/// as fit and how many more there were.
-fn summary(notes: &[String]) -> String {
-    let mut sorted: Vec<&String> = notes.iter().collect();
-    sorted.sort();
-    let mut out = String::new();
-    for (i, note) in sorted.iter().enumerate() {
-        let more = sorted.len() - i;
-        let tail = format!("; and {more} more");
-        let sep = if out.is_empty() { "" } else { "; " };
-        let last = i + 1 == sorted.len();
-        let room = if last { 0 } else { tail.len() + 16 };
-        if out.len() + sep.len() + note.len() + room > NOTE_LIMIT {
-            out.push_str(&tail);
-            return out;
-        }
-        out.push_str(sep);
-        out.push_str(note);
-    }
-    out
 }
 
 async fn settle_consumer(
@@ -103,12 +80,13 @@ async fn settle_consumer(
     restore: &str,
     record: &mut ConsumerRecord,
     step: ConsumerStep,
-) -> Result<Option<(&'static str, String)>> {
+) -> Result<Option<(&'static str, String, Option<ObjectReference>)>> {
     let related = crate::controller::Context::consumer_ref(record);
     match step {
         ConsumerStep::Stop => match super::stop(&ctx.client, uid, restore, record).await? {
             Stopped::Done => {
-                return Ok(Some((reasons::QUIESCED_CONSUMER, super::stop_note(record))));
+                let note = super::stop_note(record);
+                return Ok(Some((reasons::QUIESCED_CONSUMER, note, related)));
             }
             Stopped::HeldBy(holder) => {
                 let note = format!(
@@ -125,12 +103,12 @@ async fn settle_consumer(
                 super::Resumed::Replaced => reasons::CONSUMER_REPLACED,
                 _ => reasons::RESUMED_CONSUMER,
             };
-            return Ok(note.map(|note| (reason, note)));
+            return Ok(note.map(|note| (reason, note, related)));
         }
         ConsumerStep::Switch => {
             let switched = super::switch(&ctx.client, uid, restore, record).await?;
             let note = switched.and_then(|s| super::resume_note(record, &s));
-            return Ok(note.map(|note| (reasons::SWITCHED_CONSUMER, note)));
+            return Ok(note.map(|note| (reasons::SWITCHED_CONSUMER, note, related)));
         }
         ConsumerStep::KeepStopped => {
             if super::marked(&ctx.client, uid, record).await? {
@@ -147,35 +125,4 @@ async fn settle_consumer(
         ConsumerStep::Nothing | ConsumerStep::Mark => {}
     }
     Ok(None)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_news_of_a_pass_fit_one_event() {
-        let one = vec!["scaled Deployment shop/web from 2 to 0".to_string()];
-        assert_eq!(summary(&one), one[0], "a single note as it is");
-        let two = vec!["scaled b".to_string(), "scaled a".to_string()];
-        assert_eq!(
-            summary(&two),
-            "scaled a; scaled b",
-            "sorted, whatever order they came in"
-        );
-        let many: Vec<String> = (0..100)
-            .map(|i| format!("scaled Deployment bench-r{i:03}/app from 1 to 0"))
-            .collect();
-        let note = summary(&many);
-        assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
-        assert!(
-            note.starts_with("scaled Deployment bench-r000/app from 1 to 0; "),
-            "{note}"
-        );
-        let shown = note.matches("scaled Deployment").count();
-        assert!(
-            note.ends_with(&format!("; and {} more", 100 - shown)),
-            "{note}"
-        );
-    }
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, Toleration};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodSpec, Toleration};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -24,8 +24,9 @@ use crate::controller::consumer::{self, ConsumerStep, consumer_steps, settle_con
 use crate::controller::gitops;
 use crate::controller::reasons;
 use crate::controller::runtime::concurrent::for_each_concurrently;
+use crate::controller::runtime::events::digest;
 use crate::controller::status;
-use crate::controller::volume::apply::Applied;
+use crate::controller::volume::apply::{Applied, Note};
 use crate::controller::volume::decide::{RestoreStop, Rules, expired};
 use crate::controller::volume::execute::Act;
 use crate::controller::volume::sight::split;
@@ -544,6 +545,37 @@ fn merge_consumer(
     }
 }
 
+/// The Events of a pass's volume notes, each with the claim it is about: the volumes
+/// restored in the pass make one Event between them (their records say each; see
+/// [`digest`]), as one each was a request per claim and, past the Events' queue, a
+/// restore of thousands of claims lost them. What went wrong keeps an Event of its own.
+fn events_of(notes: Vec<(String, Note)>) -> Vec<(Option<ObjectReference>, Note)> {
+    let (restored, own): (Vec<_>, Vec<_>) = notes
+        .into_iter()
+        .partition(|(_, note)| !note.warning && note.reason == reasons::VOLUME_RESTORED);
+    let mut events: Vec<(Option<ObjectReference>, Note)> = own
+        .into_iter()
+        .map(|(pvc, note)| (Context::pvc_ref(&pvc), note))
+        .collect();
+    if !restored.is_empty() {
+        let (text, about) = digest(
+            restored
+                .into_iter()
+                .map(|(pvc, note)| (note.text, Context::pvc_ref(&pvc)))
+                .collect(),
+        );
+        events.push((
+            about,
+            Note {
+                warning: false,
+                reason: reasons::VOLUME_RESTORED,
+                text,
+            },
+        ));
+    }
+    events
+}
+
 /// Second half: act on what is recorded. Every volume moves on by a step, consumers are
 /// stopped before their volumes go on and brought back after the last of them ended.
 /// Whatever succeeded is in `status` even when an error is returned.
@@ -637,14 +669,15 @@ pub(super) async fn work(
     for (i, volume) in changed {
         status.volumes[i] = volume;
     }
+    let mut news = Vec::new();
     for (pvc, applied) in notes {
         if let Some(error) = applied.error {
             push_error(status, error);
         }
-        if let Some(note) = applied.note {
-            let related = crate::controller::Context::pvc_ref(&pvc);
-            ctx.event_about(dr, note.warning, note.reason, note.text, related);
-        }
+        news.extend(applied.note.map(|note| (pvc, note)));
+    }
+    for (about, note) in events_of(news) {
+        ctx.event_about(dr, note.warning, note.reason, note.text, about);
     }
     // Volumes that ended in this pass may free their consumers at once.
     let settled = settle_consumers(dr, ctx, status, &uid).await;
@@ -687,6 +720,48 @@ pub(super) async fn work(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_volumes_restored_in_a_pass_make_one_event_and_a_failure_its_own() {
+        let note = |reason, warning, text: &str| Note {
+            warning,
+            reason,
+            text: text.into(),
+        };
+        let restored = |pvc: &str| {
+            (
+                pvc.to_string(),
+                note(reasons::VOLUME_RESTORED, false, &format!("{pvc} restored")),
+            )
+        };
+        let aborting = (
+            "shop/logs".to_string(),
+            note(reasons::VOLUME_ABORTING, true, "shop/logs: gone"),
+        );
+        let events = events_of(vec![
+            restored("shop/web"),
+            aborting.clone(),
+            restored("blog/data"),
+            restored("shop/db"),
+        ]);
+        assert_eq!(
+            events,
+            [
+                (Context::pvc_ref(&aborting.0), aborting.1),
+                (
+                    Context::pvc_ref("blog/data"),
+                    note(
+                        reasons::VOLUME_RESTORED,
+                        false,
+                        "blog/data restored; shop/db restored; shop/web restored"
+                    )
+                ),
+            ]
+        );
+        assert!(events_of(Vec::new()).is_empty(), "no news, no Event");
+        let one = events_of(vec![restored("shop/web")]);
+        assert_eq!(one[0].1.text, "shop/web restored");
+    }
 
     #[test]
     fn a_bare_pod_too_large_to_record_is_refused_before_it_is_deleted() {

@@ -21,6 +21,48 @@ const IN_FLIGHT: usize = 4;
 /// Events sent or waiting to be, at most.
 const WAITING: usize = 1024;
 
+/// The longest note an Event may carry (events.k8s.io/v1).
+const NOTE_LIMIT: usize = 1024;
+
+/// The notes of one kind from one pass as one Event note: all of them while they fit,
+/// else as many as fit and how many more there were. A pass of a large restore has
+/// news of hundreds of volumes or consumers; one Event each would be hundreds of
+/// requests and etcd keys, and past [`WAITING`] they would be dropped anyway.
+pub(crate) fn summary(notes: &[String]) -> String {
+    let mut sorted: Vec<&String> = notes.iter().collect();
+    sorted.sort();
+    let mut out = String::new();
+    for (i, note) in sorted.iter().enumerate() {
+        let more = sorted.len() - i;
+        let tail = format!("; and {more} more");
+        let sep = if out.is_empty() { "" } else { "; " };
+        let last = i + 1 == sorted.len();
+        let room = if last { 0 } else { tail.len() + 16 };
+        if out.len() + sep.len() + note.len() + room > NOTE_LIMIT {
+            out.push_str(&tail);
+            return out;
+        }
+        out.push_str(sep);
+        out.push_str(note);
+    }
+    out
+}
+
+/// The news of one kind from one pass, each note with the object it is about, as one
+/// Event: its note (see [`summary`]) and its related object, the one the first note in
+/// order is about. The recorder folds Events of one reason, object and related object
+/// into a series that keeps the first note, so news of the next pass under the same
+/// reason would be lost; a volume or consumer is named by news of one kind once in a
+/// restore, so its first object tells each pass's Event apart.
+pub(crate) fn digest(
+    mut news: Vec<(String, Option<ObjectReference>)>,
+) -> (String, Option<ObjectReference>) {
+    news.sort_by(|a, b| a.0.cmp(&b.0));
+    let related = news.first().and_then(|(_, about)| about.clone());
+    let notes: Vec<String> = news.into_iter().map(|(note, _)| note).collect();
+    (summary(&notes), related)
+}
+
 /// Publishes Events with bounded concurrency and a bounded queue.
 pub(crate) struct Events {
     recorder: Recorder,
@@ -121,5 +163,46 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(events.dropped(), 7);
         assert_eq!(events.waiting.load(Ordering::Acquire), 3);
+    }
+
+    #[test]
+    fn a_digest_is_about_the_object_of_its_first_note() {
+        let about = |name: &str| ObjectReference {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let (note, related) = digest(vec![
+            ("shop/web restored".into(), Some(about("web"))),
+            ("blog/data restored".into(), Some(about("data"))),
+        ]);
+        assert_eq!(note, "blog/data restored; shop/web restored");
+        assert_eq!(related, Some(about("data")));
+        assert_eq!(digest(Vec::new()), (String::new(), None));
+    }
+
+    #[test]
+    fn the_news_of_a_pass_fit_one_event() {
+        let one = vec!["scaled Deployment shop/web from 2 to 0".to_string()];
+        assert_eq!(summary(&one), one[0], "a single note as it is");
+        let two = vec!["scaled b".to_string(), "scaled a".to_string()];
+        assert_eq!(
+            summary(&two),
+            "scaled a; scaled b",
+            "sorted, whatever order they came in"
+        );
+        let many: Vec<String> = (0..100)
+            .map(|i| format!("scaled Deployment bench-r{i:03}/app from 1 to 0"))
+            .collect();
+        let note = summary(&many);
+        assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
+        assert!(
+            note.starts_with("scaled Deployment bench-r000/app from 1 to 0; "),
+            "{note}"
+        );
+        let shown = note.matches("scaled Deployment").count();
+        assert!(
+            note.ends_with(&format!("; and {} more", 100 - shown)),
+            "{note}"
+        );
     }
 }
