@@ -28,7 +28,7 @@ const NOTE_LIMIT: usize = 1024;
 /// else as many as fit and how many more there were. A pass of a large restore has
 /// news of hundreds of volumes or consumers; one Event each would be hundreds of
 /// requests and etcd keys, and past [`WAITING`] they would be dropped anyway.
-pub(crate) fn summary(notes: &[String]) -> String {
+fn summary(notes: &[String]) -> String {
     let mut sorted: Vec<&String> = notes.iter().collect();
     sorted.sort();
     let mut out = String::new();
@@ -55,10 +55,12 @@ pub(crate) fn summary(notes: &[String]) -> String {
 /// reason would be lost; a volume or consumer is named by news of one kind once in a
 /// restore, so its first object tells each pass's Event apart.
 pub(crate) fn digest(
-    mut news: Vec<(String, Option<ObjectReference>)>,
+    news: Vec<(String, Option<ObjectReference>)>,
 ) -> (String, Option<ObjectReference>) {
-    news.sort_by(|a, b| a.0.cmp(&b.0));
-    let related = news.first().and_then(|(_, about)| about.clone());
+    let related = news
+        .iter()
+        .min_by(|a, b| a.0.cmp(&b.0))
+        .and_then(|(_, about)| about.clone());
     let notes: Vec<String> = news.into_iter().map(|(note, _)| note).collect();
     (summary(&notes), related)
 }
