@@ -6,7 +6,7 @@
 //! writes only the volumes that changed, not all of them: at `parallel: 8` a restore of
 //! N volumes made N passes that each wrote N volumes.
 //!
-//! The controller keeps what it last wrote in memory ([`Ledger`]): it is the only
+//! The controller keeps its newest records in memory ([`Ledger`]): it is the only
 //! writer (one leader at a time), so its last writes are what the cluster holds. A
 //! restarted controller, or one whose write failed, reads the VolumePluginRestores
 //! again. Each write carries the resourceVersion it read, so a write from a copy that
@@ -14,9 +14,18 @@
 //!
 //! Records go out before anything acts on them: a pass's volume records are written
 //! before its DataRestore status, and both before the next pass acts on them.
+//!
+//! A change that only says what was seen (the node agent took the volume up, is done,
+//! the stand-in tidies: [`observed`]) may wait up to [`RECORD_LAG`] to be written, and
+//! goes out with the volume's next change that must be: most volumes pass through
+//! those phases faster than that, and each was a write. While a volume's record lags,
+//! the volume does nothing but see (`volume::advance` holds its steps), so a
+//! restarted refill that reads the older record finds the world as that record left
+//! it, moved on only by what the node agent and the stand-in did on their own.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::PostParams;
@@ -27,6 +36,7 @@ use crate::api::{
     VolumePluginRestoreStatus, VolumeRecord, VolumeStatus,
 };
 use crate::controller::build::pod_volume_restore as pvr;
+use crate::controller::volume::observed;
 use crate::labels;
 
 use super::runtime::error::is_conflict;
@@ -36,24 +46,35 @@ use super::{Error, Result};
 /// VolumePluginRestores written at once.
 const WRITES_IN_FLIGHT: usize = 16;
 
+/// How long a volume's VolumePluginRestore may lag behind what refill saw of it (see
+/// the top of this file). Short enough for a person watching the volumes to follow
+/// them; long enough that most volumes go from the node agent's start to their tidy
+/// within it.
+pub(crate) const RECORD_LAG: Duration = Duration::from_secs(5);
+
 /// What the controller last wrote of each restore, by the restore's UID.
 #[derive(Default)]
 pub(crate) struct Ledger {
     books: Mutex<HashMap<String, Book>>,
 }
 
-/// One restore's records as the cluster holds them.
+/// One restore's newest records: as the cluster holds them, but for the lagging ones.
 #[derive(Default)]
 struct Book {
     /// `None` while a pass holds them (see [`Ledger::load`]): a restore of ten
     /// thousand volumes is not copied more than its pass needs.
     kept: Option<Kept>,
-    /// Whether the pass that holds them wrote its changed copy (see [`Ledger::save`]):
-    /// that copy, not the one it was lent, is what the cluster holds now.
+    /// Whether the pass that holds them saved its changed copy (see [`Ledger::save`]):
+    /// that copy, not the one it was lent, is the newest now (written, or lagging).
     written: bool,
     /// The resourceVersion of each volume's VolumePluginRestore, by index; `None`
     /// before it is made.
     versions: Vec<Option<String>>,
+    /// The volumes whose newest record is not written yet, by index, with since when.
+    lagging: BTreeMap<usize, Instant>,
+    /// Lagging volumes whose records go out with the next save, whatever changed: a
+    /// step of theirs waits for it.
+    due: BTreeSet<usize>,
 }
 
 /// What a restore keeps in its VolumePluginRestores, assembled: the lists a pass reads
@@ -203,6 +224,46 @@ pub fn changed(before: &[Entry], after: &[Entry]) -> Vec<usize> {
         .collect()
 }
 
+/// Whether entry `after` differs from `before` only by what was seen of its volume.
+fn only_seen(before: &Entry, after: &Entry) -> bool {
+    before.consumers == after.consumers
+        && before.git_ops == after.git_ops
+        && observed::only_seen(before.volume, after.volume)
+}
+
+/// Which records a save writes: the `changed` entries of `after` (against `before`)
+/// that must go out now, the ones never written, and the lagging ones that are `due`
+/// or have lagged `lag`; and which of the changed wait, as only seen (each keeps the
+/// time it began to lag). `written[i]`: volume `i`'s record exists.
+fn to_write(
+    before: &[Entry],
+    after: &[Entry],
+    written: &[bool],
+    lagging: &BTreeMap<usize, Instant>,
+    due: &BTreeSet<usize>,
+    (now, lag): (Instant, Duration),
+) -> (Vec<usize>, Vec<usize>) {
+    let overdue = |i: &usize| {
+        due.contains(i)
+            || lagging
+                .get(i)
+                .is_some_and(|since| now.duration_since(*since) >= lag)
+    };
+    let (mut write, mut wait): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+    for i in changed(before, after) {
+        let seen = written[i] && before.get(i).is_some_and(|b| only_seen(b, &after[i]));
+        match seen && !overdue(&i) {
+            true => wait.push(i),
+            false => write.push(i),
+        }
+    }
+    write.extend((0..after.len()).filter(|&i| !written[i]));
+    write.extend(lagging.keys().filter(|i| overdue(i) && **i < after.len()));
+    write.sort_unstable();
+    write.dedup();
+    (write, wait)
+}
+
 /// What records read back keep, in the order of their indices.
 pub fn assemble(mut records: Vec<VolumeRecord>) -> Kept {
     records.sort_by_key(|r| r.index);
@@ -307,6 +368,7 @@ impl Ledger {
                         kept: None,
                         written: false,
                         versions,
+                        ..Default::default()
                     },
                 );
                 kept
@@ -349,19 +411,22 @@ impl Ledger {
         let uid = dr.uid().unwrap_or_default();
         let old = entries(before);
         let new = entries(after);
-        let mut versions = self
+        let (mut versions, mut lagging, due) = self
             .lock()
             .get(&uid)
-            .map(|b| b.versions.clone())
+            .map(|b| (b.versions.clone(), b.lagging.clone(), b.due.clone()))
             .unwrap_or_default();
         versions.resize(after.volumes.len(), None);
-        // What changed, and what was never written (a restore carried over from the
-        // DataRestore's own status).
-        let mut changed = changed(&old, &new);
-        changed.extend((0..new.len()).filter(|&i| versions[i].is_none()));
-        changed.sort_unstable();
-        changed.dedup();
+        // What changed and must go out, what lagged long enough, and what was never
+        // written (a restore carried over from the DataRestore's own status).
+        let made: Vec<bool> = versions.iter().map(Option::is_some).collect();
+        let now = Instant::now();
+        let (changed, wait) = to_write(&old, &new, &made, &lagging, &due, (now, RECORD_LAG));
+        for i in wait {
+            lagging.entry(i).or_insert(now);
+        }
         if changed.is_empty() {
+            self.keep(uid, versions, lagging);
             return Ok(());
         }
         let api: Api<VolumePluginRestore> =
@@ -391,15 +456,9 @@ impl Ledger {
             Ok(written) => {
                 for (i, version) in written {
                     versions[i] = version;
+                    lagging.remove(&i);
                 }
-                self.lock().insert(
-                    uid,
-                    Book {
-                        kept: None,
-                        written: true,
-                        versions,
-                    },
-                );
+                self.keep(uid, versions, lagging);
                 Ok(())
             }
             Err(e) => {
@@ -407,6 +466,47 @@ impl Ledger {
                 Err(e)
             }
         }
+    }
+
+    /// After a save: the pass's copy is what the ledger keeps (see
+    /// [`Ledger::give_back`]), its records written or lagging.
+    fn keep(&self, uid: String, versions: Vec<Option<String>>, lagging: BTreeMap<usize, Instant>) {
+        let book = Book {
+            kept: None,
+            written: true,
+            versions,
+            lagging,
+            due: BTreeSet::new(),
+        };
+        self.lock().insert(uid, book);
+    }
+
+    /// The volumes of restore `uid` whose newest record is not written yet.
+    pub(crate) fn lagging(&self, uid: &str) -> HashSet<usize> {
+        self.lock()
+            .get(uid)
+            .map(|b| b.lagging.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Has the next save write these lagging volumes' records, changed or not.
+    pub(crate) fn write_next(&self, uid: &str, volumes: &[usize]) {
+        if let Some(book) = self.lock().get_mut(uid) {
+            book.due
+                .extend(volumes.iter().filter(|i| book.lagging.contains_key(i)));
+        }
+    }
+
+    /// Whether a record of restore `uid` is to be written even if its pass changed
+    /// nothing: one a step waits for, or one that lagged [`RECORD_LAG`].
+    pub(crate) fn owes(&self, uid: &str) -> bool {
+        let now = Instant::now();
+        self.lock().get(uid).is_some_and(|b| {
+            !b.due.is_empty()
+                || b.lagging
+                    .values()
+                    .any(|since| now.duration_since(*since) >= RECORD_LAG)
+        })
     }
 
     /// Drops what is kept of restore `uid`.
@@ -577,6 +677,70 @@ mod tests {
         let mut paused = before.clone();
         paused.git_ops[0].state = GitOpsState::Paused;
         assert_eq!(changed(&old, &entries(&paused)), vec![1]);
+    }
+
+    #[test]
+    fn a_record_that_only_says_what_was_seen_waits_until_a_step_needs_it_or_it_lagged_too_long() {
+        let restoring = |phase, bytes| VolumeStatus {
+            phase,
+            bytes_done: bytes,
+            stand_in_uid: Some("u1".into()),
+            ..volume("shop/a")
+        };
+        let before = status(
+            vec![restoring(VolumePhase::StartingStandIn, 0), volume("shop/b")],
+            vec![consumer("web", &["shop/a"])],
+            vec![],
+        );
+        let mut after = before.clone();
+        after.volumes[0] = restoring(VolumePhase::Restoring, 40);
+        after.volumes[1].phase = VolumePhase::Quiescing;
+        let (old, new) = (entries(&before), entries(&after));
+        let t0 = Instant::now();
+        let lag = Duration::from_secs(5);
+        let none = BTreeMap::new();
+        let made = [true, true];
+        let plan = |lagging: &BTreeMap<usize, Instant>, due: &[usize], now: Instant| {
+            let due: BTreeSet<usize> = due.iter().copied().collect();
+            to_write(&old, &new, &made, lagging, &due, (now, lag))
+        };
+        // The node agent took volume a up: only seen, it waits; b's start goes out.
+        assert_eq!(plan(&none, &[], t0), (vec![1], vec![0]));
+        // Lagging since t0: written once due, or once it lagged 5 s, changed or not.
+        let lagging = BTreeMap::from([(0, t0)]);
+        assert_eq!(plan(&lagging, &[], t0 + lag / 2), (vec![1], vec![0]));
+        assert_eq!(plan(&lagging, &[0], t0 + lag / 2), (vec![0, 1], vec![]));
+        assert_eq!(plan(&lagging, &[], t0 + lag), (vec![0, 1], vec![]));
+        let same = entries(&after);
+        let unchanged = to_write(
+            &same,
+            &same,
+            &made,
+            &lagging,
+            &BTreeSet::from([0]),
+            (t0, lag),
+        );
+        assert_eq!(unchanged, (vec![0], vec![]));
+        // A record never made, or whose consumers changed, goes out at once.
+        assert_eq!(
+            to_write(
+                &old,
+                &new,
+                &[false, true],
+                &none,
+                &BTreeSet::new(),
+                (t0, lag)
+            )
+            .0,
+            vec![0, 1]
+        );
+        let mut stopping = after.clone();
+        stopping.consumers[0].state = crate::api::ConsumerState::Stopping;
+        let marked = entries(&stopping);
+        assert_eq!(
+            to_write(&old, &marked, &made, &none, &BTreeSet::new(), (t0, lag)),
+            (vec![0, 1], vec![])
+        );
     }
 
     #[test]

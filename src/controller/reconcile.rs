@@ -65,7 +65,9 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
         let online = dr.spec.writes_under_running_consumers();
         status.conditions = status::conditions(&status, dr.metadata.generation, online);
 
-        let changed = status != before;
+        // A record that lags goes out once a step waits for it or it lagged too long,
+        // even from a pass that changed nothing.
+        let changed = status != before || ctx.ledger.owes(&uid);
         let written = if changed {
             write(&ctx, &api, &mut dr, &before, &status, result.is_ok()).await
         } else {
@@ -112,7 +114,7 @@ async fn write(
     clean: bool,
 ) -> Result<Option<Duration>> {
     let uid = dr.uid().unwrap_or_default();
-    let progress_only = status::only_progress_differs(before, status);
+    let progress_only = status::only_progress_differs(before, status) && !ctx.ledger.owes(&uid);
     if let Some(throttled) = ctx.progress_wait(&uid).filter(|_| progress_only && clean) {
         return Ok(Some(throttled));
     }

@@ -19,7 +19,11 @@ pub(super) async fn finalize(
     status: &mut DataRestoreStatus,
     deleting: bool,
 ) -> Result<Next> {
-    let no_stand_ins = restoring::work(dr, ctx, status, deleting).await?;
+    let worked = restoring::work(dr, ctx, status, deleting).await?;
+    if worked.held {
+        return Ok(Next::Again);
+    }
+    let no_stand_ins = worked.done;
     let all_ended = status.volumes.iter().all(|v| v.phase.is_terminal());
     let consumers_settled = !status
         .consumers

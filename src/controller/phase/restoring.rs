@@ -26,11 +26,11 @@ use crate::controller::reasons;
 use crate::controller::runtime::concurrent::for_each_concurrently;
 use crate::controller::runtime::events::digest;
 use crate::controller::status;
+use crate::controller::volume;
 use crate::controller::volume::apply::{Applied, Note};
 use crate::controller::volume::decide::{RestoreStop, Rules, expired};
 use crate::controller::volume::execute::Act;
 use crate::controller::volume::sight::split;
-use crate::controller::volume::{self, Advanced};
 use crate::controller::{Context, Result};
 use crate::observe::{self, consumers::Replicas};
 use crate::{plan, validate};
@@ -132,9 +132,12 @@ pub(super) async fn restore(
     if status != loaded {
         return Ok(Next::Again);
     }
-    work(dr, ctx, status, deleting).await?;
+    let worked = work(dr, ctx, status, deleting).await?;
     if status.volumes.iter().all(|v| v.phase.is_terminal()) {
         status.phase = Phase::Finalizing;
+        return Ok(Next::Again);
+    }
+    if worked.held {
         return Ok(Next::Again);
     }
     Ok(Next::After(ctx.config.recheck_interval))
@@ -576,6 +579,15 @@ fn events_of(notes: Vec<(String, Note)>) -> Vec<(Option<ObjectReference>, Note)>
     events
 }
 
+/// What [`work`] left.
+pub(super) struct Worked {
+    /// Nothing of refill's is left in the cluster: no stand-in, copier or scratch claim.
+    pub done: bool,
+    /// Some volume's step waits for its record to be written (see `volume::advance`):
+    /// the next pass should come at once.
+    pub held: bool,
+}
+
 /// Second half: act on what is recorded. Every volume moves on by a step, consumers are
 /// stopped before their volumes go on and brought back after the last of them ended.
 /// Whatever succeeded is in `status` even when an error is returned.
@@ -584,7 +596,7 @@ pub(super) async fn work(
     ctx: &Context,
     status: &mut DataRestoreStatus,
     deleting: bool,
-) -> Result<bool> {
+) -> Result<Worked> {
     let uid = dr.uid().unwrap_or_default();
     let view = ctx
         .stores
@@ -638,24 +650,28 @@ pub(super) async fn work(
     let mut changed = Vec::new();
     let mut notes = Vec::new();
     let mut left_behind = false;
+    let mut held = Vec::new();
+    let lagging = ctx.ledger.lagging(&uid);
     let volumes = &status.volumes;
     let advanced = for_each_concurrently(
         to_advance,
         |i| {
             let act = &act;
             let rules = &rules;
+            let lagging = lagging.contains(&i);
             async move {
                 let before = &volumes[i];
-                let Advanced {
+                let advanced = volume::advance(act, rules, before.clone(), lagging).await?;
+                let volume = (advanced.volume != *before).then_some(advanced.volume);
+                Ok((
                     volume,
-                    applied,
-                    left_behind,
-                } = volume::advance(act, rules, before.clone()).await?;
-                let volume = (volume != *before).then_some(volume);
-                Ok((volume, applied, left_behind))
+                    advanced.applied,
+                    advanced.left_behind,
+                    advanced.held,
+                ))
             }
         },
-        |i, (volume, applied, left): (Option<VolumeStatus>, Applied, bool)| {
+        |i, (volume, applied, left, hold): (Option<VolumeStatus>, Applied, bool, bool)| {
             if let Some(volume) = volume {
                 changed.push((i, volume));
             }
@@ -663,12 +679,17 @@ pub(super) async fn work(
                 notes.push((volumes[i].pvc.clone(), applied));
             }
             left_behind |= left;
+            if hold {
+                held.push(i);
+            }
         },
     )
     .await;
     for (i, volume) in changed {
         status.volumes[i] = volume;
     }
+    // Their records go out with this pass's; the next pass, at once, takes their steps.
+    ctx.ledger.write_next(&uid, &held);
     let mut news = Vec::new();
     for (pvc, applied) in notes {
         if let Some(error) = applied.error {
@@ -714,7 +735,10 @@ pub(super) async fn work(
             .get(name)
             .is_some_and(|v| volume::sight::is_own_writer(pod, &uid, v))
     });
-    Ok(!stand_ins_left && !left_behind)
+    Ok(Worked {
+        done: !stand_ins_left && !left_behind,
+        held: !held.is_empty(),
+    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 pub(super) mod apply;
 pub(crate) mod decide;
 pub(super) mod execute;
+pub(crate) mod observed;
 pub(super) mod paths;
 pub(crate) mod sight;
 
@@ -31,14 +32,24 @@ pub(super) struct Advanced {
     /// A copier pod or scratch claim of the volume is still there: the restore may not
     /// end yet.
     pub left_behind: bool,
+    /// The volume's newest record is not written yet and its next step would act, or
+    /// change what a pass acts on: the step waits for the record to be written.
+    pub held: bool,
 }
 
 /// Moves one volume on by one step. On an error, nothing of this pass is kept for the
 /// volume: every effect is idempotent under its derived name, and is done again.
+///
+/// `lagging`: its VolumePluginRestore holds an older record than `volume`, which
+/// differs from it only by what was seen ([`observed`]). Then the volume moves on only
+/// as far as what it sees: a step that acts, or that makes a record a restarted refill
+/// would act on, is held until the newest record is written, so that no effect ever
+/// follows a record the cluster does not hold.
 pub(super) async fn advance(
     act: &Act<'_>,
     rules: &Rules,
     volume: VolumeStatus,
+    lagging: bool,
 ) -> Result<Advanced> {
     let mut volume = volume;
     let found = sight::found(act.ctx, &act.dr.name_any(), act.uid, &volume, act.pass).await?;
@@ -51,11 +62,21 @@ pub(super) async fn advance(
             volume,
             applied: Applied::default(),
             left_behind: false,
+            held: false,
         });
     }
     let seen = sight::seen(act.ctx, act.uid, act.consumers_of, &volume, &found).await?;
     let now = Timestamp::now();
     let step = decide::decide(&volume, &seen, rules, now);
+    let left_behind = seen.copier != decide::CopierSeen::Absent || seen.scratch;
+    if lagging && !observed::may_take(&volume, &step, now) {
+        return Ok(Advanced {
+            volume,
+            applied: Applied::default(),
+            left_behind,
+            held: true,
+        });
+    }
     let change = match step.effect {
         Some(effect) => execute::perform(act, &found, &mut volume, effect)
             .await?
@@ -63,10 +84,10 @@ pub(super) async fn advance(
         None => step.change,
     };
     let applied = apply::apply(&mut volume, change, now);
-    let left_behind = seen.copier != decide::CopierSeen::Absent || seen.scratch;
     Ok(Advanced {
         volume,
         applied,
         left_behind,
+        held: false,
     })
 }

@@ -1,0 +1,180 @@
+//! Which changes of a volume's record only say what refill saw, so that its
+//! VolumePluginRestore may show them a little late (see [`crate::controller::ledger`]).
+//!
+//! While the node agent writes and the stand-in cleans up after it, a volume moves
+//! through StartingStandIn, Restoring, RemovingStandIn and Tidying on what it sees of
+//! them alone: no pass acts on those phases that would not act the same from the one
+//! before. Each was a write of the record, three or four per volume of the ten or so a
+//! restore makes; a record that lags by them changes nothing a restarted refill does,
+//! as long as nothing acts on the volume until its newest record is written. The pass
+//! makes sure of that: a volume whose record lags does nothing but get it written
+//! (`volume::advance`).
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::apply;
+use super::decide::Step;
+use crate::api::{VolumePhase, VolumeStatus};
+
+/// Phases a volume moves through on its own (the node agent, `restore-wait`, the
+/// stand-in's tidy), in the order it moves.
+const SEEN_ONLY: [VolumePhase; 4] = [
+    VolumePhase::StartingStandIn,
+    VolumePhase::Restoring,
+    VolumePhase::RemovingStandIn,
+    VolumePhase::Tidying,
+];
+
+/// Whether `after` differs from `before` only by what was seen: a phase further along
+/// [`SEEN_ONLY`], the message, the bytes written and the node they are written on.
+/// Everything else a record holds is what a later pass (or a restarted refill) acts on,
+/// or a warning for a person, and goes out at once.
+pub(crate) fn only_seen(before: &VolumeStatus, after: &VolumeStatus) -> bool {
+    let rank = |phase: VolumePhase| SEEN_ONLY.iter().position(|p| *p == phase);
+    let (Some(from), Some(to)) = (rank(before.phase), rank(after.phase)) else {
+        return false;
+    };
+    let as_before = VolumeStatus {
+        phase: before.phase,
+        message: before.message.clone(),
+        bytes_done: before.bytes_done,
+        total_bytes: before.total_bytes,
+        node: before.node.clone(),
+        ..after.clone()
+    };
+    from <= to && as_before == *before
+}
+
+/// Whether a volume whose record lags may take `step` before that record is written:
+/// only if it acts on nothing and moves the volume on by what was seen alone.
+pub(crate) fn may_take(volume: &VolumeStatus, step: &Step, now: Timestamp) -> bool {
+    if step.effect.is_some() {
+        return false;
+    }
+    let mut moved = volume.clone();
+    apply::apply(&mut moved, step.change.clone(), now);
+    only_seen(volume, &moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CopySummary;
+
+    fn at(phase: VolumePhase) -> VolumeStatus {
+        VolumeStatus {
+            pvc: "shop/data".into(),
+            phase,
+            pod_volume_restore: Some("r1-data".into()),
+            stand_in_uid: Some("u1".into()),
+            total_bytes: 100,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_phases_a_volume_moves_through_on_its_own_and_their_progress_are_only_seen() {
+        use VolumePhase::*;
+        let moved = |from, to| only_seen(&at(from), &at(to));
+        assert!(moved(StartingStandIn, Restoring));
+        assert!(moved(Restoring, RemovingStandIn));
+        assert!(moved(StartingStandIn, Tidying), "several at once");
+        assert!(moved(Restoring, Restoring));
+        assert!(!moved(Tidying, Restoring), "never back");
+        // Into or out of a phase where refill acts, or ends.
+        for (from, to) in [
+            (Quiescing, StartingStandIn),
+            (Clearing, StartingStandIn),
+            (RemovingStandIn, Quiescing),
+            (RemovingStandIn, Switching),
+            (Restoring, Aborting),
+            (Tidying, Completed),
+            (Restoring, Failed),
+        ] {
+            assert!(!moved(from, to), "{from:?} -> {to:?}");
+        }
+        let mut progress = at(Restoring);
+        progress.bytes_done = 60;
+        progress.message = Some("waiting".into());
+        progress.node = Some("node-1".into());
+        assert!(only_seen(&at(Restoring), &progress));
+    }
+
+    #[test]
+    fn a_lagging_volume_takes_no_step_that_acts_or_that_a_restart_would_act_on() {
+        use super::super::decide::{Change, Effect};
+        let now = Timestamp::from_second(1_000).unwrap();
+        let step = |effect, change| Step { effect, change };
+        let restoring = at(VolumePhase::Restoring);
+        let tidying = at(VolumePhase::Tidying);
+        let stay = Change::Stay {
+            message: Some("waiting".into()),
+            warning: None,
+        };
+        assert!(may_take(&restoring, &step(None, stay.clone()), now));
+        assert!(may_take(
+            &restoring,
+            &step(None, Change::DataIn { message: None }),
+            now
+        ));
+        assert!(may_take(
+            &restoring,
+            &step(None, Change::Advance(VolumePhase::Tidying)),
+            now
+        ));
+        let held = [
+            (&restoring, step(Some(Effect::ForceDeleteStandIn), stay)),
+            (
+                &tidying,
+                step(
+                    Some(Effect::DeleteStandIn),
+                    Change::Tidied(Default::default()),
+                ),
+            ),
+            (&tidying, step(None, Change::Tidied(Default::default()))),
+            (&tidying, step(None, Change::Completed)),
+            (
+                &restoring,
+                step(
+                    None,
+                    Change::Abort {
+                        outcome: VolumePhase::Canceled,
+                        message: "canceled".into(),
+                    },
+                ),
+            ),
+            (
+                &restoring,
+                step(
+                    None,
+                    Change::Stay {
+                        message: None,
+                        warning: Some("no node agent".into()),
+                    },
+                ),
+            ),
+        ];
+        for (volume, step) in held {
+            assert!(!may_take(volume, &step, now), "{step:?}");
+        }
+    }
+
+    #[test]
+    fn what_a_pass_acts_on_or_a_person_reads_goes_out_at_once() {
+        let before = at(VolumePhase::Restoring);
+        type Change = fn(&mut VolumeStatus);
+        let changes: [(&str, Change); 5] = [
+            ("warning", |v| v.warning = Some("no node agent".into())),
+            ("tidy report", |v| v.tidied = Some(3)),
+            ("stand-in vouched for", |v| v.stand_in_uid = None),
+            ("its PodVolumeRestore", |v| v.pod_volume_restore = None),
+            ("copy report", |v| v.copied = Some(CopySummary::default())),
+        ];
+        for (what, change) in changes {
+            let mut after = before.clone();
+            after.phase = VolumePhase::RemovingStandIn;
+            change(&mut after);
+            assert!(!only_seen(&before, &after), "{what}");
+        }
+    }
+}
