@@ -15,13 +15,13 @@
 //! Records go out before anything acts on them: a pass's volume records are written
 //! before its DataRestore status, and both before the next pass acts on them.
 //!
-//! A change that only says what was seen (the node agent took the volume up, is done,
-//! the stand-in tidies: [`observed`]) may wait up to [`RECORD_LAG`] to be written, and
-//! goes out with the volume's next change that must be: most volumes pass through
-//! those phases faster than that, and each was a write. While a volume's record lags,
-//! the volume does nothing but see (`volume::advance` holds its steps), so a
+//! A change that only says what was seen (the node agent took the volume up, wrote,
+//! is done: [`observed`]) may wait up to [`RECORD_LAG`] to be written, and goes out
+//! with the volume's next change that must be: most volumes pass through those phases
+//! faster than that, and each was a write. While a volume's record lags it takes no
+//! step that acts (`volume::advance` holds it until the record is written), so a
 //! restarted refill that reads the older record finds the world as that record left
-//! it, moved on only by what the node agent and the stand-in did on their own.
+//! it, moved on only by what the node agent and `restore-wait` did on their own.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};

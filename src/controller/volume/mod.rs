@@ -1,6 +1,7 @@
 //! One volume's restore: what its world looks like ([`sight`]), what happens next
-//! ([`decide`], pure, with a table of every transition), the effect ([`execute`]), and
-//! the change to its record ([`apply`]).
+//! ([`decide`], pure, with a table of every transition), the effect ([`execute`]), the
+//! change to its record ([`apply`]), and which changes only say what was seen and may
+//! be written late ([`observed`]).
 
 pub(super) mod apply;
 pub(crate) mod decide;
@@ -41,10 +42,10 @@ pub(super) struct Advanced {
 /// volume: every effect is idempotent under its derived name, and is done again.
 ///
 /// `lagging`: its VolumePluginRestore holds an older record than `volume`, which
-/// differs from it only by what was seen ([`observed`]). Then the volume moves on only
-/// as far as what it sees: a step that acts, or that makes a record a restarted refill
-/// would act on, is held until the newest record is written, so that no effect ever
-/// follows a record the cluster does not hold.
+/// differs from it only by what was seen ([`observed`]). Then a step that acts, or
+/// that ends the volume (which frees its consumers in the same pass), is held until
+/// the newest record is written, so that no effect ever follows a record the cluster
+/// does not hold.
 pub(super) async fn advance(
     act: &Act<'_>,
     rules: &Rules,

@@ -1,14 +1,14 @@
 //! Which changes of a volume's record only say what refill saw, so that its
 //! VolumePluginRestore may show them a little late (see [`crate::controller::ledger`]).
 //!
-//! While the node agent writes and the stand-in cleans up after it, a volume moves
-//! through StartingStandIn, Restoring, RemovingStandIn and Tidying on what it sees of
-//! them alone: no pass acts on those phases that would not act the same from the one
-//! before. Each was a write of the record, three or four per volume of the ten or so a
-//! restore makes; a record that lags by them changes nothing a restarted refill does,
-//! as long as nothing acts on the volume until its newest record is written. The pass
-//! makes sure of that: a volume whose record lags does nothing but get it written
-//! (`volume::advance`).
+//! While the node agent writes, a volume moves from StartingStandIn through Restoring
+//! to RemovingStandIn on what it sees of the node agent and `restore-wait` alone, and
+//! its bytes grow. Each was a write of the record, two or three per volume of the ten
+//! or so a restore makes. A record that lags by them changes nothing a restarted
+//! refill does, as long as nothing acts on the volume until its newest record is
+//! written: a volume whose record lags takes no step that acts (`volume::advance`
+//! holds it until the record is written), and any other change of its record goes out
+//! with the pass that makes it.
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -16,13 +16,13 @@ use super::apply;
 use super::decide::Step;
 use crate::api::{VolumePhase, VolumeStatus};
 
-/// Phases a volume moves through on its own (the node agent, `restore-wait`, the
-/// stand-in's tidy), in the order it moves.
-const SEEN_ONLY: [VolumePhase; 4] = [
+/// Phases a volume moves through on its own (the node agent, `restore-wait`), in the
+/// order it moves. Tidying is not one of them: the stand-in is deleted from there, and
+/// a volume whose record lagged would wait a pass to have it written first.
+const SEEN_ONLY: [VolumePhase; 3] = [
     VolumePhase::StartingStandIn,
     VolumePhase::Restoring,
     VolumePhase::RemovingStandIn,
-    VolumePhase::Tidying,
 ];
 
 /// Whether `after` differs from `before` only by what was seen: a phase further along
@@ -46,14 +46,17 @@ pub(crate) fn only_seen(before: &VolumeStatus, after: &VolumeStatus) -> bool {
 }
 
 /// Whether a volume whose record lags may take `step` before that record is written:
-/// only if it acts on nothing and moves the volume on by what was seen alone.
+/// only if the step acts on nothing, now or later in the same pass. An effect would
+/// follow a record the cluster does not hold; a volume that ends frees its consumers
+/// within the pass. Any other change is written at the end of the pass, before the
+/// next one acts on it.
 pub(crate) fn may_take(volume: &VolumeStatus, step: &Step, now: Timestamp) -> bool {
     if step.effect.is_some() {
         return false;
     }
     let mut moved = volume.clone();
     apply::apply(&mut moved, step.change.clone(), now);
-    only_seen(volume, &moved)
+    !moved.phase.is_terminal()
 }
 
 #[cfg(test)]
@@ -78,17 +81,18 @@ mod tests {
         let moved = |from, to| only_seen(&at(from), &at(to));
         assert!(moved(StartingStandIn, Restoring));
         assert!(moved(Restoring, RemovingStandIn));
-        assert!(moved(StartingStandIn, Tidying), "several at once");
+        assert!(moved(StartingStandIn, RemovingStandIn), "several at once");
         assert!(moved(Restoring, Restoring));
-        assert!(!moved(Tidying, Restoring), "never back");
+        assert!(!moved(RemovingStandIn, Restoring), "never back");
         // Into or out of a phase where refill acts, or ends.
         for (from, to) in [
+            (Restoring, Tidying),
             (Quiescing, StartingStandIn),
             (Clearing, StartingStandIn),
             (RemovingStandIn, Quiescing),
             (RemovingStandIn, Switching),
             (Restoring, Aborting),
-            (Tidying, Completed),
+            (RemovingStandIn, Completed),
             (Restoring, Failed),
         ] {
             assert!(!moved(from, to), "{from:?} -> {to:?}");
@@ -101,7 +105,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lagging_volume_takes_no_step_that_acts_or_that_a_restart_would_act_on() {
+    fn a_lagging_volume_takes_no_step_that_acts_now_or_later_in_its_pass() {
         use super::super::decide::{Change, Effect};
         let now = Timestamp::from_second(1_000).unwrap();
         let step = |effect, change| Step { effect, change };
@@ -111,17 +115,30 @@ mod tests {
             message: Some("waiting".into()),
             warning: None,
         };
-        assert!(may_take(&restoring, &step(None, stay.clone()), now));
-        assert!(may_take(
-            &restoring,
-            &step(None, Change::DataIn { message: None }),
-            now
-        ));
-        assert!(may_take(
-            &restoring,
-            &step(None, Change::Advance(VolumePhase::Tidying)),
-            now
-        ));
+        // Steps that act on nothing this pass: their records go out with it.
+        let taken = [
+            step(None, stay.clone()),
+            step(None, Change::DataIn { message: None }),
+            step(None, Change::Advance(VolumePhase::Tidying)),
+            step(
+                None,
+                Change::Abort {
+                    outcome: VolumePhase::Canceled,
+                    message: "canceled".into(),
+                },
+            ),
+            step(
+                None,
+                Change::Stay {
+                    message: None,
+                    warning: Some("no node agent".into()),
+                },
+            ),
+        ];
+        for step in taken {
+            assert!(may_take(&restoring, &step, now), "{step:?}");
+        }
+        // An effect, or an end that frees the consumers in the same pass.
         let held = [
             (&restoring, step(Some(Effect::ForceDeleteStandIn), stay)),
             (
@@ -131,25 +148,14 @@ mod tests {
                     Change::Tidied(Default::default()),
                 ),
             ),
-            (&tidying, step(None, Change::Tidied(Default::default()))),
             (&tidying, step(None, Change::Completed)),
             (
                 &restoring,
                 step(
                     None,
-                    Change::Abort {
-                        outcome: VolumePhase::Canceled,
-                        message: "canceled".into(),
-                    },
-                ),
-            ),
-            (
-                &restoring,
-                step(
-                    None,
-                    Change::Stay {
-                        message: None,
-                        warning: Some("no node agent".into()),
+                    Change::End {
+                        outcome: VolumePhase::Failed,
+                        message: "gone".into(),
                     },
                 ),
             ),
