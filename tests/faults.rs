@@ -1099,12 +1099,8 @@ async fn consumer_rescaled(env: TestEnv, phase: VolumePhase) -> Result<()> {
                     VolumePhase::StartingStandIn => !o.stand_ins().is_empty(),
                     _ => s.any_pvr(PodVolumePhase::InProgress),
                 };
-                // The stand-in's own watch event may come before the status write, and
-                // the volume's record says the node agent took it up only a few seconds
-                // later: the PodVolumeRestore's own phase is the sign.
-                let seen_first =
-                    matches!(phase, VolumePhase::StartingStandIn | VolumePhase::Restoring);
-                (ready && (in_phase || seen_first)).then_some(())
+                // The stand-in's own watch event may come before the status write.
+                (ready && (in_phase || phase == VolumePhase::StartingStandIn)).then_some(())
             })
             .await?;
         s.scale("web", 2, "gitops-sync").await

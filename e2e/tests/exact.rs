@@ -84,29 +84,20 @@ async fn start(client: &Client, ns: &str, backup: &str, method: RestoreMethod) -
 }
 
 /// Waits until the restore's only volume is in `phase`.
-async fn volume_reaches(client: &Client, name: &str, phase: VolumePhase) -> Result<()> {
-    // The DataRestore's counts, not the volume's record: they are written with each
-    // pass, where a record that only says what was seen (the node agent at work) may
-    // lag a few seconds, and a fill that short would never show in it.
+async fn volume_reaches(client: &Client, name: &str, phase: VolumePhase) -> Result<DataRestore> {
     wait_for(format!("volume {phase:?}"), TIMEOUT, || async {
-        let dr = Api::<DataRestore>::namespaced(client.clone(), VELERO_NAMESPACE)
-            .get(name)
-            .await?;
-        let counts = dr
+        let dr = fixture::get_whole(client, VELERO_NAMESPACE, name).await?;
+        let now = dr
             .status
             .as_ref()
-            .and_then(|s| s.volume_counts.clone())
-            .unwrap_or_default();
-        let ended = counts
-            .phases
-            .keys()
-            .find(|p| p.is_terminal() && **p != phase);
+            .and_then(|s| s.volumes.first())
+            .map(|v| v.phase);
         ensure!(
-            ended.is_none(),
-            "the volume ended {ended:?} before {phase:?}: {:#?}",
+            !now.is_some_and(|p| p.is_terminal() && p != phase),
+            "the volume ended {now:?} before {phase:?}: {:#?}",
             dr.status
         );
-        Ok(counts.phases.contains_key(&phase).then_some(()))
+        Ok((now == Some(phase)).then_some(dr))
     })
     .await
 }

@@ -15,8 +15,8 @@
 //! Records go out before anything acts on them: a pass's volume records are written
 //! before its DataRestore status, and both before the next pass acts on them.
 //!
-//! A change that only says what was seen (the node agent took the volume up, wrote,
-//! is done: [`observed`]) may wait up to [`RECORD_LAG`] to be written, and goes out
+//! A change that only says what was seen (the node agent wrote, is done: [`observed`])
+//! may wait up to [`RECORD_LAG`] to be written, and goes out
 //! with the volume's next change that must be: most volumes pass through those phases
 //! faster than that, and each was a write. While a volume's record lags it takes no
 //! step that acts (`volume::advance` holds it until the record is written), so a
@@ -48,8 +48,9 @@ const WRITES_IN_FLIGHT: usize = 16;
 
 /// How long a volume's VolumePluginRestore may lag behind what refill saw of it (see
 /// the top of this file). Short enough for a person watching the volumes to follow
-/// them; long enough that most volumes go from the node agent's start to their tidy
-/// within it.
+/// them; long enough that most volumes go from the node agent's start to the end of
+/// `restore-wait` within it, and that a long restore's progress costs a write per
+/// volume every 5 s at most.
 pub(crate) const RECORD_LAG: Duration = Duration::from_secs(5);
 
 /// What the controller last wrote of each restore, by the restore's UID.
@@ -688,12 +689,12 @@ mod tests {
             ..volume("shop/a")
         };
         let before = status(
-            vec![restoring(VolumePhase::StartingStandIn, 0), volume("shop/b")],
+            vec![restoring(VolumePhase::Restoring, 0), volume("shop/b")],
             vec![consumer("web", &["shop/a"])],
             vec![],
         );
         let mut after = before.clone();
-        after.volumes[0] = restoring(VolumePhase::Restoring, 40);
+        after.volumes[0] = restoring(VolumePhase::RemovingStandIn, 40);
         after.volumes[1].phase = VolumePhase::Quiescing;
         let (old, new) = (entries(&before), entries(&after));
         let t0 = Instant::now();
@@ -704,7 +705,7 @@ mod tests {
             let due: BTreeSet<usize> = due.iter().copied().collect();
             to_write(&old, &new, &made, lagging, &due, (now, lag))
         };
-        // The node agent took volume a up: only seen, it waits; b's start goes out.
+        // The node agent wrote volume a and is done: only seen, it waits; b's start goes out.
         assert_eq!(plan(&none, &[], t0), (vec![1], vec![0]));
         // Lagging since t0: written once due, or once it lagged 5 s, changed or not.
         let lagging = BTreeMap::from([(0, t0)]);

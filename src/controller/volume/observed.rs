@@ -1,10 +1,11 @@
 //! Which changes of a volume's record only say what refill saw, so that its
 //! VolumePluginRestore may show them a little late (see [`crate::controller::ledger`]).
 //!
-//! While the node agent writes, a volume moves from StartingStandIn through Restoring
-//! to RemovingStandIn on what it sees of the node agent and `restore-wait` alone, and
-//! its bytes grow. Each was a write of the record, two or three per volume of the ten
-//! or so a restore makes. A record that lags by them changes nothing a restarted
+//! While the node agent writes, a volume's bytes grow, and it moves from Restoring to
+//! RemovingStandIn once the node agent is done, on what it sees of the node agent and
+//! `restore-wait` alone. Each was a write of the record. (That the node agent took the
+//! volume up, Restoring, is written at once: it is the phase a person restoring one
+//! large volume watches for.) A record that lags by them changes nothing a restarted
 //! refill does, as long as nothing acts on the volume until its newest record is
 //! written: a volume whose record lags takes no step that acts (`volume::advance`
 //! holds it until the record is written), and any other change of its record goes out
@@ -19,11 +20,7 @@ use crate::api::{VolumePhase, VolumeStatus};
 /// Phases a volume moves through on its own (the node agent, `restore-wait`), in the
 /// order it moves. Tidying is not one of them: the stand-in is deleted from there, and
 /// a volume whose record lagged would wait a pass to have it written first.
-const SEEN_ONLY: [VolumePhase; 3] = [
-    VolumePhase::StartingStandIn,
-    VolumePhase::Restoring,
-    VolumePhase::RemovingStandIn,
-];
+const SEEN_ONLY: [VolumePhase; 2] = [VolumePhase::Restoring, VolumePhase::RemovingStandIn];
 
 /// Whether `after` differs from `before` only by what was seen: a phase further along
 /// [`SEEN_ONLY`], the message, the bytes written and the node they are written on.
@@ -79,13 +76,13 @@ mod tests {
     fn the_phases_a_volume_moves_through_on_its_own_and_their_progress_are_only_seen() {
         use VolumePhase::*;
         let moved = |from, to| only_seen(&at(from), &at(to));
-        assert!(moved(StartingStandIn, Restoring));
         assert!(moved(Restoring, RemovingStandIn));
-        assert!(moved(StartingStandIn, RemovingStandIn), "several at once");
         assert!(moved(Restoring, Restoring));
         assert!(!moved(RemovingStandIn, Restoring), "never back");
-        // Into or out of a phase where refill acts, or ends.
+        // Into or out of a phase where refill acts, or ends, and the node agent's start.
         for (from, to) in [
+            (StartingStandIn, Restoring),
+            (StartingStandIn, RemovingStandIn),
             (Restoring, Tidying),
             (Quiescing, StartingStandIn),
             (Clearing, StartingStandIn),
