@@ -67,9 +67,11 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
 
         // A record that lags goes out once a step waits for it or it lagged too long,
         // even from a pass that changed nothing.
-        let changed = status != before || ctx.ledger.owes(&uid);
+        let owes = ctx.ledger.owes(&uid);
+        let changed = status != before || owes;
         let written = if changed {
-            write(&ctx, &api, &mut dr, &before, &status, result.is_ok()).await
+            let clean = result.is_ok();
+            write(&ctx, &api, &mut dr, &before, &status, (clean, owes)).await
         } else {
             Ok(None)
         };
@@ -104,17 +106,18 @@ pub(super) async fn reconcile(dr: Arc<DataRestore>, ctx: Arc<Context>) -> Result
 
 /// Writes a pass's changed status: the volumes' records first, the DataRestore's counts
 /// after them. Answers how soon to come back when a write was put off: progress alone
-/// (`clean`: the pass did not fail) goes out at most once a second.
+/// (`clean`: the pass did not fail) goes out at most once a second, unless the ledger
+/// `owes` a lagging record.
 async fn write(
     ctx: &Context,
     api: &Api<DataRestore>,
     dr: &mut DataRestore,
     before: &DataRestoreStatus,
     status: &DataRestoreStatus,
-    clean: bool,
+    (clean, owes): (bool, bool),
 ) -> Result<Option<Duration>> {
     let uid = dr.uid().unwrap_or_default();
-    let progress_only = status::only_progress_differs(before, status) && !ctx.ledger.owes(&uid);
+    let progress_only = status::only_progress_differs(before, status) && !owes;
     if let Some(throttled) = ctx.progress_wait(&uid).filter(|_| progress_only && clean) {
         return Ok(Some(throttled));
     }

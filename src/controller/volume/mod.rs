@@ -34,7 +34,7 @@ pub(super) struct Advanced {
     /// end yet.
     pub left_behind: bool,
     /// The volume's newest record is not written yet and its next step would act, or
-    /// change what a pass acts on: the step waits for the record to be written.
+    /// end the volume: the step waits for the record to be written.
     pub held: bool,
 }
 
